@@ -1,0 +1,38 @@
+# gnndist: two commands.
+#   make demo   set up .venv (torch only if none importable) and run the main job on bundled Cora
+#   make test   same set-up, then the test suite
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+TORCH   ?= torch==2.13.0
+STAMP   := $(VENV)/.gnndist-installed
+
+.PHONY: demo test setup lint clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+$(STAMP): $(VPY) setup.cfg pyproject.toml
+	$(VPY) -m pip install -q --upgrade pip
+	@if $(VPY) -c "import torch" 2>/dev/null; then \
+		echo "torch already importable: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+		echo "installing $(TORCH) (CPU build on a CPU machine)"; \
+		$(VPY) -m pip install -q "$(TORCH)"; \
+	fi
+	$(VPY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/gnndist partition cora --parts 4
+
+test: setup
+	$(VPY) -m pytest -q -x tests
+
+lint: setup
+	$(VENV)/bin/ruff check gnndist partition kernels datasets tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info
