@@ -1,0 +1,86 @@
+"""Edge cleaning and `Data` assembly shared by every loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from gnndist.errors import UserError
+
+
+def clean_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
+    """Drop self-loops, symmetrise, dedupe and sort an edge list by (row, col).
+
+    Each pair is encoded as one int64 key ``row * num_nodes + col``, so one sort does
+    the dedupe and the ordering at once.
+
+    Args:
+        src: source node ids.
+        dst: destination node ids.
+        num_nodes: number of nodes; ids must lie in ``[0, num_nodes)``.
+
+    Shapes:
+        src, dst: [E]  ->  edge_index: [2, E'] int64, both directions present.
+    """
+    src = np.asarray(src).astype(np.int64, copy=False).ravel()
+    dst = np.asarray(dst).astype(np.int64, copy=False).ravel()
+    if src.shape != dst.shape:
+        raise UserError(f"edge list has {src.size} sources but {dst.size} destinations")
+    check_edge_range(src, dst, num_nodes)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    n = np.int64(num_nodes)
+    keys = np.concatenate([src * n + dst, dst * n + src])  # [2E]
+    del src, dst, keep
+    keys = torch.from_numpy(keys).unique(
+        sorted=True
+    )  # [E'] torch sort is multi-threaded
+    return torch.stack([keys.div(n, rounding_mode="floor"), keys.remainder(n)])
+
+
+def check_edge_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+    """Raise `UserError` when an edge endpoint lies outside ``[0, num_nodes)``."""
+    if src.size == 0:
+        return
+    lo = min(int(src.min()), int(dst.min()))
+    hi = max(int(src.max()), int(dst.max()))
+    if lo < 0 or hi >= num_nodes:
+        raise UserError(
+            f"edge ids out of range: found ids in [{lo}, {hi}] but the graph has "
+            f"{num_nodes} nodes (valid ids 0..{num_nodes - 1})"
+        )
+
+
+def labels_to_zero_based(y: np.ndarray) -> np.ndarray:
+    """Shift 1-based labels (min 1, max == number of distinct labels) to 0-based.
+
+    BlogCatalog and Flickr (ANE) ship labels 1..C.
+    """
+    if y.size and y.ndim == 1 and y.min() == 1 and y.max() == np.unique(y).size:
+        return y - 1
+    return y
+
+
+def make_data(
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    edge_index: torch.Tensor,
+    name: str,
+    num_classes: int | None = None,
+) -> Data:
+    """Assemble a `Data` with the dtypes every consumer expects (masks set by the caller).
+
+    Shapes:
+        x: [N, F] -> float32; y: [N] -> int64; edge_index: [2, E] int64.
+    """
+    x = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    y = torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y)
+    x = x.to(torch.float32)
+    y = y.to(torch.int64)
+    if num_classes is None:
+        num_classes = int(y.max()) + 1 if y.numel() else 0
+    data = Data(x=x, y=y, edge_index=edge_index, num_nodes=x.size(0))
+    data.name = name
+    data.num_classes = int(num_classes)
+    return data

@@ -1,0 +1,123 @@
+"""Dataset registry: names -> loaders, path detection, and the one `load` entry point."""
+
+from __future__ import annotations
+
+import os
+import os.path as osp
+from collections.abc import Callable
+
+from torch_geometric.data import Data
+
+from gnndist.errors import UserError
+
+from . import planetoid
+from . import synthetic as synth
+from .validate import validate
+
+Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
+
+REGISTRY: dict[str, Loader] = {}
+FORMATS: dict[
+    str, Callable[[str, str, int], Data]
+] = {}  # format -> (path, name, seed) -> Data
+DETECTORS: list[tuple[str, Callable[[str], bool]]] = []  # (format, looks_like(path))
+
+
+def register(name: str, loader: Loader) -> None:
+    """Register ``loader`` under ``name`` (lower case)."""
+    REGISTRY[name.lower()] = loader
+
+
+def register_format(
+    fmt: str,
+    loader: Callable[[str, str, int], Data],
+    detect: Callable[[str], bool] | None = None,
+) -> None:
+    """Register a file format loader and, optionally, a content sniffer for auto-detection."""
+    FORMATS[fmt] = loader
+    if detect is not None:
+        DETECTORS.append((fmt, detect))
+
+
+def default_root() -> str:
+    """Dataset root: ``$GNNDIST_DATA``, else ``~/.cache/gnndist``."""
+    return os.environ.get("GNNDIST_DATA") or osp.join(
+        osp.expanduser("~"), ".cache", "gnndist"
+    )
+
+
+def names() -> list[str]:
+    """Registered dataset names (plus the ``synthetic-<N>`` family, shown by examples)."""
+    return sorted(REGISTRY) + ["synthetic-10k", "synthetic-1m", "synthetic-2m"]
+
+
+def detect_format(path: str) -> str:
+    """Name of the format of the file or folder at ``path``, from its contents."""
+    for fmt, looks_like in DETECTORS:
+        try:
+            if looks_like(path):
+                return fmt
+        except OSError:
+            continue
+    raise UserError(
+        f"{path}: format not recognised; pass format= one of {', '.join(sorted(FORMATS))}"
+    )
+
+
+def load(
+    dataset: str, root: str | None = None, format: str | None = None, seed: int = 0
+) -> Data:
+    """Load a registered dataset, a ``synthetic-<N>`` graph, or a file/folder path.
+
+    Args:
+        dataset: a name from `names()`, ``synthetic-<N>[k|m][-d<avg degree>]``, or a path.
+        root: where registered datasets live (default `default_root()`).
+        format: force the format of a path (see ``FORMATS``); detected when None.
+        seed: seed of random splits and synthetic graphs.
+
+    Shapes:
+        x: [N, F] float32; y: [N] int64; edge_index: [2, E] int64, symmetric, no
+        self-loops or duplicates, sorted by (row, col); masks: [N] bool.
+    """
+    root = root or default_root()
+    key = dataset.lower()
+    if format is not None:
+        if format not in FORMATS:
+            raise UserError(
+                f"unknown format {format!r}; known: {', '.join(sorted(FORMATS))}"
+            )
+        if not osp.exists(dataset):
+            raise UserError(f"{dataset}: no such file or folder")
+        data = FORMATS[format](dataset, _path_name(dataset), seed)
+    elif key in REGISTRY:
+        data = REGISTRY[key](key, root, seed)
+    elif (parsed := synth.parse_name(key)) is not None:
+        n, deg = parsed
+        data = synth.synthetic(n, avg_degree=deg, seed=seed, name=key)
+    elif osp.exists(dataset):
+        fmt = detect_format(dataset)
+        data = FORMATS[fmt](dataset, _path_name(dataset), seed)
+    else:
+        raise UserError(
+            f"unknown dataset {dataset!r} (not a registered name nor an existing path); "
+            f"known: {', '.join(names())}, synthetic-<N>[k|m]"
+        )
+    validate(data)
+    return data
+
+
+def _path_name(path: str) -> str:
+    """A readable dataset name from a path: the file stem or folder name."""
+    base = osp.basename(osp.normpath(path))
+    for ext in (".gz", ".npz", ".jlg", ".pt", ".csv", ".txt", ".tsv", ".edges"):
+        base = base.removesuffix(ext)
+    return base or path
+
+
+for _name in planetoid.PLANETOID:
+    register(_name, lambda name, root, seed: planetoid.load_planetoid(name, root))
+register_format(
+    "planetoid",
+    lambda path, name, seed: planetoid.load_planetoid_folder(path),
+    lambda path: osp.isdir(path) and planetoid.detect_prefix(path) is not None,
+)

@@ -1,0 +1,67 @@
+"""Checks that a `Data` obeys the contract every other package relies on."""
+
+from __future__ import annotations
+
+import torch
+from torch_geometric.data import Data
+
+from gnndist.errors import UserError
+
+
+def validate(data: Data) -> None:
+    """Raise `UserError` with one line when ``data`` breaks the dataset contract.
+
+    Checks shapes and dtypes, edge ids in range, finite features, labels in
+    ``[0, num_classes)`` (``-1`` is allowed and means unlabelled) and mask sizes.
+
+    Shapes:
+        x: [N, F]; y: [N] (or [N, T] multi-label 0/1); edge_index: [2, E]; masks: [N].
+    """
+    name = getattr(data, "name", "dataset")
+    x, y, ei = data.x, data.y, data.edge_index
+    if x is None or y is None or ei is None:
+        raise UserError(f"{name}: data needs x, y and edge_index")
+    if x.dim() != 2:
+        raise UserError(
+            f"{name}: features must be 2-D [N, F], got shape {tuple(x.shape)}"
+        )
+    n = x.size(0)
+    if y.dim() not in (1, 2) or y.size(0) != n:
+        raise UserError(
+            f"{name}: labels have shape {tuple(y.shape)} but there are {n} nodes"
+        )
+    if ei.dim() != 2 or ei.size(0) != 2:
+        raise UserError(
+            f"{name}: edge_index must have shape [2, E], got {tuple(ei.shape)}"
+        )
+    if ei.dtype != torch.int64:
+        raise UserError(f"{name}: edge_index must be int64, got {ei.dtype}")
+    if ei.numel():
+        lo, hi = int(ei.min()), int(ei.max())
+        if lo < 0 or hi >= n:
+            raise UserError(
+                f"{name}: edge ids out of range: found ids in [{lo}, {hi}] but there are "
+                f"{n} nodes (valid ids 0..{n - 1})"
+            )
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).any(dim=1).sum())
+        raise UserError(f"{name}: features contain NaN or Inf in {bad} node rows")
+    num_classes = getattr(data, "num_classes", None)
+    if num_classes is None:
+        raise UserError(f"{name}: data.num_classes is not set")
+    if y.numel():
+        lo, hi = int(y.min()), int(y.max())
+        low_ok = lo >= (0 if y.dim() == 2 else -1)
+        if not low_ok or hi >= max(num_classes, 2 if y.dim() == 2 else 1):
+            raise UserError(
+                f"{name}: labels out of range: found labels in [{lo}, {hi}] but "
+                f"num_classes is {num_classes} (valid 0..{num_classes - 1}, -1 = unlabelled)"
+            )
+    for key in ("train_mask", "val_mask", "test_mask"):
+        mask = getattr(data, key, None)
+        if mask is None:
+            raise UserError(f"{name}: {key} is missing")
+        if mask.dtype != torch.bool or tuple(mask.shape) != (n,):
+            raise UserError(
+                f"{name}: {key} must be bool [{n}], got {mask.dtype} {tuple(mask.shape)}"
+            )
