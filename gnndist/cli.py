@@ -1,2 +1,147 @@
-def main():
-    print("placeholder")
+"""``gnndist`` command line: partition, info, train, run.
+
+A user error (bad name, bad path, corrupt file, wrong world size) prints one line to
+standard error and exits 2; ``--json`` makes the last line of standard output one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from gnndist.config import PartitionConfig, add_section, add_train_args, build_section, train_config_from_args
+from gnndist.errors import UserError
+
+
+def partition_dir(dataset: str, part: PartitionConfig, root: str | None) -> Path:
+    """Cache directory of a partition, keyed by dataset + parts + method + objective + seed."""
+    from gnndist.datasets import default_root
+
+    name = Path(dataset).name if os.sep in dataset or os.path.exists(dataset) else dataset
+    obj = part.objective if part.method == "metis" else "none"
+    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    return Path(root or default_root()) / "partitions" / key
+
+
+def _load_dataset(dataset: str, args: argparse.Namespace):
+    from gnndist.datasets import load
+
+    return load(dataset, root=args.root, format=args.format)
+
+
+def make_partition(dataset: str, part: PartitionConfig, args: argparse.Namespace, out: str | None) -> tuple[Path, dict]:
+    """Load ``dataset``, partition it and save it; returns the directory and the report."""
+    from gnndist.partition import partition
+
+    data = _load_dataset(dataset, args)
+    p = partition(data, part.parts, part.method, part.objective, part.seed)
+    target = Path(out) if out else partition_dir(dataset, part, args.root)
+    name = getattr(data, "name", None) or Path(dataset).name
+    return p.save(target, dataset=name), p.report
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from gnndist.partition import format_report
+
+    part = build_section(PartitionConfig, args)
+    out, report = make_partition(args.dataset, part, args, args.out)
+    if args.json:
+        print(json.dumps({**report, "dir": str(out)}))
+    else:
+        print(format_report(report))
+        print(f"saved to {out}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from gnndist.partition import format_report, read_meta
+
+    meta = read_meta(args.partdir)
+    if args.json:
+        print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"]}))
+    else:
+        print(f"dataset {meta['dataset']}: N={meta['N']:,} E={meta['E']:,} (directed) F={meta['F']} classes={meta['classes']}")
+        print(format_report(meta["report"]))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gnndist.launch import launch
+
+    cfg = train_config_from_args(args)
+    return launch(str(args.partdir), cfg)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gnndist.launch import launch, under_torchrun
+    from gnndist.partition import read_meta
+
+    cfg = train_config_from_args(args)
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
+    part = PartitionConfig(parts=world, method=args.method, objective=args.objective, seed=args.partition_seed)
+    target = partition_dir(args.dataset, part, args.root)
+    fresh = (target / "META.json").is_file()
+    if fresh:
+        try:
+            fresh = read_meta(target)["parts"] == world
+        except UserError:
+            fresh = False
+    if not fresh:
+        if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
+            raise UserError(f"partition {target} is missing: run `gnndist partition {args.dataset} --parts {world} --out {target}` first")
+        make_partition(args.dataset, part, args, str(target))
+    return launch(str(target), cfg)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("partition", help="partition a dataset and save the parts")
+    sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
+    add_section(sp, PartitionConfig)
+    sp.add_argument("--root", default=None, help="dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
+    sp.add_argument("--format", default=None, help="format of a DATASET path (default: detected)")
+    sp.add_argument("--out", default=None, help="output directory (default: ROOT/partitions/<key>)")
+    sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
+    sp.set_defaults(func=cmd_partition)
+
+    si = sub.add_parser("info", help="print the report of a saved partition")
+    si.add_argument("partdir")
+    si.add_argument("--json", action="store_true")
+    si.set_defaults(func=cmd_info)
+
+    st = sub.add_parser("train", help="train on a saved partition (one rank per part)")
+    st.add_argument("partdir")
+    add_train_args(st)
+    st.set_defaults(func=cmd_train)
+
+    sr = sub.add_parser("run", help="partition (cached) and train: the main job")
+    sr.add_argument("dataset")
+    sr.add_argument("--root", default=None, help="dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
+    sr.add_argument("--format", default=None, help="format of a DATASET path (default: detected)")
+    sr.add_argument("--method", default="metis", choices=("metis", "random"))
+    sr.add_argument("--objective", default="vol", choices=("vol", "cut"))
+    sr.add_argument("--partition-seed", type=int, default=0)
+    add_train_args(sr)
+    sr.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"gnndist: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gnndist: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""One config tree: a root dataclass of small sections; the CLI flags are derived from it.
+
+Each field's ``metadata`` carries its flag help (and choices); validation lives in
+``__post_init__`` and its errors name the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gnndist.errors import UserError
+
+
+def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
+    """A config field with its CLI help; ``flag`` overrides the derived ``--name``."""
+    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise UserError(msg)
+
+
+@dataclass
+class DataConfig:
+    root: str | None = opt(None, "dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
+    format: str | None = opt(None, "input format of a DATASET path (default: detected)")
+
+
+@dataclass
+class PartitionConfig:
+    parts: int = opt(1, "number of parts (= ranks)")
+    method: str = opt("metis", "partitioner", ("metis", "random"))
+    objective: str = opt("vol", "METIS objective: communication volume or edge cut", ("vol", "cut"))
+    seed: int = opt(0, "partitioner seed", flag="--partition-seed")
+
+    def __post_init__(self) -> None:
+        _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
+
+
+@dataclass
+class DistConfig:
+    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)")
+    strategy: str = opt("1d", "distributed aggregation strategy", ("1d",))
+    replication: int = opt(1, "replication factor c of the 1.5d strategy")
+    timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
+    backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
+    overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
+
+    def __post_init__(self) -> None:
+        _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
+        _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
+        _need(self.replication >= 1, f"--replication must be >= 1, got {self.replication}")
+
+
+@dataclass
+class ModelConfig:
+    model: str = opt("gcn", "model", ("gcn", "sage", "gin"))
+    layers: int = opt(2, "number of GNN layers")
+    hidden: int = opt(16, "hidden width")
+    dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
+    norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
+
+    def __post_init__(self) -> None:
+        _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
+        _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
+        _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class OptimConfig:
+    epochs: int = opt(200, "training epochs")
+    lr: float = opt(0.01, "Adam learning rate")
+    weight_decay: float = opt(5e-4, "Adam weight decay")
+
+    def __post_init__(self) -> None:
+        _need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
+        _need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
+        _need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class KernelConfig:
+    kernel: str = opt("auto", "aggregation kernel (sets GNNDIST_KERNEL)", ("auto", "reference", "triton"))
+
+
+@dataclass
+class RunConfig:
+    seed: int = opt(0, "training seed (weights and dropout masks)")
+    log: str | None = opt(None, "write one JSON line per epoch to this file")
+    json: bool = opt(False, "print a JSON summary as the last line of standard output")
+    checkpoint: str | None = opt(None, "directory for checkpoints of the best model")
+    resume: bool = opt(False, "resume from --checkpoint")
+    progress: bool = opt(True, "progress bar on rank 0")
+
+
+@dataclass
+class TrainConfig:
+    """Root of the training config tree (``gnndist train`` / ``gnndist run``)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        _need(not self.run.resume or self.run.checkpoint, "--resume needs --checkpoint DIR")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        return cls(**{name: TRAIN_SECTIONS[name](**sub) for name, sub in d.items()})
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per field of a section dataclass (defaults, help and choices from the field)."""
+    group = parser.add_argument_group(section.__name__.removesuffix("Config").lower())
+    for f in dataclasses.fields(section):
+        if f.name in skip:
+            continue
+        kw: dict[str, Any] = {"dest": f"{section.__name__}.{f.name}", "help": f.metadata.get("help", "")}
+        default = f.default
+        if isinstance(default, bool):
+            kw["action"] = argparse.BooleanOptionalAction
+            kw["default"] = default
+        else:
+            tp = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+            kw.update(type=tp, default=default, metavar=f.name.upper())
+            if f.metadata.get("choices"):
+                kw["choices"] = f.metadata["choices"]
+        kw["help"] += f" (default: {default})" if default not in (None, False) else ""
+        group.add_argument(_flag(f), **kw)
+
+
+def build_section(section: type, args: argparse.Namespace):
+    """Instantiate a section from parsed args (fields not on the parser keep their defaults)."""
+    ns = vars(args)
+    kw = {f.name: ns[f"{section.__name__}.{f.name}"] for f in dataclasses.fields(section) if f"{section.__name__}.{f.name}" in ns}
+    return section(**kw)
+
+
+TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig, "kernel": KernelConfig, "run": RunConfig}
+
+
+def add_train_args(parser: argparse.ArgumentParser) -> None:
+    for sec in TRAIN_SECTIONS.values():
+        add_section(parser, sec)
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(**{name: build_section(sec, args) for name, sec in TRAIN_SECTIONS.items()})

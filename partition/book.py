@@ -1,0 +1,180 @@
+"""Partition book: owner of every node, renumbering to contiguous ranges, local CSR and halo plans.
+
+Ids used here:
+
+* *original* ids: the dataset's node ids ``[0, N)``;
+* *new* (global) ids: renumbered so that part ``k`` owns ``[offsets[k], offsets[k+1])``,
+  keeping the original order inside a part;
+* *local* ids on part ``k``: ``[0, n_owned)`` for owned nodes, then ``[n_owned, n_owned + n_halo)``
+  for halo nodes, grouped by owner rank (and sorted by new id inside each owner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gnndist.errors import UserError
+
+
+@dataclass
+class GlobalCSR:
+    """Symmetric adjacency in CSR form (row = destination, columns = sources), no self-loops."""
+
+    rowptr: np.ndarray  # [N + 1] int64
+    col: np.ndarray  # [nnz] int64
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.rowptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return len(self.col)
+
+    def degree(self) -> np.ndarray:
+        return np.diff(self.rowptr)
+
+    def rows(self) -> np.ndarray:
+        """Row (destination) id of every stored entry."""
+        return np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degree())
+
+
+def csr_from_edge_index(edge_index: torch.Tensor | np.ndarray, num_nodes: int) -> GlobalCSR:
+    """Symmetrise, drop self-loops and duplicates, and sort into CSR.
+
+    Shapes:
+        edge_index ``[2, E]`` -> rowptr ``[N + 1]``, col ``[nnz]`` with nnz even (both directions).
+    """
+    ei = edge_index.numpy() if isinstance(edge_index, torch.Tensor) else np.asarray(edge_index)
+    ei = ei.astype(np.int64, copy=False)
+    if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
+        raise UserError(f"edge ids must lie in [0, {num_nodes}), found [{ei.min()}, {ei.max()}]")
+    src, dst = ei[0], ei[1]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    keys = np.concatenate([dst * num_nodes + src, src * num_nodes + dst])
+    del src, dst, keep
+    keys = np.unique(keys)  # sorted by (dst, src)
+    rows = keys // num_nodes
+    col = keys - rows * num_nodes
+    del keys
+    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_nodes), out=rowptr[1:])
+    return GlobalCSR(rowptr, col)
+
+
+@dataclass
+class PartitionBook:
+    """Owner of every node and the renumbering that makes each part a contiguous id range."""
+
+    parts: int
+    assign: np.ndarray  # [N] owner part of each original id
+    new2old: np.ndarray = field(init=False)  # [N] original id of each new id
+    old2new: np.ndarray = field(init=False)  # [N] new id of each original id
+    offsets: np.ndarray = field(init=False)  # [P + 1] first new id of each part
+
+    def __post_init__(self) -> None:
+        n = len(self.assign)
+        self.new2old = np.argsort(self.assign, kind="stable").astype(np.int64)
+        self.old2new = np.empty(n, dtype=np.int64)
+        self.old2new[self.new2old] = np.arange(n, dtype=np.int64)
+        self.offsets = np.zeros(self.parts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.assign, minlength=self.parts), out=self.offsets[1:])
+
+    def owner_of_new(self, new_ids: np.ndarray) -> np.ndarray:
+        """Owner part of each new id."""
+        return np.searchsorted(self.offsets, new_ids, side="right") - 1
+
+
+@dataclass
+class LocalPart:
+    """Everything one rank needs: its rows, its local CSR and its halo plans (no pickle)."""
+
+    rank: int
+    rowptr: np.ndarray  # [n_owned + 1] local CSR rows
+    col: np.ndarray  # [nnz_local] local column ids: owned first, then halo grouped by owner
+    halo_gid: np.ndarray  # [n_halo] new ids of halo nodes
+    recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner)
+    send_idx: np.ndarray  # [sum send_counts] owned local ids to send, grouped by destination
+    send_counts: np.ndarray  # [P] rows sent to each rank
+    orig_id: np.ndarray  # [n_owned + n_halo] original ids of owned then halo nodes
+    degree: np.ndarray  # [n_owned + n_halo] global degree (no self-loops)
+
+    @property
+    def n_owned(self) -> int:
+        return len(self.rowptr) - 1
+
+    @property
+    def n_halo(self) -> int:
+        return len(self.halo_gid)
+
+
+def renumbered_csr(csr: GlobalCSR, book: PartitionBook) -> GlobalCSR:
+    """The same graph with new ids: rows and columns permuted by the book, columns sorted."""
+    n = csr.num_nodes
+    keys = book.old2new[csr.rows()] * n + book.old2new[csr.col]
+    keys.sort()
+    rows = keys // n
+    col = keys - rows * n
+    del keys
+    rowptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=rowptr[1:])
+    return GlobalCSR(rowptr, col)
+
+
+def build_local_parts(csr: GlobalCSR, book: PartitionBook):
+    """Yield the :class:`LocalPart` of every rank, in rank order.
+
+    ``csr`` must already be renumbered (:func:`renumbered_csr`). The loop runs over parts,
+    never over nodes or edges; send plans are read off the other parts' halos.
+    """
+    P = book.parts
+    off = book.offsets
+    degree = csr.degree()
+    halos = []
+    for k in range(P):
+        cols = csr.col[csr.rowptr[off[k]] : csr.rowptr[off[k + 1]]]
+        outside = (cols < off[k]) | (cols >= off[k + 1])
+        halos.append(np.unique(cols[outside]))  # sorted new ids: grouped by owner already
+    for k in range(P):
+        lo, hi = off[k], off[k + 1]
+        rowptr = csr.rowptr[lo : hi + 1] - csr.rowptr[lo]
+        cols = csr.col[csr.rowptr[lo] : csr.rowptr[hi]]
+        halo = halos[k]
+        n_owned = hi - lo
+        inside = (cols >= lo) & (cols < hi)
+        local = np.where(inside, cols - lo, n_owned + np.searchsorted(halo, cols))
+        recv_counts = np.diff(np.searchsorted(halo, off))
+        sends = [halos[j][(halos[j] >= lo) & (halos[j] < hi)] - lo for j in range(P)]
+        send_counts = np.array([len(s) for s in sends], dtype=np.int64)
+        send_idx = np.concatenate(sends) if sends else np.zeros(0, dtype=np.int64)
+        ids_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
+        yield LocalPart(
+            rank=k,
+            rowptr=rowptr.astype(np.int64),
+            col=local.astype(np.int64),
+            halo_gid=halo.astype(np.int64),
+            recv_counts=recv_counts.astype(np.int64),
+            send_idx=send_idx.astype(np.int64),
+            send_counts=send_counts,
+            orig_id=book.new2old[ids_new],
+            degree=degree[ids_new].astype(np.int64),
+        )
+
+
+def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int) -> int:
+    """Total communication volume: sum over nodes of the number of other parts that need it."""
+    rows = csr.rows()
+    need = assign[rows] != assign[csr.col]
+    keys = np.unique(csr.col[need] * parts + assign[rows[need]])
+    return int(len(keys))
+
+
+def check_parts(num_nodes: int, parts: int) -> None:
+    if parts < 1:
+        raise UserError(f"--parts must be >= 1, got {parts}")
+    if parts > num_nodes:
+        raise UserError(f"--parts {parts} exceeds the number of nodes ({num_nodes})")

@@ -1,0 +1,105 @@
+"""On-disk partition format: ``DIR/META.json`` + ``DIR/part-K/*.npy``, no pickle, sha256-checked.
+
+Writes are atomic: everything goes to a temporary sibling directory that is renamed into
+place only after ``META.json`` (written last) is complete, so an interrupted run never
+leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from gnndist.errors import UserError
+
+FORMAT_VERSION = 1
+META = "META.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.ndarray]]) -> Path:
+    """Write every part's arrays and then META.json (with checksums) atomically to ``out``.
+
+    Args:
+        out: target directory; replaced if it exists.
+        meta: JSON-serialisable metadata (dataset, parts, method, objective, seed, N, E, F, ...).
+        parts: one dict of arrays per rank, in rank order (a generator keeps memory low).
+    """
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        files: dict[str, str] = {}
+        for k, arrays in enumerate(parts):
+            pdir = tmp / f"part-{k}"
+            pdir.mkdir()
+            for name, arr in arrays.items():
+                path = pdir / f"{name}.npy"
+                np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+                files[f"part-{k}/{name}.npy"] = _sha256(path)
+        meta = {"format_version": FORMAT_VERSION, **meta, "sha256": files}
+        with open(tmp / META, "w") as f:
+            json.dump(meta, f, indent=1)
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rename(out, trash / out.name)
+            os.rename(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_meta(root: str | Path) -> dict:
+    """Read and check ``META.json`` of a partition directory."""
+    path = Path(root) / META
+    if not path.is_file():
+        raise UserError(f"{root} is not a gnndist partition directory (no {META}); create one with `gnndist partition`")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is corrupt: {e}") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserError(
+            f"{path}: partition format version {meta.get('format_version')} is not supported "
+            f"(this gnndist reads version {FORMAT_VERSION}); re-run `gnndist partition`"
+        )
+    return meta
+
+
+def read_part(root: str | Path, rank: int, meta: dict | None = None) -> dict[str, np.ndarray]:
+    """Read only part ``rank``'s arrays, verifying each file's sha256 against META.json."""
+    root = Path(root)
+    meta = meta or read_meta(root)
+    if not 0 <= rank < meta["parts"]:
+        raise UserError(f"{root} has {meta['parts']} parts; part {rank} does not exist")
+    prefix = f"part-{rank}/"
+    names = [f for f in meta["sha256"] if f.startswith(prefix)]
+    if not names:
+        raise UserError(f"{root}: META.json lists no files for part {rank}")
+    arrays = {}
+    for rel in names:
+        path = root / rel
+        if not path.is_file():
+            raise UserError(f"missing partition file {path}")
+        if _sha256(path) != meta["sha256"][rel]:
+            raise UserError(f"checksum mismatch in {path}: the partition is corrupt, re-run `gnndist partition`")
+        arrays[Path(rel).stem] = np.load(path, allow_pickle=False)
+    return arrays
