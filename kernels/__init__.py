@@ -1,1 +1,15 @@
-"""TODO placeholder."""
+"""Aggregation kernels for message passing on a CSR graph: Triton, torch.sparse and plain-PyTorch paths.
+
+    csr.py          CSR (rowptr, col) with cached row index, transpose and degree order
+    dispatch.py     capability-based choice of implementation; GNNDIST_KERNEL forces one
+    ops.py          the public functions below (shape checks, then dispatch)
+    <op>/reference.py   plain PyTorch, the ground truth
+    <op>/triton.py      Triton kernel, launchers, autograd.Function
+    <op>/sparse.py      torch.sparse.mm path (spmm, gcn_aggregate): the CPU default
+"""
+
+from .csr import CSR
+from .dispatch import NoKernelError
+from .ops import gcn_aggregate, sddmm, segment_max, segment_softmax, spmm
+
+__all__ = ["CSR", "NoKernelError", "gcn_aggregate", "sddmm", "segment_max", "segment_softmax", "spmm"]

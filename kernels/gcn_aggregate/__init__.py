@@ -1,1 +1,1 @@
-"""TODO placeholder."""
+"""Fused GCN aggregation kernels: reference.py (plain PyTorch), triton.py, sparse.py (torch.sparse.mm)."""

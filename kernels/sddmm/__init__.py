@@ -1,1 +1,1 @@
-"""TODO placeholder."""
+"""SDDMM kernels: reference.py (plain PyTorch), triton.py."""

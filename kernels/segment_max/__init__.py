@@ -1,1 +1,1 @@
-"""TODO placeholder."""
+"""Segment max kernels: reference.py (plain PyTorch), triton.py."""

@@ -1,1 +1,1 @@
-"""TODO placeholder."""
+"""Segment softmax kernels: reference.py (plain PyTorch), triton.py."""

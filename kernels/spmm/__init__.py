@@ -1,1 +1,1 @@
-"""TODO placeholder."""
+"""SpMM kernels: reference.py (plain PyTorch), triton.py, sparse.py (torch.sparse.mm)."""

@@ -1,0 +1,147 @@
+"""Compressed sparse row adjacency shared by every kernel, with its transpose and row index cached.
+
+Row ``i`` of the CSR lists the edges whose *destination* is node ``i`` (the node that
+aggregates); ``col[e]`` is the source of edge ``e``. So ``spmm(csr, x)[i]`` sums the
+features of row ``i``'s in-neighbours, and the transpose carries gradients back to sources.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class CSR:
+    """A sparse ``[n_rows, num_cols]`` pattern: ``rowptr`` ``[n_rows + 1]``, ``col`` ``[nnz]``.
+
+    Indices may be int32 or int64 (``rowptr`` and ``col`` share one dtype). Derived
+    tensors (``row``, the transpose, the degree order) are computed once and cached, so
+    a layer can call several kernels on one graph without paying for them again.
+
+    Args:
+        rowptr: row offsets, non-decreasing, ``rowptr[0] == 0``, ``rowptr[-1] == nnz``.
+        col: column (source node) of every edge, sorted by row.
+        num_cols: number of columns (source nodes); ``col < num_cols``.
+
+    Shapes:
+        rowptr ``[n_rows + 1]``, col ``[nnz]``
+    """
+
+    def __init__(self, rowptr: Tensor, col: Tensor, num_cols: int) -> None:
+        if rowptr.dim() != 1 or col.dim() != 1:
+            raise ValueError(f"rowptr and col must be 1-d, got {tuple(rowptr.shape)} and {tuple(col.shape)}")
+        if rowptr.dtype not in (torch.int32, torch.int64) or col.dtype != rowptr.dtype:
+            raise ValueError(f"rowptr and col must share an int32/int64 dtype, got {rowptr.dtype} and {col.dtype}")
+        if rowptr.device != col.device:
+            raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
+        self.rowptr = rowptr
+        self.col = col
+        self.num_cols = int(num_cols)
+        self._row: Tensor | None = None
+        self._transpose: tuple[CSR, Tensor] | None = None
+        self._row_order: Tensor | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return self.rowptr.numel() - 1
+
+    @property
+    def nnz(self) -> int:
+        return self.col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.col.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_rows, self.num_cols
+
+    @property
+    def row(self) -> Tensor:
+        """Row (destination) of every edge, cached. ``[nnz]``, dtype of ``col``."""
+        if self._row is None:
+            rows = torch.arange(self.n_rows, device=self.device, dtype=self.col.dtype)
+            self._row = torch.repeat_interleave(rows, self.in_degree(), output_size=self.nnz)
+        return self._row
+
+    def in_degree(self) -> Tensor:
+        """Number of edges in every row. ``[n_rows]``, index dtype."""
+        return self.rowptr[1:] - self.rowptr[:-1]
+
+    def out_degree(self) -> Tensor:
+        """Number of edges in every column. ``[num_cols]``, int64."""
+        return torch.bincount(self.col, minlength=self.num_cols)
+
+    def transpose(self) -> tuple[CSR, Tensor]:
+        """CSR of ``A^T`` (``num_cols`` rows) and ``perm``: edge ``k`` of ``A^T`` is edge ``perm[k]`` of ``A``.
+
+        Cached; the transpose of the transpose is this CSR again. Permute edge values
+        with ``values[perm]``.
+
+        Shapes:
+            perm ``[nnz]`` int64
+        """
+        if self._transpose is None:
+            # Rows are sorted, so a stable sort by column orders edges by (col, row).
+            perm = torch.sort(self.col, stable=True).indices  # [nnz]
+            counts = torch.bincount(self.col, minlength=self.num_cols)  # [num_cols]
+            rowptr_t = _offsets(counts, self.col.dtype)
+            csr_t = CSR(rowptr_t, self.row[perm], self.n_rows)
+            csr_t._transpose = (self, torch.argsort(perm))
+            self._transpose = (csr_t, perm)
+        return self._transpose
+
+    def row_order(self) -> Tensor:
+        """Rows by decreasing degree, cached: launching heavy rows first balances power-law graphs. ``[n_rows]`` int32."""
+        if self._row_order is None:
+            order = torch.sort(self.in_degree(), descending=True, stable=True).indices
+            self._row_order = order.to(torch.int32)
+        return self._row_order
+
+    @staticmethod
+    def from_coo(row: Tensor, col: Tensor, n_rows: int, n_cols: int) -> CSR:
+        """Build from edge lists in any order; edges are sorted by (row, col). Duplicates are kept.
+
+        Shapes:
+            row, col ``[nnz]`` (int32 or int64; the CSR keeps ``col``'s dtype)
+        """
+        if row.shape != col.shape or row.dim() != 1:
+            raise ValueError(f"row and col must be 1-d of one length, got {tuple(row.shape)} and {tuple(col.shape)}")
+        dtype = col.dtype if col.dtype in (torch.int32, torch.int64) else torch.int64
+        if row.numel() and (int(row.min()) < 0 or int(row.max()) >= n_rows):
+            raise ValueError(f"row index out of range [0, {n_rows})")
+        if col.numel() and (int(col.min()) < 0 or int(col.max()) >= n_cols):
+            raise ValueError(f"col index out of range [0, {n_cols})")
+        key = row.long() * n_cols + col.long()  # [nnz]
+        order = torch.argsort(key)
+        counts = torch.bincount(row.long(), minlength=n_rows)  # [n_rows]
+        return CSR(_offsets(counts, dtype), col[order].to(dtype), n_cols)
+
+    def to(self, device: torch.device | str) -> CSR:
+        """This CSR on ``device`` (cached row, transpose and order travel too)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        out = CSR(self.rowptr.to(device), self.col.to(device), self.num_cols)
+        if self._row is not None:
+            out._row = self._row.to(device)
+        if self._row_order is not None:
+            out._row_order = self._row_order.to(device)
+        if self._transpose is not None:
+            csr_t, perm = self._transpose
+            csr_t = CSR(csr_t.rowptr.to(device), csr_t.col.to(device), csr_t.num_cols)
+            csr_t._transpose = (out, self._transpose[0]._transpose[1].to(device))
+            out._transpose = (csr_t, perm.to(device))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"CSR(n_rows={self.n_rows}, num_cols={self.num_cols}, nnz={self.nnz}, "
+                f"dtype={self.col.dtype}, device={self.device})")
+
+
+def _offsets(counts: Tensor, dtype: torch.dtype) -> Tensor:
+    """Row offsets ``[0, c0, c0 + c1, ...]`` from per-row counts. ``[len(counts) + 1]``."""
+    rowptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    return rowptr.to(dtype)

@@ -1,0 +1,118 @@
+"""The public kernels: check shapes once, then hand over to the dispatcher.
+
+Every function takes ``impl=`` (``"triton"``, ``"sparse"``, ``"reference"``) to force a
+path for one call; ``GNNDIST_KERNEL`` does the same for the whole process.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from . import dispatch
+from .csr import CSR
+
+
+def _check(csr: CSR, name: str, t: Tensor, first: int, what: str) -> None:
+    if t.shape[0] != first:
+        raise ValueError(f"{name} has {t.shape[0]} rows, expected {first} ({what})")
+    if t.device != csr.device:
+        raise ValueError(f"{name} is on {t.device} but the CSR is on {csr.device}")
+
+
+def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum", *,
+         impl: str | None = None) -> Tensor:
+    """Sparse-dense product: ``out[i] = sum_{e in row i} w[e] * x[col[e]]``.
+
+    Args:
+        csr: the adjacency, rows are destinations.
+        x: source features.
+        edge_weight: per-edge weight (default 1); ``[nnz, H]`` weighs head ``h`` of
+            ``x [n_cols, H, D]`` separately (attention).
+        reduce: ``"sum"`` (default) or ``"mean"`` (divided by the row's edge count; rows
+            without edges give 0).
+
+    Shapes:
+        x ``[n_cols, F]`` or ``[n_cols, H, D]``; edge_weight ``[nnz]`` or ``[nnz, H]``;
+        out ``[n_rows, F]`` or ``[n_rows, H, D]``
+    """
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+    _check(csr, "x", x, csr.num_cols, "num_cols")
+    if edge_weight is not None:
+        _check(csr, "edge_weight", edge_weight, csr.nnz, "nnz")
+        if edge_weight.dim() == 2 and (x.dim() != 3 or x.shape[1] != edge_weight.shape[1]):
+            raise ValueError(f"edge_weight {tuple(edge_weight.shape)} needs x [n_cols, H, D], got {tuple(x.shape)}")
+    return dispatch.run("spmm", csr, x, edge_weight, reduce, impl=impl)
+
+
+def sddmm(csr: CSR, a: Tensor, b: Tensor, op: str = "add", *, impl: str | None = None) -> Tensor:
+    """Sampled dense-dense op on every edge: ``a[row e] + b[col e]`` or ``<a[row e], b[col e]>``.
+
+    Args:
+        csr: the adjacency.
+        a: destination-side values.
+        b: source-side values.
+        op: ``"add"`` (default; e.g. GAT's ``alpha_dst + alpha_src``) or ``"dot"`` over the
+            last dim (e.g. transformer attention scores).
+
+    Shapes:
+        add: a ``[n_rows, H]``, b ``[n_cols, H]`` -> ``[nnz, H]``
+        dot: a ``[n_rows, H, D]``, b ``[n_cols, H, D]`` -> ``[nnz, H]``; a ``[n_rows, D]`` -> ``[nnz]``
+    """
+    if op not in ("add", "dot"):
+        raise ValueError(f"op must be 'add' or 'dot', got {op!r}")
+    _check(csr, "a", a, csr.n_rows, "n_rows")
+    _check(csr, "b", b, csr.num_cols, "num_cols")
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} differ after the first dim")
+    return dispatch.run("sddmm", csr, a, b, op, impl=impl)
+
+
+def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Tensor:
+    """Softmax over each row's edges (a destination's incoming edges), numerically stable.
+
+    Shapes:
+        scores ``[nnz, H]`` or ``[nnz]`` -> same shape
+    """
+    _check(csr, "scores", scores, csr.nnz, "nnz")
+    return dispatch.run("segment_softmax", csr, scores, impl=impl)
+
+
+def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
+    """Max of ``x[col e]`` over each row's edges; rows without edges give 0.
+
+    The gradient goes to the arg-max (the row's first edge reaching the maximum).
+
+    Shapes:
+        x ``[n_cols, F]`` -> ``[n_rows, F]``
+    """
+    _check(csr, "x", x, csr.num_cols, "num_cols")
+    return dispatch.run("segment_max", csr, x, impl=impl)
+
+
+def gcn_aggregate(csr: CSR, x: Tensor, dinv: Tensor, bias: Tensor | None = None, relu: bool = False,
+                  add_self_loops: bool = True, *, impl: str | None = None) -> Tensor:
+    """Fused GCN aggregation (Kipf & Welling, https://arxiv.org/abs/1609.02907).
+
+    ``out[i] = dinv[i] * (sum_{e in row i} dinv[col e] x[col e] + dinv[i] x[i]) + bias``,
+    then ReLU if asked. Row ``i`` is column ``i`` for ``i < n_rows`` (owned rows come first
+    among the columns). Differentiable in ``x`` and ``bias``; ``dinv`` is a constant.
+
+    Args:
+        csr: the adjacency without self loops.
+        x: source features.
+        dinv: ``deg^-1/2`` of every column, self loop counted.
+        bias: added after the aggregation (default none).
+        relu: apply ReLU at the end (default False).
+        add_self_loops: add ``dinv[i]^2 x[i]`` (default True).
+
+    Shapes:
+        x ``[n_cols, F]``, dinv ``[n_cols]``, bias ``[F]`` -> ``[n_rows, F]``
+    """
+    _check(csr, "x", x, csr.num_cols, "num_cols")
+    _check(csr, "dinv", dinv, csr.num_cols, "num_cols")
+    if csr.n_rows > csr.num_cols:
+        raise ValueError(f"gcn_aggregate needs n_rows <= num_cols, got {csr.n_rows} > {csr.num_cols}")
+    if bias is not None and bias.shape != x.shape[1:]:
+        raise ValueError(f"bias {tuple(bias.shape)} does not match the feature dims {tuple(x.shape[1:])}")
+    return dispatch.run("gcn_aggregate", csr, x, dinv, bias, relu, add_self_loops, impl=impl)
