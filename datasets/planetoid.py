@@ -41,7 +41,7 @@ def detect_prefix(folder: str) -> str | None:
 def load_planetoid(name: str, root: str) -> Data:
     """Load ``cora``/``citeseer``/``pubmed`` from ``root/<Name>/raw`` (PyG's layout).
 
-    Cora falls back to the copy bundled with the package. Nothing is downloaded: when
+    A plain ``root/<name>/ind.<name>.*`` folder also works. Cora falls back to the copy bundled with the package. Nothing is downloaded: when
     the files are missing this raises `UserError` naming the folder and the URL.
     """
     cls_name = PLANETOID[name]
@@ -49,9 +49,12 @@ def load_planetoid(name: str, root: str) -> Data:
     if has_raw(raw, name):
         ds = Planetoid(root, cls_name, split="public")
         return _finish(ds[0], name)
-    bundle = bundled_dir(name)
-    if bundle is not None:
-        return load_planetoid_folder(bundle, name)
+    for folder in (
+        osp.join(root, name),
+        bundled_dir(name),
+    ):  # plain folder, then bundle
+        if folder is not None and has_raw(folder, name):
+            return load_planetoid_folder(folder, name)
     missing = [s for s in SUFFIXES if not osp.isfile(osp.join(raw, f"ind.{name}.{s}"))]
     raise UserError(
         f"{name}: missing raw files {', '.join(f'ind.{name}.{s}' for s in missing)} in {raw}; "

@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import planetoid
+from . import npz, planetoid, snap
 from . import synthetic as synth
 from .validate import validate
 
@@ -121,3 +121,15 @@ register_format(
     lambda path, name, seed: planetoid.load_planetoid_folder(path),
     lambda path: osp.isdir(path) and planetoid.detect_prefix(path) is not None,
 )
+for _name in npz.SHCHUR:
+    register(_name, npz.load_shchur)
+for _name in npz.GALLERY:
+    register(_name, npz.load_gallery)
+for _name in npz.HETEROPHILY:
+    register(_name, npz.load_heterophily)
+for _name in snap.SNAP:
+    register(_name, snap.load_snap)
+register_format("npz", npz.read_shchur, npz.is_shchur)
+register_format("heterophily", npz.read_heterophily, npz.is_heterophily)
+register_format("jlg", snap.read_jlg, snap.is_jlg)
+register_format("edgelist", snap.read_edge_list, snap.is_edge_list)

@@ -21,7 +21,6 @@ from .split import set_random_split
 NAME_RE = re.compile(r"^synthetic-(\d+(?:\.\d+)?)([kmb]?)(?:-d(\d+))?$", re.IGNORECASE)
 SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
 NAMED_AVG_DEGREE = 50  # synthetic-2m: ~2M nodes, ~50M undirected edges
-CHUNK = 1 << 23  # edges drawn per step, bounds the float64 temporaries
 
 
 def parse_name(name: str) -> tuple[int, int] | None:
@@ -35,12 +34,21 @@ def parse_name(name: str) -> tuple[int, int] | None:
     return n, int(m.group(3)) if m.group(3) else NAMED_AVG_DEGREE
 
 
-def _weighted_pick(
-    cum: np.ndarray, lo: np.ndarray, width: np.ndarray, u: np.ndarray
+def _sorted_uniform(rng: np.random.Generator, k: int) -> np.ndarray:
+    """``k`` sorted uniforms on [0, 1) without a sort (normalised exponential spacings)."""
+    u = np.cumsum(rng.standard_exponential(k + 1))
+    u /= u[-1]
+    return u[:-1]
+
+
+def _weighted_picks(
+    rng: np.random.Generator, cum: np.ndarray, lo: float, hi: float, k: int
 ) -> np.ndarray:
-    """Index i with ``cum[i-1] <= lo + u * width < cum[i]`` (inverse-CDF sampling)."""
-    idx = np.searchsorted(cum, lo + u * width, side="right")
-    return np.minimum(idx, cum.size - 1)
+    """``k`` indices i drawn with probability proportional to ``cum[i] - cum[i-1]``,
+    restricted to ``lo <= cum < hi``; returned sorted (sorted queries keep the binary
+    search cache-friendly)."""
+    q = lo + _sorted_uniform(rng, k) * (hi - lo)
+    return np.minimum(np.searchsorted(cum, q, side="right"), cum.size - 1)
 
 
 def synthetic(
@@ -87,31 +95,43 @@ def synthetic(
     order = np.argsort(y, kind="stable")  # nodes grouped by class
     cum = np.cumsum(theta[order])  # [N] cumulative weight in class order
     class_end = np.searchsorted(y[order], np.arange(num_classes), side="right")
-    class_hi = cum[class_end - 1]
+    class_hi = np.where(class_end > 0, cum[np.maximum(class_end - 1, 0)], 0.0)
     class_lo = np.concatenate([[0.0], class_hi[:-1]])
     total = cum[-1]
 
     m = round(n * avg_degree / 2)
-    keys = np.empty(2 * m, dtype=np.int64)  # both directions of every drawn pair
+    # sources sorted by position in class order, so each class is one contiguous run
+    src = _weighted_picks(rng, cum, 0.0, total, m)  # [m] positions in `order`
+    inside = rng.random(m) < p_in
+    dst = np.empty(m, dtype=np.int64)
+    run = np.searchsorted(src, np.concatenate([[0], class_end]))  # class runs of src
+    for c in range(num_classes):  # a loop over classes, not nodes
+        sel = np.flatnonzero(inside[run[c] : run[c + 1]]) + run[c]
+        picks = _weighted_picks(rng, cum, class_lo[c], class_hi[c], sel.size)
+        rng.shuffle(picks)
+        dst[sel] = picks
+    sel = np.flatnonzero(~inside)
+    picks = _weighted_picks(rng, cum, 0.0, total, sel.size)
+    rng.shuffle(picks)
+    dst[sel] = picks
+    del inside, sel, picks
+    src, dst = order[src], order[dst]  # positions -> node ids
+    keep = src != dst  # drop self-loops
+    src, dst = src[keep], dst[keep]
+    del keep
     nn = np.int64(n)
-    for start in range(0, m, CHUNK):
-        k = min(CHUNK, m - start)
-        src = order[_weighted_pick(cum, 0.0, total, rng.random(k))]
-        inside = rng.random(k) < p_in
-        c = y[src]
-        lo = np.where(inside, class_lo[c], 0.0)
-        width = np.where(inside, class_hi[c] - class_lo[c], total)
-        dst = order[_weighted_pick(cum, lo, width, rng.random(k))]
-        keys[start : start + k] = src * nn + dst
-        keys[m + start : m + start + k] = dst * nn + src
-        del src, inside, c, lo, width, dst
-    loops = (keys // nn) == (keys % nn)
-    keys = torch.from_numpy(keys[~loops]).unique(
-        sorted=True
-    )  # [E] dedupe + sort by (row, col)
-    del loops
-    edge_index = torch.stack([keys.div(nn, rounding_mode="floor"), keys.remainder(nn)])
-    del keys
+    keys = np.concatenate([src * nn + dst, dst * nn + src])  # [2m] both directions
+    del src, dst
+    keys.sort()  # numpy's integer sort is much faster than torch's on CPU
+    first = np.empty(keys.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    keys = keys[first]  # [E] unique, sorted by (row, col)
+    del first
+    row = keys // nn
+    keys -= row * nn  # keys now hold the columns
+    edge_index = torch.from_numpy(np.stack([row, keys]))  # [2, E]
+    del row, keys
 
     centroids = rng.standard_normal((num_classes, num_features), dtype=np.float32)
     x = rng.standard_normal((n, num_features), dtype=np.float32)  # [N, F]

@@ -1,0 +1,202 @@
+"""`.npz` graphs: Shchur et al. (Amazon/Coauthor, PyG raw layout and GraphGallery
+re-packaging) and the Platonov et al. heterophily benchmark."""
+
+from __future__ import annotations
+
+import os.path as osp
+import zipfile
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch_geometric.data import Data
+
+from gnndist.errors import UserError
+
+from .graph import clean_edges, labels_to_zero_based, make_data
+from .split import set_random_split
+
+GALLERY_URL = "https://github.com/EdisonLeeeee/GraphData/raw/master/datasets"
+SHCHUR_URL = "https://github.com/shchur/gnn-benchmark/raw/master/data/npz"
+
+# name -> (PyG class, PyG class name, PyG raw file, GraphGallery folder/file)
+SHCHUR = {
+    "amazon-photo": ("Amazon", "Photo", "amazon_electronics_photo.npz", "amazon_photo/amazon_photo.npz"),
+    "amazon-computers": (
+        "Amazon", "Computers", "amazon_electronics_computers.npz", "amazon_computers/amazon_cs.npz",
+    ),
+    "coauthor-cs": ("Coauthor", "CS", "ms_academic_cs.npz", "coauthor_cs/coauthor_cs.npz"),
+    "coauthor-physics": ("Coauthor", "Physics", "ms_academic_phy.npz", "coauthor_physics/coauthor_phy.npz"),
+}  # fmt: skip
+GALLERY = {  # attributed graphs with no split, GraphGallery layout
+    "blogcatalog": "blogcatalog/blogcatalog.npz",
+    "flickr-ane": "flickr_ane/flickr.npz",
+    "dblp": "dblp/dblp.npz",
+}
+HETEROPHILY = [
+    "tolokers", "minesweeper", "chameleon-filtered", "squirrel-filtered", "chameleon",
+    "squirrel", "actor", "cornell", "texas", "wisconsin",
+]  # fmt: skip
+HETEROPHILY_URL = (
+    "https://github.com/yandex-research/heterophilous-graphs/raw/main/data"
+)
+
+
+def npz_keys(path: str) -> set[str]:
+    """Array names in an ``.npz`` file, read without unpickling anything."""
+    if not zipfile.is_zipfile(path):
+        return set()
+    with zipfile.ZipFile(path) as z:
+        return {n.removesuffix(".npy") for n in z.namelist()}
+
+
+def is_shchur(path: str) -> bool:
+    """True for GraphGallery (``adj_matrix``) or original Shchur (``adj_data``) npz files."""
+    keys = npz_keys(path)
+    return bool(keys & {"adj_matrix", "adj_data"})
+
+
+def is_heterophily(path: str) -> bool:
+    """True for Platonov et al. npz files (``node_features``, ``edges``)."""
+    return {"node_features", "edges"} <= npz_keys(path)
+
+
+def _csr(z: np.lib.npyio.NpzFile, prefix: str) -> sp.csr_matrix:
+    """Rebuild a CSR matrix stored as ``<prefix>_data/_indices/_indptr/_shape``."""
+    return sp.csr_matrix(
+        (z[f"{prefix}_data"], z[f"{prefix}_indices"], z[f"{prefix}_indptr"]),
+        shape=tuple(z[f"{prefix}_shape"]),
+    )
+
+
+def _item(z: np.lib.npyio.NpzFile, key: str):
+    """Unwrap a 0-d object array (GraphGallery stores scipy matrices that way)."""
+    v = z[key]
+    return v.item() if v.dtype == object and v.ndim == 0 else v
+
+
+def read_shchur(path: str, name: str, seed: int = 0) -> Data:
+    """Load a Shchur-format npz (GraphGallery or original keys) with a 20/30-per-class split.
+
+    The GraphGallery files hold pickled scipy matrices, so they are opened with
+    ``allow_pickle=True``: only load files from a source you trust.
+
+    Shapes:
+        x: [N, F] float32 (dense); y: [N]; edge_index: [2, E] symmetric.
+    """
+    try:
+        with np.load(path, allow_pickle=True) as z:
+            keys = set(z.files)
+            if "adj_matrix" in keys:
+                adj = sp.csr_matrix(_item(z, "adj_matrix"))
+                attr = _item(z, "node_attr") if "node_attr" in keys else None
+                labels = _item(z, "node_label") if "node_label" in keys else None
+            else:
+                adj = _csr(z, "adj")
+                attr = (
+                    _csr(z, "attr") if "attr_data" in keys else _item(z, "attr_matrix")
+                )
+                labels = _item(z, "labels") if "labels" in keys else None
+    except UserError:
+        raise
+    except Exception as e:
+        raise UserError(
+            f"{path}: cannot read Shchur npz ({type(e).__name__}: {e})"
+        ) from e
+    if labels is None:
+        raise UserError(f"{path}: npz has no node labels (node_label / labels)")
+    if adj.shape[0] != adj.shape[1]:
+        raise UserError(
+            f"{path}: adjacency is {adj.shape[0]}x{adj.shape[1]}, not square"
+        )
+    n = adj.shape[0]
+    labels = np.asarray(labels).astype(np.int64).ravel()
+    if attr is None:
+        x = np.ones((n, 1), dtype=np.float32)
+    else:
+        x = attr.toarray() if sp.issparse(attr) else np.asarray(attr)
+    if x.shape[0] != n or labels.shape[0] != n:
+        raise UserError(
+            f"{path}: shape mismatch: adjacency has {n} nodes, features {x.shape[0]} rows, "
+            f"labels {labels.shape[0]}"
+        )
+    coo = adj.tocoo()
+    ei = clean_edges(coo.row, coo.col, n)
+    y = labels_to_zero_based(labels)
+    data = make_data(x, y, ei, name)
+    return set_random_split(data, seed=seed)
+
+
+def read_heterophily(path: str, name: str, seed: int = 0) -> Data:
+    """Load a Platonov et al. heterophily npz; the masks are the shipped split 0.
+
+    Shapes:
+        node_features: [N, F]; edges: [E, 2] each undirected edge once; masks: [10, N].
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            x = z["node_features"]
+            y = z["node_labels"].astype(np.int64)
+            edges = z["edges"]
+            masks = [
+                z[k] if k in z.files else None
+                for k in ("train_masks", "val_masks", "test_masks")
+            ]
+    except Exception as e:
+        raise UserError(
+            f"{path}: cannot read heterophily npz ({type(e).__name__}: {e})"
+        ) from e
+    n = x.shape[0]
+    if y.shape[0] != n:
+        raise UserError(
+            f"{path}: shape mismatch: {n} feature rows but {y.shape[0]} labels"
+        )
+    if edges.ndim != 2 or edges.shape[1] != 2:
+        raise UserError(f"{path}: edges must have shape [E, 2], got {edges.shape}")
+    data = make_data(x, y, clean_edges(edges[:, 0], edges[:, 1], n), name)
+    if any(m is None for m in masks):
+        return set_random_split(data, seed=seed)
+    split = []
+    for m in masks:
+        m = m[0] if m.ndim == 2 else m  # split 0
+        if m.shape != (n,):
+            raise UserError(f"{path}: masks must have {n} columns, got shape {m.shape}")
+        split.append(torch.from_numpy(m.astype(bool)))
+    data.train_mask, data.val_mask, data.test_mask = split
+    return data
+
+
+def load_shchur(name: str, root: str, seed: int = 0) -> Data:
+    """Amazon/Coauthor from PyG's raw layout ``root/<Name>/raw/<file>`` or GraphGallery's
+    ``root/<folder>/<file>``."""
+    _, cls_name, pyg_file, gallery = SHCHUR[name]
+    pyg_path = osp.join(root, cls_name, "raw", pyg_file)
+    gallery_path = osp.join(root, gallery)
+    for path in (pyg_path, gallery_path):
+        if osp.isfile(path):
+            return read_shchur(path, name, seed)
+    raise UserError(
+        f"{name}: no file at {pyg_path} (PyG layout, from {SHCHUR_URL}/{pyg_file}) "
+        f"nor {gallery_path} (from {GALLERY_URL}/{osp.basename(gallery)})"
+    )
+
+
+def load_gallery(name: str, root: str, seed: int = 0) -> Data:
+    """BlogCatalog / Flickr (ANE) / DBLP from ``root/<folder>/<file>.npz``."""
+    path = osp.join(root, GALLERY[name])
+    if not osp.isfile(path):
+        raise UserError(
+            f"{name}: no file at {path}; get it from {GALLERY_URL}/{osp.basename(path)}"
+        )
+    return read_shchur(path, name, seed)
+
+
+def load_heterophily(name: str, root: str, seed: int = 0) -> Data:
+    """Heterophily benchmark graph from ``root/<name>/<name>.npz`` (underscores)."""
+    stem = name.replace("-", "_")
+    path = osp.join(root, stem, f"{stem}.npz")
+    if not osp.isfile(path):
+        raise UserError(
+            f"{name}: no file at {path}; get it from {HETEROPHILY_URL}/{stem}.npz"
+        )
+    return read_heterophily(path, name, seed)
