@@ -9,6 +9,20 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 
+def pyg_safe_globals():
+    """Context in which ``torch.load(weights_only=True)`` accepts PyG's `Data` internals.
+
+    OGB calls plain ``torch.load`` on its processed file; with torch >= 2.6 that is
+    ``weights_only=True`` and fails on these classes unless they are allowed.
+    """
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+
+    return torch.serialization.safe_globals(
+        [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]
+    )
+
+
 def clean_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
     """Drop self-loops, symmetrise, dedupe and sort an edge list by (row, col).
 

@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import npz, planetoid, snap
+from . import npz, ogb, planetoid, pyg_file, snap
 from . import synthetic as synth
 from .validate import validate
 
@@ -129,6 +129,10 @@ for _name in npz.HETEROPHILY:
     register(_name, npz.load_heterophily)
 for _name in snap.SNAP:
     register(_name, snap.load_snap)
+for _name in ogb.OGB_NAMES:
+    register(_name, ogb.load_ogb)
+register_format("ogb", ogb.read_ogb_folder, ogb.is_ogb_folder)
+register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)
 register_format("heterophily", npz.read_heterophily, npz.is_heterophily)
 register_format("jlg", snap.read_jlg, snap.is_jlg)

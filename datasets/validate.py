@@ -49,10 +49,15 @@ def validate(data: Data) -> None:
     num_classes = getattr(data, "num_classes", None)
     if num_classes is None:
         raise UserError(f"{name}: data.num_classes is not set")
-    if y.numel():
+    if y.numel() and y.dim() == 2:  # multi-label: one 0/1 column per task
+        if y.size(1) != num_classes or not bool(((y == 0) | (y == 1)).all()):
+            raise UserError(
+                f"{name}: multi-label y must be 0/1 with num_classes={num_classes} columns, "
+                f"got shape {tuple(y.shape)} with values in [{int(y.min())}, {int(y.max())}]"
+            )
+    elif y.numel():
         lo, hi = int(y.min()), int(y.max())
-        low_ok = lo >= (0 if y.dim() == 2 else -1)
-        if not low_ok or hi >= max(num_classes, 2 if y.dim() == 2 else 1):
+        if lo < -1 or hi >= num_classes:
             raise UserError(
                 f"{name}: labels out of range: found labels in [{lo}, {hi}] but "
                 f"num_classes is {num_classes} (valid 0..{num_classes - 1}, -1 = unlabelled)"

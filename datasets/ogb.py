@@ -1,0 +1,244 @@
+"""OGB node property prediction through `ogb.nodeproppred.PygNodePropPredDataset`,
+and `write_ogb`, which saves any `Data` in OGB's raw layout so that path is tested offline.
+
+``ogbn-proteins`` has no node features and 112 binary tasks: ``x`` is the mean of the
+8-dim features of a node's edges (as in OGB's examples), ``y`` is int64 ``[N, 112]``
+with ``data.multilabel = True`` and ``num_classes = 112``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import os.path as osp
+
+import numpy as np
+import pandas as pd
+import torch
+from torch_geometric.data import Data
+
+from gnndist.errors import UserError
+
+from .graph import clean_edges, make_data, pyg_safe_globals
+
+OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M"]
+META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
+
+
+def _master(name: str) -> dict[str, str]:
+    """OGB's own row of ``master.csv`` for ``name``."""
+    from ogb.nodeproppred import dataset_pyg
+
+    path = osp.join(osp.dirname(dataset_pyg.__file__), "master.csv")
+    master = pd.read_csv(path, index_col=0, keep_default_na=False)
+    return {k: str(v) for k, v in master[name].items()}
+
+
+def _raw_complete(folder: str, meta: dict[str, str]) -> list[str]:
+    """Files OGB needs in ``folder`` that are missing (empty when it can load)."""
+    if osp.isfile(osp.join(folder, "processed", "geometric_data_processed.pt")):
+        need = []
+    elif meta.get("binary") == "True":
+        need = ["raw/data.npz", "raw/node-label.npz"]
+    else:
+        need = ["raw/edge.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+                "raw/node-label.csv.gz"]  # fmt: skip
+        if meta.get("has_node_attr") == "True":
+            need.append("raw/node-feat.csv.gz")
+    need.append(f"RELEASE_v{meta['version']}.txt")  # without it OGB prompts on stdin
+    need.append(osp.join("split", meta["split"]))
+    return [f for f in need if not osp.exists(osp.join(folder, f))]
+
+
+def _from_ogb(ds, name: str, split_name: str) -> Data:
+    """Turn an OGB PyG dataset into the contract's `Data` (official split)."""
+    raw = ds[0]
+    n = raw.num_nodes
+    src, dst = raw.edge_index[0], raw.edge_index[1]
+    if raw.x is not None:
+        x = raw.x.to(torch.float32)
+    elif getattr(raw, "edge_attr", None) is not None:  # ogbn-proteins
+        ea = raw.edge_attr.to(torch.float32)
+        x = torch.zeros(n, ea.size(1)).index_add_(0, dst, ea)
+        x /= (
+            torch.bincount(dst, minlength=n).clamp(min=1).unsqueeze(1).to(torch.float32)
+        )
+    else:
+        x = torch.ones(n, 1)
+    y = raw.y
+    multilabel = y.dim() == 2 and y.size(1) > 1
+    if y.is_floating_point():  # NaN marks unlabelled nodes (papers100M)
+        y = torch.where(torch.isnan(y), torch.full_like(y, -1), y)
+    y = y.to(torch.int64)
+    if not multilabel:
+        y = y.view(-1)
+    ei = clean_edges(src.numpy(), dst.numpy(), n)
+    num_classes = int(y.size(1)) if multilabel else int(ds.num_classes)
+    data = make_data(x, y, ei, name, num_classes)
+    if multilabel:
+        data.multilabel = True
+    idx = ds.get_idx_split(split_name)
+    for key, part in (
+        ("train_mask", "train"),
+        ("val_mask", "valid"),
+        ("test_mask", "test"),
+    ):
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[torch.as_tensor(idx[part], dtype=torch.long)] = True
+        setattr(data, key, mask)
+    return data
+
+
+def _open_dataset(name: str, root: str, meta_dict: dict | None):
+    """`PygNodePropPredDataset`, with its chatter on stdout silenced and errors as UserError."""
+    from ogb.nodeproppred import PygNodePropPredDataset
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), pyg_safe_globals():
+            return PygNodePropPredDataset(name, root=root, meta_dict=meta_dict)
+    except Exception as e:
+        raise UserError(
+            f"{name}: OGB cannot load the files ({type(e).__name__}: {e})"
+        ) from e
+
+
+def load_ogb(name: str, root: str, seed: int = 0) -> Data:
+    """A registered ``ogbn-*`` dataset from ``root/ogbn_<name>/`` (OGB's layout), official split.
+
+    Never downloads: missing files raise `UserError` with the command that fetches them.
+    """
+    name = next(n for n in OGB_NAMES if n.lower() == name.lower())
+    meta = _master(name)
+    dir_name = name.replace("-", "_")
+    if osp.isdir(osp.join(root, dir_name + "_pyg")):
+        dir_name += "_pyg"
+    folder = osp.join(root, dir_name)
+    missing = _raw_complete(folder, meta)
+    if missing:
+        raise UserError(
+            f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
+            f'python -c "from ogb.nodeproppred import PygNodePropPredDataset as D; '
+            f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "
+            f"{meta['download_name']} to {dir_name})"
+        )
+    ds = _open_dataset(name, root, None)
+    with pyg_safe_globals():
+        return _from_ogb(ds, name, meta["split"])
+
+
+def is_ogb_folder(path: str) -> bool:
+    """True for a folder holding OGB's ``raw/`` (or ``processed/``) and ``split/``."""
+    return (
+        osp.isdir(osp.join(path, "split"))
+        and (osp.isdir(osp.join(path, "raw")) or osp.isdir(osp.join(path, "processed")))
+    )  # fmt: skip
+
+
+def read_ogb_folder(path: str, name: str, seed: int = 0) -> Data:
+    """Load an OGB folder: one `write_ogb` wrote, or an official ``ogbn_*`` download."""
+    path = osp.abspath(path)
+    meta_path = osp.join(path, META_FILE)
+    if osp.isfile(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        meta["dir_path"] = path
+        ogb_name = meta.pop("name", name)
+    else:
+        ogb_name = osp.basename(path).removesuffix("_pyg").replace("_", "-")
+        known = {n.lower(): n for n in OGB_NAMES}
+        if ogb_name.lower() not in known:
+            raise UserError(
+                f"{path}: OGB folder without {META_FILE}; its name must be one of "
+                f"{', '.join(n.replace('-', '_') for n in OGB_NAMES)}"
+            )
+        ogb_name = known[ogb_name.lower()]
+        meta = _master(ogb_name)
+        meta["dir_path"] = path
+    missing = _raw_complete(path, meta)
+    if missing:
+        raise UserError(f"{path}: OGB folder lacks {', '.join(missing)}")
+    ds = _open_dataset(ogb_name, "", meta)
+    with pyg_safe_globals():
+        return _from_ogb(ds, ogb_name, meta["split"])
+
+
+def _write_csv(array: np.ndarray, path: str, float_format: str | None = None) -> None:
+    """One gzipped headerless CSV, fast compression."""
+    pd.DataFrame(array).to_csv(
+        path, header=False, index=False, float_format=float_format,
+        compression={"method": "gzip", "compresslevel": 1},
+    )  # fmt: skip
+
+
+def write_ogb(data: Data, root: str, name: str) -> str:
+    """Save ``data`` in OGB's raw layout so `PygNodePropPredDataset` loads it offline.
+
+    Writes ``<root>/<name with underscores>/raw/{edge,node-feat,node-label,num-node-list,
+    num-edge-list}.csv.gz``, ``split/<split>/{train,valid,test}.csv.gz`` (``random``, or
+    OGB's split name when ``name`` is an official one),
+    ``RELEASE_v1.txt`` and ``gnndist_meta.json`` (the ``meta_dict`` OGB needs for a name
+    outside its master table). Features are written with 9 significant digits, which
+    round-trips float32 exactly.
+
+    Args:
+        data: a graph with x, y, edge_index and the three masks.
+        root: parent folder.
+        name: dataset name, e.g. ``ogbn-mygraph``.
+
+    Shapes:
+        edge_index: [2, E] written as E rows; x: [N, F]; y: [N] written as [N, 1].
+
+    Returns:
+        The dataset folder, which `load` accepts as a path.
+    """
+    official = {n.lower(): n for n in OGB_NAMES}.get(name.lower())
+    split_name = _master(official)["split"] if official else "random"
+    folder = osp.join(root, name.replace("-", "_"))
+    raw = osp.join(folder, "raw")
+    split = osp.join(folder, "split", split_name)
+    os.makedirs(raw, exist_ok=True)
+    os.makedirs(split, exist_ok=True)
+    n = int(data.num_nodes)
+    ei = data.edge_index.numpy()
+    y = data.y.numpy()
+    _write_csv(ei.T, osp.join(raw, "edge.csv.gz"))
+    _write_csv(data.x.numpy(), osp.join(raw, "node-feat.csv.gz"), float_format="%.9g")
+    _write_csv(y.reshape(n, -1), osp.join(raw, "node-label.csv.gz"))
+    _write_csv(np.array([[n]]), osp.join(raw, "num-node-list.csv.gz"))
+    _write_csv(np.array([[ei.shape[1]]]), osp.join(raw, "num-edge-list.csv.gz"))
+    for key, part in (
+        ("train_mask", "train"),
+        ("val_mask", "valid"),
+        ("test_mask", "test"),
+    ):
+        _write_csv(
+            getattr(data, key).nonzero().numpy(), osp.join(split, f"{part}.csv.gz")
+        )
+    multilabel = y.ndim == 2 and y.shape[1] > 1
+    meta = {
+        "name": name,
+        "num tasks": y.shape[1] if multilabel else 1,
+        "num classes": int(data.num_classes),
+        "eval metric": "rocauc" if multilabel else "acc",
+        "task type": "binary classification"
+        if multilabel
+        else "multiclass classification",
+        "download_name": name.replace("-", "_"),
+        "version": 1,
+        "url": "",
+        "add_inverse_edge": "False",
+        "has_node_attr": "True",
+        "has_edge_attr": "False",
+        "split": split_name,
+        "additional node files": "None",
+        "additional edge files": "None",
+        "is hetero": "False",
+        "binary": "False",
+    }
+    with open(osp.join(folder, META_FILE), "w") as f:
+        json.dump(meta, f, indent=1)
+    with open(osp.join(folder, "RELEASE_v1.txt"), "w") as f:
+        f.write(f"written by gnndist.datasets.write_ogb for {name}\n")
+    return folder
