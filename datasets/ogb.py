@@ -79,7 +79,12 @@ def _from_ogb(ds, name: str, split_name: str) -> Data:
     data = make_data(x, y, ei, name, num_classes)
     if multilabel:
         data.multilabel = True
-    idx = ds.get_idx_split(split_name)
+    try:
+        idx = ds.get_idx_split(split_name)
+    except Exception as e:  # missing or empty split files
+        raise UserError(
+            f"{name}: cannot read split/{split_name} ({type(e).__name__}: {e})"
+        ) from e
     for key, part in (
         ("train_mask", "train"),
         ("val_mask", "valid"),

@@ -70,3 +70,5 @@ def validate(data: Data) -> None:
             raise UserError(
                 f"{name}: {key} must be bool [{n}], got {mask.dtype} {tuple(mask.shape)}"
             )
+        if y.dim() == 1 and bool((y[mask] < 0).any()):
+            raise UserError(f"{name}: {key} holds unlabelled nodes (label -1)")

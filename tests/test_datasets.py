@@ -1,67 +1,419 @@
 """Dataset layer: registry, loaders of every format, synthetic graphs, bad input."""
 
+import gzip
+import os
+import shutil
+
+import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
-from gnndist.datasets import load, names, synthetic, validate
+from gnndist.datasets import default_root, load, names, synthetic, validate, write_ogb
+from gnndist.datasets.split import per_class_split
 
 from gnndist.errors import UserError
 
+SHARED = "/work/shared/data"
+BUNDLE = os.path.join(os.path.dirname(__file__), "..", "datasets", "bundled", "cora")
+KEYS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
+
+
+def shared(rel):
+    path = os.path.join(SHARED, rel)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present")
+    return path
+
 
 def assert_clean(data):
-    """Symmetric, sorted by (row, col), no duplicates, no self-loops."""
-    ei = data.edge_index
-    n = data.num_nodes
-    assert ei.dtype == torch.int64
+    """Symmetric, sorted by (row, col), no duplicates, no self-loops, contract dtypes."""
+    ei, n = data.edge_index, data.num_nodes
+    assert (
+        ei.dtype == torch.int64
+        and data.x.dtype == torch.float32
+        and data.y.dtype == torch.int64
+    )
     assert not bool((ei[0] == ei[1]).any())
     key = ei[0] * n + ei[1]
     assert bool((key[1:] > key[:-1]).all())  # strictly increasing: sorted and unique
-    rev = torch.sort(ei[1] * n + ei[0]).values
-    assert torch.equal(rev, key)
+    assert torch.equal(torch.sort(ei[1] * n + ei[0]).values, key)
+    assert isinstance(data.name, str) and isinstance(data.num_classes, int)
     validate(data)
+
+
+def assert_same(a, b):
+    for key in KEYS:
+        assert torch.equal(a[key], b[key]), key
+
+
+def split_sizes(data):
+    return [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)]
+
+
+def per_class(mask, y, num_classes):
+    return torch.bincount(y[mask], minlength=num_classes).tolist()
+
+
+def write_heterophily(path, n=6, **override):
+    arrays = {
+        "node_features": np.ones((n, 3), dtype=np.float32),
+        "node_labels": np.arange(n) % 2,
+        "edges": np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]),
+        "train_masks": np.tile(np.arange(n) < 2, (2, 1)),
+        "val_masks": np.tile((np.arange(n) >= 2) & (np.arange(n) < 4), (2, 1)),
+        "test_masks": np.tile(np.arange(n) >= 4, (2, 1)),
+    }
+    arrays.update(override)
+    np.savez(path, **arrays)
+    return str(path)
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_names_and_root(monkeypatch):
+    assert {
+        "cora",
+        "citeseer",
+        "pubmed",
+        "amazon-photo",
+        "coauthor-cs",
+        "ogbn-arxiv",
+    } <= set(names())
+    monkeypatch.setenv("GNNDIST_DATA", "/some/where")
+    assert default_root() == "/some/where"
+    monkeypatch.delenv("GNNDIST_DATA")
+    assert default_root().endswith(os.path.join(".cache", "gnndist"))
+
+
+def test_unknown_name_lists_known():
+    with pytest.raises(UserError, match=r"unknown dataset 'nope'.*cora.*synthetic"):
+        load("nope")
+
+
+def test_unknown_format(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("0 1\n")
+    with pytest.raises(UserError, match="unknown format 'xml'"):
+        load(str(path), format="xml")
+
+
+def test_unrecognised_file(tmp_path):
+    path = tmp_path / "junk.bin"
+    path.write_bytes(b"\x00\x01garbage\xff" * 10)
+    with pytest.raises(UserError, match="format not recognised"):
+        load(str(path))
+
+
+# ---------------------------------------------------------------- Planetoid
 
 
 def test_cora_bundled_counts(tmp_path):
     data = load("cora", root=str(tmp_path))
-    assert data.num_nodes == 2708
-    assert data.edge_index.size(1) == 10556
-    assert data.x.shape == (2708, 1433) and data.x.dtype == torch.float32
-    assert data.y.dtype == torch.int64 and data.num_classes == 7
-    assert [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)] == [
-        140,
-        500,
-        1000,
-    ]
+    assert data.num_nodes == 2708 and data.edge_index.size(1) == 10556
+    assert data.x.shape == (2708, 1433) and data.num_classes == 7
+    assert split_sizes(data) == [140, 500, 1000]
+    assert per_class(data.train_mask, data.y, 7) == [20] * 7
     assert data.name == "cora"
     assert_clean(data)
 
 
-def test_names_and_unknown():
-    assert {"cora", "citeseer", "pubmed"} <= set(names())
-    with pytest.raises(UserError, match="unknown dataset 'nope'.*cora"):
-        load("nope")
+def test_cora_pyg_layout_and_folder_path(tmp_path):
+    raw = tmp_path / "Cora" / "raw"
+    shutil.copytree(BUNDLE, raw)
+    bundled = load("cora", root=str(tmp_path / "elsewhere"))
+    assert_same(
+        load("cora", root=str(tmp_path)), bundled
+    )  # through PyG's Planetoid class
+    assert_same(load(str(raw)), bundled)  # a folder path, detected
+
+
+def test_planetoid_missing_files(tmp_path):
+    with pytest.raises(
+        UserError, match=r"citeseer: missing raw files .*CiteSeer/raw.*github"
+    ):
+        load("citeseer", root=str(tmp_path))
+    folder = tmp_path / "partial"
+    shutil.copytree(BUNDLE, folder)
+    os.chmod(folder / "ind.cora.allx", 0o644)
+    os.remove(folder / "ind.cora.allx")
+    with pytest.raises(UserError, match=r"lacks ind\.cora\.allx"):
+        load(str(folder))
+
+
+# ---------------------------------------------------------------- Shchur npz
+
+
+@pytest.mark.parametrize(
+    "name, rel, nodes, edges, classes",
+    [
+        ("amazon-photo", "amazon_photo/amazon_photo.npz", 7650, 238162, 8),
+        ("coauthor-cs", "coauthor_cs/coauthor_cs.npz", 18333, 163788, 15),
+    ],
+)
+def test_shchur_counts_and_split(name, rel, nodes, edges, classes):
+    shared(rel)
+    data = load(name, root=SHARED)
+    assert (data.num_nodes, data.edge_index.size(1), data.num_classes) == (
+        nodes,
+        edges,
+        classes,
+    )
+    assert per_class(data.train_mask, data.y, classes) == [20] * classes
+    assert per_class(data.val_mask, data.y, classes) == [30] * classes
+    assert split_sizes(data)[2] == nodes - 50 * classes
+    assert not bool(
+        (data.train_mask & data.val_mask).any()
+        or (data.val_mask & data.test_mask).any()
+    )
+    assert_clean(data)
+
+
+def test_shchur_split_seeded():
+    path = shared("amazon_photo/amazon_photo.npz")
+    data = load(path)
+    assert torch.equal(load(path).train_mask, data.train_mask)
+    assert not torch.equal(load(path, seed=1).train_mask, data.train_mask)
+
+
+def test_shchur_pyg_layout(tmp_path):
+    src = shared("amazon_photo/amazon_photo.npz")
+    raw = tmp_path / "Photo" / "raw"
+    raw.mkdir(parents=True)
+    os.symlink(src, raw / "amazon_electronics_photo.npz")
+    assert_same(load("amazon-photo", root=str(tmp_path)), load(src))
+
+
+def test_shchur_original_keys(tmp_path):
+    adj = sp.csr_matrix(
+        np.array([[0, 1, 0, 1], [0, 0, 1, 0], [0, 0, 1, 0], [1, 0, 0, 0]])
+    )
+    attr = sp.csr_matrix(np.eye(4, 3, dtype=np.float32))
+    path = tmp_path / "tiny.npz"
+    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr,
+             adj_shape=adj.shape, attr_data=attr.data, attr_indices=attr.indices,
+             attr_indptr=attr.indptr, attr_shape=attr.shape, labels=np.array([0, 1, 0, 1]))  # fmt: skip
+    data = load(str(path))
+    assert data.edge_index.tolist() == [
+        [0, 0, 1, 1, 2, 3],
+        [1, 3, 0, 2, 1, 0],
+    ]  # loop dropped
+    assert data.x.shape == (4, 3) and data.name == "tiny"
+    assert_clean(data)
+
+
+def test_one_based_labels_shifted():
+    data = load(
+        "blogcatalog",
+        root=os.path.dirname(os.path.dirname(shared("blogcatalog/blogcatalog.npz"))),
+    )
+    assert data.num_classes == 6 and int(data.y.min()) == 0 and int(data.y.max()) == 5
+
+
+def test_shchur_missing_file(tmp_path):
+    with pytest.raises(
+        UserError, match=r"amazon-computers: no file at .*amazon_electronics_computers"
+    ):
+        load("amazon-computers", root=str(tmp_path))
+
+
+# ---------------------------------------------------------------- heterophily npz
+
+
+def test_heterophily_texas_split0():
+    data = load(shared("texas/texas.npz"))
+    assert (
+        data.num_nodes == 183
+        and data.edge_index.size(1) == 2 * 279
+        and data.num_classes == 5
+    )
+    assert split_sizes(data) == [87, 59, 37]
+    assert_clean(data)
+    assert_same(load("texas", root=SHARED), data)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            {"edges": np.array([[0, 1], [1, 9]])},
+            r"edge ids out of range: .*\[0, 9\].*6 nodes",
+        ),
+        ({"node_features": np.full((6, 3), np.nan, dtype=np.float32)}, "NaN or Inf"),
+        ({"node_labels": np.array([0, 1, 0, -3, 0, 1])}, "labels out of range"),
+        ({"node_labels": np.array([0, 1, 0])}, "shape mismatch"),
+        ({"edges": np.array([0, 1, 2])}, r"edges must have shape \[E, 2\]"),
+    ],
+    ids=["edge-range", "nan", "label-range", "label-shape", "edge-shape"],
+)
+def test_heterophily_bad_input(tmp_path, override, message):
+    path = write_heterophily(tmp_path / "bad.npz", **override)
+    with pytest.raises(UserError, match=message):
+        load(path)
+
+
+def test_corrupt_npz(tmp_path):
+    path = write_heterophily(tmp_path / "ok.npz")
+    with open(path, "rb") as f:
+        blob = f.read()
+    bad = tmp_path / "corrupt.npz"
+    bad.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(UserError):
+        load(str(bad), format="heterophily")
+
+
+# ---------------------------------------------------------------- edge lists
+
+
+def test_snap_jlg_shared():
+    data = load(shared("snap_email_enron/email-enron.jlg"))
+    assert data.num_nodes == 36692 and data.edge_index.size(1) == 2 * 183831
+    assert (
+        data.has_labels is False
+        and data.num_classes == 1
+        and data.x.shape == (36692, 2)
+    )
+    assert_clean(data)
+
+
+def test_jlg_cleaned(tmp_path):
+    path = tmp_path / "g.jlg"
+    with gzip.open(path, "wt") as f:
+        f.write("4,5,d,tiny\n1,2\n2,1\n2,2\n3,4\n1,2\n")
+    data = load(str(path))
+    assert data.num_nodes == 4
+    assert data.edge_index.tolist() == [[0, 1, 2, 3], [1, 0, 3, 2]]
+
+
+def test_jlg_bad(tmp_path):
+    path = tmp_path / "g.jlg"
+    with gzip.open(path, "wt") as f:
+        f.write("3,2,u,tiny\n1,2\n2,7\n")
+    with pytest.raises(UserError, match="edge ids out of range"):
+        load(str(path))
+    with gzip.open(path, "wt") as f:
+        f.write("3,3,u,tiny\n1,2\n2,3\n")
+    with pytest.raises(UserError, match="header says 3 edges but the file has 2"):
+        load(str(path))
+
+
+def test_text_edge_lists(tmp_path):
+    (tmp_path / "a.txt").write_text("# comment\n0 1\n1\t2\n2 2\n")
+    (tmp_path / "b.csv").write_text("id_1,id_2\n0,1\n1,2\n")
+    with gzip.open(tmp_path / "c.txt.gz", "wt") as f:
+        f.write("0 1\n1 2\n")
+    expect = [[0, 1, 1, 2], [1, 0, 2, 1]]
+    for name in ("a.txt", "b.csv", "c.txt.gz"):
+        assert load(str(tmp_path / name)).edge_index.tolist() == expect, name
+    (tmp_path / "sparse.txt").write_text("1000 5000000\n5000000 77\n")
+    data = load(str(tmp_path / "sparse.txt"))
+    assert data.num_nodes == 3 and data.node_ids.tolist() == [77, 1000, 5000000]
+
+
+# ---------------------------------------------------------------- OGB
+
+
+def test_write_ogb_round_trip(tmp_path):
+    data = synthetic(400, avg_degree=6, num_features=5, seed=4)
+    folder = write_ogb(data, str(tmp_path), "ogbn-synthetic")
+    assert os.path.isfile(os.path.join(folder, "raw", "edge.csv.gz"))
+    back = load(folder)
+    assert_same(back, data)
+    assert back.num_classes == data.num_classes and back.name == "ogbn-synthetic"
+    assert_same(load(folder), data)  # second time from OGB's processed file
+
+
+def test_ogb_registered_name(tmp_path):
+    data = synthetic(600, avg_degree=6, num_features=4, seed=5)
+    folder = write_ogb(data, str(tmp_path), "ogbn-arxiv")
+    year = np.zeros((600, 1), dtype=np.int64)  # arxiv's extra node file, OGB reads it
+    with gzip.open(os.path.join(folder, "raw", "node_year.csv.gz"), "wt") as f:
+        np.savetxt(f, year, fmt="%d")
+    back = load("ogbn-arxiv", root=str(tmp_path))
+    assert_same(back, data)
+    assert back.num_classes == 40  # OGB's master table for ogbn-arxiv
+
+
+def test_ogb_missing(tmp_path):
+    with pytest.raises(
+        UserError,
+        match=r"ogbn-products: missing .*ogbn_products.*PygNodePropPredDataset",
+    ):
+        load("ogbn-products", root=str(tmp_path))
+
+
+# ---------------------------------------------------------------- saved Data
+
+
+def test_torch_file(tmp_path):
+    data = synthetic(200, seed=2)
+    torch.save(data, tmp_path / "g.pt")
+    assert_same(load(str(tmp_path / "g.pt")), data)
+    torch.save(
+        {"x": data.x, "y": data.y, "edge_index": data.edge_index}, tmp_path / "d.pt"
+    )
+    back = load(str(tmp_path / "d.pt"))
+    assert torch.equal(back.edge_index, data.edge_index) and back.name == "d"
+
+
+# ---------------------------------------------------------------- synthetic
 
 
 def test_synthetic_deterministic_clean_skewed():
     a = synthetic(3000, avg_degree=12, seed=1)
-    b = synthetic(3000, avg_degree=12, seed=1)
+    assert_same(a, synthetic(3000, avg_degree=12, seed=1))
     c = synthetic(3000, avg_degree=12, seed=2)
-    for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
-        assert torch.equal(a[key], b[key]), key
-    assert (
-        not torch.equal(a.edge_index, c.edge_index)
-        if a.edge_index.shape == c.edge_index.shape
-        else True
+    assert a.edge_index.shape != c.edge_index.shape or not torch.equal(
+        a.edge_index, c.edge_index
     )
     assert_clean(a)
     deg = a.edge_index[0].bincount(minlength=a.num_nodes).float()
     assert 0.8 * 12 < deg.mean() <= 12
     assert deg.max() > 5 * deg.median()  # heavy tail
-    homophily = (a.y[a.edge_index[0]] == a.y[a.edge_index[1]]).float().mean()
-    assert homophily > 0.5
-    assert int(a.train_mask.sum()) == 20 * 8 and int(a.val_mask.sum()) == 30 * 8
+    assert (
+        a.y[a.edge_index[0]] == a.y[a.edge_index[1]]
+    ).float().mean() > 0.5  # planted classes
+    centroid_gap = (a.x[a.y == 0].mean(0) - a.x[a.y == 1].mean(0)).norm()
+    assert centroid_gap > 3  # class-correlated features
+    assert per_class(a.train_mask, a.y, 8) == [20] * 8
 
 
-def test_synthetic_name():
+def test_synthetic_names():
     data = load("synthetic-2k")
     assert data.num_nodes == 2000 and data.name == "synthetic-2k"
     assert load("synthetic-2k-d8").edge_index.size(1) <= 2000 * 8
+    assert synthetic(2, num_classes=8).num_nodes == 2
+
+
+# ---------------------------------------------------------------- split and validate
+
+
+def test_per_class_split_small_and_unlabelled():
+    y = torch.tensor([0] * 30 + [1] * 100 + [-1] * 5)
+    train, val, test = per_class_split(y, 2, seed=3)
+    assert per_class(train, y.clamp(min=0), 2) == [20, 20]
+    assert per_class(val, y.clamp(min=0), 2) == [10, 30]
+    assert not bool((train | val | test)[y < 0].any())
+    assert torch.equal(per_class_split(y, 2, seed=3)[0], train)
+
+
+def test_validate_rejects():
+    data = synthetic(50, seed=0)
+    bad = data.clone()
+    bad.y = data.y.clone()
+    bad.y[0] = data.num_classes
+    with pytest.raises(UserError, match="labels out of range"):
+        validate(bad)
+    bad = data.clone()
+    bad.edge_index = torch.tensor([[0], [50]])
+    with pytest.raises(UserError, match="edge ids out of range"):
+        validate(bad)
+    bad = data.clone()
+    bad.x = data.x.clone()
+    bad.x[3, 1] = float("inf")
+    with pytest.raises(UserError, match="NaN or Inf in 1 node rows"):
+        validate(bad)
+    bad = data.clone()
+    bad.train_mask = data.train_mask[:10]
+    with pytest.raises(UserError, match=r"train_mask must be bool \[50\]"):
+        validate(bad)
