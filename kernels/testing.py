@@ -8,9 +8,12 @@ kernels run on CPU tensors (Triton reads the variable when a kernel is decorated
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from gnndist.testing import assert_close
 
 from .csr import CSR
 
@@ -79,9 +82,36 @@ def leaf(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device,
     return torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype).requires_grad_()
 
 
-def grads(out: Tensor, inputs: list[Tensor], seed: int = 123) -> list[Tensor]:
-    """Gradients of ``<out, r>`` for a fixed random ``r``; missing gradients are zeros."""
+def grads(out: Tensor, inputs: list[Tensor], seed: int = 123, round_to: torch.dtype | None = None) -> list[Tensor]:
+    """Gradients of ``<out, r>`` for a fixed random ``r`` (rounded to ``round_to`` first); missing ones are zeros."""
+    if not inputs:
+        return []
     g = torch.Generator().manual_seed(seed)
-    r = torch.randn(out.shape, generator=g).to(device=out.device, dtype=out.dtype)
+    r = torch.randn(out.shape, generator=g).to(device=out.device, dtype=round_to or out.dtype).to(out.dtype)
     got = torch.autograd.grad(out, inputs, r, allow_unused=True)
     return [torch.zeros_like(t) if d is None else d for t, d in zip(inputs, got)]
+
+
+def check(name: str, run: Callable[..., Tensor], reference: Callable[..., Tensor], inputs: dict[str, Tensor],
+          rtol: float | None = None) -> None:
+    """Compare ``run(**inputs)`` with ``reference`` on fp32 copies of the inputs: output and every gradient.
+
+    Inputs that require grad get a gradient check each; ``rtol`` defaults to the output
+    dtype's entry in :data:`RTOL`.
+    """
+    out = run(**inputs)
+    rtol = RTOL[out.dtype] if rtol is None else rtol
+    wanted = [k for k, t in inputs.items() if t.requires_grad]
+    got = grads(out, [inputs[k] for k in wanted])
+    ref_inputs = {k: _upcast(t) for k, t in inputs.items()}
+    ref = reference(**ref_inputs)
+    ref_got = grads(ref, [ref_inputs[k] for k in wanted], round_to=out.dtype)
+    assert_close(f"{name}: output", ref, out, rtol)
+    for k, ref_g, g in zip(wanted, ref_got, got):
+        assert_close(f"{name}: grad {k}", ref_g, g, rtol)
+
+
+def _upcast(t: Tensor) -> Tensor:
+    """A leaf copy in at least fp32 that requires grad when ``t`` does."""
+    copy = t.detach().float() if t.dtype in (torch.float16, torch.bfloat16) else t.detach().clone()
+    return copy.requires_grad_(t.requires_grad)

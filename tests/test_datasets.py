@@ -417,3 +417,34 @@ def test_validate_rejects():
     bad.train_mask = data.train_mask[:10]
     with pytest.raises(UserError, match=r"train_mask must be bool \[50\]"):
         validate(bad)
+
+
+def test_ogb_proteins_multilabel(tmp_path):
+    folder = tmp_path / "ogbn_proteins"
+    raw, split = folder / "raw", folder / "split" / "species"
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    n, edges = 5, np.array([[0, 1], [1, 2], [3, 4], [2, 2]])
+    feats = np.arange(4 * 8, dtype=np.float64).reshape(4, 8) / 10
+    labels = (np.arange(n * 112).reshape(n, 112) % 3 == 0).astype(np.int64)
+
+    def put(path, array, fmt="%d"):
+        with gzip.open(path, "wt") as f:
+            np.savetxt(f, np.atleast_2d(array), fmt=fmt, delimiter=",")
+
+    put(raw / "edge.csv.gz", edges)
+    put(raw / "edge-feat.csv.gz", feats, fmt="%.3f")
+    put(raw / "node-label.csv.gz", labels)
+    put(raw / "node_species.csv.gz", np.zeros((n, 1)))
+    put(raw / "num-node-list.csv.gz", [[n]])
+    put(raw / "num-edge-list.csv.gz", [[len(edges)]])
+    for part, ids in (("train", [0, 1]), ("valid", [2]), ("test", [3, 4])):
+        put(split / f"{part}.csv.gz", np.array(ids)[:, None])
+    (folder / "RELEASE_v1.txt").write_text("test\n")
+    data = load("ogbn-proteins", root=str(tmp_path))
+    assert data.multilabel is True and data.num_classes == 112
+    assert data.y.shape == (n, 112) and data.y.dtype == torch.int64
+    assert data.x.shape == (n, 8)
+    assert torch.allclose(data.x[4], torch.tensor(feats[2], dtype=torch.float32))  # mean of edge 3-4
+    assert data.edge_index.tolist() == [[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]]
+    assert split_sizes(data) == [2, 1, 2]

@@ -1,0 +1,62 @@
+"""Dispatch: capability reasons, CPU defaults, forcing a path with GNNDIST_KERNEL or impl=."""
+
+import pytest
+import torch
+from gnndist.kernels import NoKernelError, dispatch, spmm
+from gnndist.kernels.testing import graph
+
+
+def _args(dtype=torch.float32):
+    csr = graph("empty-rows-int64")
+    return csr, torch.randn(csr.num_cols, 4).to(dtype)
+
+
+def test_cpu_default_is_torch_sparse_for_fp32_and_reference_for_bf16(monkeypatch):
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    csr, x = _args()
+    assert dispatch.select("spmm", csr, x, None, "sum")[0] == "sparse"
+    assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "reference"
+    assert "bfloat16" in dispatch.why_not("spmm", "sparse", csr, x.bfloat16(), None, "sum")
+    assert dispatch.select("segment_max", csr, x)[0] == "reference"
+
+
+def test_env_var_forces_a_path(monkeypatch):
+    csr, x = _args()
+    monkeypatch.setenv(dispatch.ENV_VAR, "reference")
+    assert dispatch.select("spmm", csr, x, None, "sum")[0] == "reference"
+    assert spmm(csr, x.requires_grad_()).grad_fn.name() == "IndexAddBackward0"
+
+
+def test_forcing_triton_on_cpu_without_interpreter_says_why(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    csr, x = _args()
+    with pytest.raises(NoKernelError, match="triton: .*TRITON_INTERPRET is not set"):
+        spmm(csr, x, impl="triton")
+
+
+def test_no_fitting_kernel_lists_every_reason(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setitem(dispatch.ORDER, "cpu", ("triton", "sparse"))
+    csr, x = _args(torch.bfloat16)
+    with pytest.raises(NoKernelError) as info:
+        spmm(csr, x)
+    message = str(info.value)
+    assert "triton: " in message and "sparse: torch.sparse.mm has no torch.bfloat16 kernel on cpu" in message
+
+
+def test_unknown_or_missing_implementation(monkeypatch):
+    csr, x = _args()
+    monkeypatch.setenv(dispatch.ENV_VAR, "cuda-magic")
+    with pytest.raises(NoKernelError, match="unknown implementation"):
+        spmm(csr, x)
+    monkeypatch.setenv(dispatch.ENV_VAR, "sparse")
+    with pytest.raises(NoKernelError, match="no sparse implementation of segment_max"):
+        dispatch.run("segment_max", csr, x)
+
+
+def test_shape_errors_name_the_argument():
+    csr, x = _args()
+    with pytest.raises(ValueError, match="x has 3 rows"):
+        spmm(csr, x[:3])
+    with pytest.raises(ValueError, match="reduce"):
+        spmm(csr, x, reduce="max")

@@ -1,0 +1,122 @@
+"""SpMM: reference against a dense product and PyG; torch.sparse and Triton against the reference."""
+
+from gnndist.kernels.testing import use_interpreter
+
+DEVICE = use_interpreter()  # before any Triton kernel is imported
+
+import pytest
+import torch
+from gnndist.kernels import spmm
+from gnndist.kernels.testing import (
+    DTYPES,
+    GRAPHS,
+    WIDTHS,
+    check,
+    dense,
+    graph,
+    leaf,
+    power_law_graph,
+)
+from torch_geometric.utils import scatter
+
+from gnndist.testing import assert_close
+
+CASES = [pytest.param(g, f, "fp32", id=f"{g}-F{f}-fp32") for g in GRAPHS for f in WIDTHS]
+CASES += [pytest.param(g, 37, "bf16", id=f"{g}-F37-bf16") for g in GRAPHS]
+VARIANTS = ["sum-weighted", "mean"]
+
+
+def _inputs(csr, width, dtype, weighted, device):
+    inputs = {"x": leaf((csr.num_cols, width), dtype, device, 0)}
+    if weighted:
+        inputs["edge_weight"] = leaf((csr.nnz,), dtype, device, 1)
+    return inputs
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("name", GRAPHS)
+def test_reference_matches_dense(name, reduce):
+    csr = graph(name)
+    x = leaf((csr.num_cols, 5), torch.float64, "cpu", 0)
+    w = leaf((csr.nnz,), torch.float64, "cpu", 1)
+    expected = dense(csr, w) @ x  # [n_rows, 5]
+    if reduce == "mean":
+        expected = expected / csr.in_degree().clamp(min=1).unsqueeze(1)
+    assert_close("spmm", expected, spmm(csr, x, w, reduce, impl="reference"), 1e-12)
+
+
+@pytest.mark.parametrize("impl", ["reference", "sparse"])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_gradcheck(reduce, impl):
+    csr = graph("empty-rows-int64")
+    x = leaf((csr.num_cols, 3), torch.float64, "cpu", 0)
+    w = leaf((csr.nnz,), torch.float64, "cpu", 1)
+    assert torch.autograd.gradcheck(lambda x, w: spmm(csr, x, w, reduce, impl=impl), (x, w), fast_mode=True)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_reference_matches_pyg_scatter(reduce):
+    csr = graph("power-law-int32")
+    x = torch.randn(csr.num_cols, 8)
+    expected = scatter(x[csr.col.long()], csr.row.long(), 0, dim_size=csr.n_rows, reduce=reduce)
+    assert_close("spmm", expected, spmm(csr, x, reduce=reduce, impl="reference"))
+
+
+def test_reference_per_head_weights_match_dense():
+    csr = graph("empty-rows-int64")
+    x = torch.randn(csr.num_cols, 3, 4, dtype=torch.float64)
+    w = torch.randn(csr.nnz, 3, dtype=torch.float64)
+    expected = torch.stack([dense(csr, w[:, h]) @ x[:, h] for h in range(3)], 1)  # [n_rows, 3, 4]
+    assert_close("spmm per head", expected, spmm(csr, x, w, impl="reference"), 1e-12)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name, width, dtype", [c for c in CASES if c.values[2] == "fp32"])
+def test_sparse_matches_reference(name, width, dtype, variant):
+    csr = graph(name)
+    reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
+    check(f"spmm sparse {variant}", lambda **t: spmm(csr, reduce=reduce, impl="sparse", **t),
+          lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
+          _inputs(csr, width, DTYPES[dtype], weighted, "cpu"))
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name, width, dtype", CASES)
+def test_triton_matches_reference(name, width, dtype, variant):
+    csr = graph(name, DEVICE)
+    reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
+    check(f"spmm triton {variant}", lambda **t: spmm(csr, reduce=reduce, impl="triton", **t),
+          lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
+          _inputs(csr, width, DTYPES[dtype], weighted, DEVICE))
+
+
+@pytest.mark.triton
+def test_triton_per_head_weights():
+    csr = graph("power-law-int32", DEVICE)
+    inputs = {"x": leaf((csr.num_cols, 2, 9), torch.float32, DEVICE, 0),
+              "edge_weight": leaf((csr.nnz, 2), torch.float32, DEVICE, 1)}
+    check("spmm triton per head", lambda **t: spmm(csr, impl="triton", **t),
+          lambda **t: spmm(csr, impl="reference", **t), inputs)
+
+
+@pytest.mark.parametrize("impl", ["reference", "sparse", pytest.param("triton", marks=pytest.mark.triton)])
+def test_no_edges_gives_zeros(impl):
+    device = DEVICE if impl == "triton" else "cpu"
+    csr = graph("no-edges", device)
+    x = leaf((csr.num_cols, 4), torch.float32, device, 0)
+    for reduce in ("sum", "mean"):
+        out = spmm(csr, x, reduce=reduce, impl=impl)
+        assert out.shape == (5, 4) and not out.any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("width", [1, 37, 128, 512])
+def test_cuda_large(width, dtype, variant):
+    csr = power_law_graph(30_000, 40_000, 12.0, seed=3, empty_fraction=0.05, index_dtype=torch.int32, device="cuda")
+    reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
+    check(f"spmm cuda {variant}", lambda **t: spmm(csr, reduce=reduce, impl="triton", **t),
+          lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
+          _inputs(csr, width, DTYPES[dtype], weighted, "cuda"))
