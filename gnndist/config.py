@@ -63,6 +63,7 @@ class ModelConfig:
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
+    normalize_features: bool = opt(True, "row-normalise input features (Kipf & Welling preprocessing)")
 
     def __post_init__(self) -> None:
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")

@@ -1,0 +1,64 @@
+"""Partition-invariant dropout: masks derived from (seed, epoch, key, dataset node id, column).
+
+A rank draws its mask from the ids of the nodes it owns, so the union of the masks of
+P ranks is the mask of one process: training on P ranks equals training on one.
+The hash runs in int32 arithmetic (wrapping multiplies, masked shifts): a 32-bit
+"lowbias32" finaliser over ``node_key[id] + column``, where ``node_key`` mixes the id
+with (seed, epoch, key) once per node.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix_int(h: int) -> int:
+    """The 32-bit finaliser on a Python int (for scalar keys)."""
+    h &= _M32
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & _M32
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & _M32
+    return h ^ (h >> 16)
+
+
+def _as_i32(c: int) -> int:
+    return c - (1 << 32) if c >= (1 << 31) else c
+
+
+def _mix_i32(h: Tensor) -> Tensor:
+    """The same finaliser on an int32 tensor (bit pattern = the uint32 value)."""
+    h = h ^ ((h >> 16) & 0xFFFF)
+    h = h * _as_i32(0x7FEB352D)
+    h = h ^ ((h >> 15) & 0x1FFFF)
+    h = h * _as_i32(0x846CA68B)
+    return h ^ ((h >> 16) & 0xFFFF)
+
+
+def hash_bits(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Tensor:
+    """31 random bits for every (id, column), reproducible on any rank and device.
+
+    Shapes:
+        ids ``[n]`` int64 -> ``[n, width]`` int32 in ``[0, 2**31)``
+    """
+    k = _mix_int(seed ^ _mix_int(epoch ^ _mix_int(key ^ 0x9E3779B9)))
+    ids = ids.long()
+    lo = (ids & _M32) ^ k
+    node = _mix_i32((lo - ((lo >> 31) << 32)).to(torch.int32))  # [n] per-node key
+    hi = (ids >> 32).to(torch.int32)
+    node = _mix_i32(node ^ hi)
+    cols = torch.arange(width, device=ids.device, dtype=torch.int32) * _as_i32(0x9E3779B9)  # [width]
+    return _mix_i32(node[:, None] + cols) & 0x7FFFFFFF  # [n, width]
+
+
+def hash_uniform(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Tensor:
+    """Uniform numbers in [0, 1) for every (id, column). ``[n, width]`` float32."""
+    return hash_bits(ids, width, seed, epoch, key).float() * (1.0 / 2**31)
+
+
+def dropout_mask(ids: Tensor, width: int, p: float, seed: int, epoch: int, key: int) -> Tensor:
+    """Keep-mask of dropout with probability ``p``. ``[n, width]`` bool."""
+    return hash_bits(ids, width, seed, epoch, key) >= int(p * 2**31)

@@ -1,0 +1,34 @@
+"""Graph convolution of Kipf & Welling (https://arxiv.org/abs/1609.02907)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class GCNConv(nn.Module):
+    r"""GCN layer: :math:`X' = \hat D^{-1/2} (A + I) \hat D^{-1/2} X W + b`, degrees from the whole graph.
+
+    The linear map runs first, so the halo exchange moves ``out_channels``-wide rows.
+    Parameter names and initialisation follow ``torch_geometric.nn.GCNConv``
+    (``lin.weight`` ``[out, in]``, ``bias`` ``[out]``).
+
+    Args:
+        in_channels: input width.
+        out_channels: output width.
+        bias: add a learnable bias (default ``True``).
+
+    Shapes:
+        x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__()
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.tag = "gcn"
+        nn.init.xavier_uniform_(self.lin.weight)
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        out = graph.spmm(self.lin(x), weight="gcn", tag=self.tag)  # [n_owned, out]
+        return out + self.bias if self.bias is not None else out

@@ -1,0 +1,71 @@
+"""Models built from a depth and a layer list; a registry maps ``--model`` names to conv factories."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gnndist.nn.gcn_conv import GCNConv
+from gnndist.nn.gin_conv import GINConv
+from gnndist.nn.norm import DistBatchNorm
+from gnndist.nn.sage_conv import SAGEConv
+
+ConvFactory = Callable[[int, int], nn.Module]
+
+
+def _gin(i: int, o: int) -> nn.Module:
+    return GINConv(nn.Sequential(nn.Linear(i, o), nn.ReLU(), nn.Linear(o, o)))
+
+
+MODELS: dict[str, ConvFactory] = {"gcn": GCNConv, "sage": SAGEConv, "gin": _gin}
+
+
+def register_model(name: str, factory: ConvFactory) -> None:
+    """Make ``--model name`` build its layers with ``factory(in_channels, out_channels)``."""
+    MODELS[name] = factory
+
+
+class GNN(nn.Module):
+    """``layers`` convolutions with dropout before each and norm + ReLU between them.
+
+    Args:
+        conv: factory ``(in_channels, out_channels) -> layer``; layers take ``(graph, x)``.
+        in_channels, hidden, out_channels: widths.
+        layers: depth (>= 1).
+        dropout: dropout probability; masks come from ``graph.dropout`` (partition-invariant).
+        norm: ``"none"``, ``"batch"`` (global statistics) or ``"layer"``.
+
+    Shapes:
+        x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
+    """
+
+    def __init__(self, conv: ConvFactory, in_channels: int, hidden: int, out_channels: int,
+                 layers: int = 2, dropout: float = 0.5, norm: str = "none"):
+        super().__init__()
+        widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(conv(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        for i, c in enumerate(self.convs):
+            c.tag = f"layer{i}"
+        make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
+        self.norms = nn.ModuleList(make_norm(hidden) for _ in range(layers - 1))
+        self.dropout = dropout
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = graph.dropout(x, self.dropout, key=i, training=self.training)
+            x = conv(graph, x)
+            if i < len(self.convs) - 1:
+                x = F.relu(self.norms[i](x))
+        return x
+
+
+def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
+                dropout: float, norm: str = "none") -> GNN:
+    """The model ``--model name`` with the given widths and depth."""
+    from gnndist.errors import UserError
+
+    if name not in MODELS:
+        raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
+    return GNN(MODELS[name], in_channels, hidden, out_channels, layers, dropout, norm)

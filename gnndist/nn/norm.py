@@ -1,0 +1,48 @@
+"""Normalisation layers that are exact across partitions."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from gnndist.comm import AllReduceSum
+
+
+class DistBatchNorm(nn.Module):
+    """Batch norm over all nodes of the graph: statistics are global sums over ranks.
+
+    Training mode normalises with the (biased) global batch variance, like
+    ``torch.nn.BatchNorm1d``; running statistics use the unbiased variance.
+
+    Args:
+        channels: feature width.
+        eps: added to the variance (default ``1e-5``).
+        momentum: running-statistics momentum (default ``0.1``).
+
+    Shapes:
+        x ``[n_owned, channels]``
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
+            stats = AllReduceSum.apply(stats)  # [2C + 1] global sums
+            c = x.shape[1]
+            n = stats[-1]
+            mean = stats[:c] / n
+            var = (stats[c : 2 * c] / n - mean * mean).clamp(min=0)
+            with torch.no_grad():
+                unbiased = var * n / (n - 1).clamp(min=1)
+                self.running_mean.lerp_(mean.detach(), self.momentum)
+                self.running_var.lerp_(unbiased.detach(), self.momentum)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias

@@ -1,0 +1,37 @@
+"""GraphSAGE layer with mean aggregation (https://arxiv.org/abs/1706.02216)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class SAGEConv(nn.Module):
+    r"""SAGE layer: :math:`x'_i = W_l \,\mathrm{mean}_{j \in N(i)} x_j + W_r x_i + b`.
+
+    When ``out_channels < in_channels`` the neighbour transform runs before the mean
+    (mean is linear), so the halo exchange moves the narrower rows. Parameter names follow
+    ``torch_geometric.nn.SAGEConv`` (``lin_l`` with bias, ``lin_r`` without).
+
+    Args:
+        in_channels: input width.
+        out_channels: output width.
+        bias: bias of ``lin_l`` (default ``True``).
+
+    Shapes:
+        x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__()
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
+        self.tag = "sage"
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        if self.lin_l.out_features < self.lin_l.in_features:
+            agg = graph.spmm(x @ self.lin_l.weight.t(), reduce="mean", tag=self.tag)  # [n_owned, out]
+            if self.lin_l.bias is not None:
+                agg = agg + self.lin_l.bias
+        else:
+            agg = self.lin_l(graph.spmm(x, reduce="mean", tag=self.tag))  # [n_owned, out]
+        return agg + self.lin_r(x)

@@ -1,0 +1,180 @@
+"""Full-graph training on P ranks that equals training on one.
+
+Weights are replicated; the loss is the sum over a rank's training nodes divided by the
+*global* training count; gradients are all-reduced by sum; accuracies are global counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gnndist.config import TrainConfig
+from gnndist.errors import UserError
+from gnndist.graph import DistGraph
+from gnndist.nn import build_model
+
+
+class Trainer:
+    """Builds the model on every rank and runs the training loop.
+
+    Args:
+        graph: this rank's :class:`DistGraph`.
+        cfg: the training config tree.
+    """
+
+    def __init__(self, graph: DistGraph, cfg: TrainConfig):
+        self.graph, self.cfg, self.grid = graph, cfg, graph.grid
+        if graph.num_train == 0:
+            raise UserError("the partition has no training nodes (train_mask is empty)")
+        graph.seed = cfg.run.seed
+        if cfg.model.normalize_features:  # per-node, so exact across partitions
+            graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+        torch.manual_seed(cfg.run.seed)
+        m = cfg.model
+        out = graph.y.shape[1] if graph.y.dim() > 1 else graph.num_classes
+        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm)
+        self.model.to(self.grid.device)
+        for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
+            self.grid.broadcast_(p.data)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optim = torch.optim.Adam(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.start_epoch = 0
+        self.best = {"val_acc": -1.0, "epoch": -1, "train_acc": 0.0, "test_acc": 0.0}
+        if cfg.run.resume:
+            self._resume()
+
+    # ------------------------------------------------------------------ one epoch
+    def loss(self, logits: Tensor) -> Tensor:
+        """This rank's share of the global mean loss over training nodes."""
+        g = self.graph
+        mask = g.train_mask
+        if g.y.dim() > 1:  # multi-label
+            per = F.binary_cross_entropy_with_logits(logits[mask], g.y[mask].float(), reduction="sum")
+            return per / (g.num_train * g.y.shape[1])
+        return F.cross_entropy(logits[mask], g.y[mask].long(), reduction="sum") / g.num_train
+
+    def allreduce_grads(self) -> None:
+        """Sum gradients over ranks in one flat buffer."""
+        if not self.grid.distributed:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([gr.reshape(-1) for gr in grads])
+        self.graph.counter.add("grad_allreduce", "fwd", flat.numel() * flat.element_size(), flat.numel() * flat.element_size())
+        self.grid.all_reduce_(flat)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p)
+            offset += n
+
+    def train_step(self, epoch: int) -> float:
+        self.model.train()
+        self.graph.epoch = epoch
+        self.optim.zero_grad(set_to_none=True)
+        loss = self.loss(self.model(self.graph, self.graph.x))
+        loss.backward()
+        self.allreduce_grads()
+        self.optim.step()
+        total = self.grid.all_reduce_(loss.detach().clone())
+        return float(total)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Global train/val/test accuracy (counts all-reduced over ranks)."""
+        self.model.eval()
+        g = self.graph
+        logits = self.model(g, g.x)
+        if g.y.dim() > 1:
+            correct = ((logits > 0) == g.y.bool()).all(dim=1)
+        else:
+            correct = logits.argmax(dim=1) == g.y
+        masks = (g.train_mask, g.val_mask, g.test_mask)
+        counts = torch.tensor([float((correct & m).sum()) for m in masks] + [float(m.sum()) for m in masks],
+                              dtype=torch.float64)
+        self.grid.all_reduce_(counts)
+        acc = [float(counts[i] / counts[i + 3]) if counts[i + 3] > 0 else 0.0 for i in range(3)]
+        return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> dict:
+        """Train for ``cfg.optim.epochs`` epochs; returns the summary (best-val model selection)."""
+        cfg, grid, g = self.cfg, self.grid, self.graph
+        log = open(cfg.run.log, "a") if cfg.run.log and grid.is_main else None
+        bar = None
+        if grid.is_main and cfg.run.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.optim.epochs, initial=self.start_epoch, desc="train", unit="epoch", leave=False)
+        times, comm, history = [], [], []
+        try:
+            for epoch in range(self.start_epoch, cfg.optim.epochs):
+                g.counter.reset()
+                t0 = time.perf_counter()
+                loss = self.train_step(epoch)
+                dt = time.perf_counter() - t0
+                sent = torch.tensor([float(g.counter.bytes_sent)], dtype=torch.float64)
+                comm_bytes = int(grid.all_reduce_(sent).item())
+                metrics = self.evaluate()
+                times.append(dt)
+                comm.append(comm_bytes)
+                row = {"epoch": epoch, "loss": loss, **metrics, "time_s": dt, "comm_bytes": comm_bytes}
+                history.append(row)
+                if metrics["val_acc"] > self.best["val_acc"]:
+                    self.best = {"val_acc": metrics["val_acc"], "epoch": epoch,
+                                 "train_acc": metrics["train_acc"], "test_acc": metrics["test_acc"]}
+                if log:
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                if bar:
+                    bar.set_postfix(loss=f"{loss:.4f}", val=f"{metrics['val_acc']:.3f}")
+                    bar.update()
+                if cfg.run.checkpoint:
+                    self._save(epoch)
+        finally:
+            if bar:
+                bar.close()
+            if log:
+                log.close()
+        self.history = history
+        steady = times[1:] or times
+        return {
+            "train_acc": self.best["train_acc"], "val_acc": self.best["val_acc"], "test_acc": self.best["test_acc"],
+            "best_epoch": self.best["epoch"], "epochs": cfg.optim.epochs,
+            "final_loss": history[-1]["loss"] if history else None,
+            "epoch_time_s": sum(steady) / max(len(steady), 1),
+            "comm_bytes_per_epoch": int(sum(comm) / max(len(comm), 1)),
+            "nproc": grid.world_size, "strategy": cfg.dist.strategy, "model": cfg.model.model,
+            "dataset": g.meta.get("dataset"),
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save(self, epoch: int) -> None:
+        if not self.grid.is_main:
+            return
+        d = Path(self.cfg.run.checkpoint)
+        d.mkdir(parents=True, exist_ok=True)
+        state = {"model": self.model.state_dict(), "optim": self.optim.state_dict(), "epoch": epoch,
+                 "best": self.best, "config": self.cfg.to_dict()}
+        tmp = d / "last.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, d / "last.pt")
+        if self.best["epoch"] == epoch:
+            torch.save(self.model.state_dict(), d / "best.tmp")
+            os.replace(d / "best.tmp", d / "best.pt")
+
+    def _resume(self) -> None:
+        path = Path(self.cfg.run.checkpoint) / "last.pt"
+        if not path.is_file():
+            raise UserError(f"--resume: no checkpoint at {path}")
+        state = torch.load(path, map_location=self.grid.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optim.load_state_dict(state["optim"])
+        self.start_epoch = int(state["epoch"]) + 1
+        self.best = state["best"]
