@@ -1,9 +1,42 @@
-"""Dataset registry: Planetoid/OGB/npz/edge-list loaders and synthetic graphs.
+"""Dataset registry: every graph comes out as one cleaned `torch_geometric.data.Data`.
 
-load(dataset, root=None, format=None, seed=0) -> torch_geometric.data.Data
-names() -> list[str]; default_root() -> str
-synthetic(num_nodes, avg_degree=10, ...) -> Data
-validate(data) -> None; write_ogb(data, root, name) -> path
+    load(dataset, root=None, format=None, seed=0) -> Data
+    names() -> list[str]; default_root() -> str     ($GNNDIST_DATA, else ~/.cache/gnndist)
+    synthetic(num_nodes, avg_degree=10, num_classes=8, num_features=64, seed=0, **kw) -> Data
+    validate(data) -> None                           (raises UserError)
+    write_ogb(data, root, name) -> folder            (OGB's raw layout, loadable offline)
+
+Contract of every `Data`: ``x`` float32 [N, F]; ``y`` int64 [N] (``-1`` = unlabelled,
+never inside a mask); ``edge_index`` int64 [2, E], symmetric, no self-loops, no
+duplicates, sorted by (row, col); ``train_mask/val_mask/test_mask`` bool [N];
+``data.name``; ``data.num_classes``. Nothing is downloaded: a missing file raises
+`UserError` naming the expected path and where to get it.
+
+Modules, one per format:
+
+    registry.py   names -> loaders, format detection of paths, `load`
+    planetoid.py  cora/citeseer/pubmed via PyG Planetoid (public split); Cora is bundled
+    npz.py        Amazon/Coauthor (PyG raw or GraphGallery npz), BlogCatalog/Flickr/DBLP,
+                  heterophily benchmark npz (shipped split 0)
+    ogb.py        ogbn-* via PygNodePropPredDataset (official split); write_ogb
+    snap.py       SNAP .jlg and text edge lists (structure only)
+    social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
+    pyg_file.py   a torch.save'd Data (weights_only)
+    synthetic.py  degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]``
+    split.py      seeded 20-per-class train / 30-per-class val / rest test
+    graph.py      edge cleaning and Data assembly;  validate.py  the contract check
+
+Decisions:
+
+* Datasets without a shipped split get the seeded 20/30-per-class split.
+* Structure-only graphs (edge lists): ``x = [1, log(1 + degree)]``, ``y`` all 0,
+  ``num_classes = 1`` and ``data.has_labels = False``; no labels are invented.
+* ``ogbn-proteins``: ``x`` = mean of a node's 8-dim edge features, ``y`` int64
+  [N, 112] 0/1 with ``data.multilabel = True`` and ``num_classes = 112``.
+* ``ogbn-papers100M``: unlabelled nodes (NaN in OGB) get ``y = -1``.
+* 1-based labels (BlogCatalog, Flickr) are shifted to 0-based.
+* ``synthetic-<N>`` uses average degree 50: ``synthetic-2m`` has ~2M nodes and ~50M
+  undirected edges; ``synthetic-2m-d20`` picks another degree.
 """
 
 from .ogb import write_ogb

@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import npz, ogb, planetoid, pyg_file, snap
+from . import npz, ogb, planetoid, pyg_file, snap, social
 from . import synthetic as synth
 from .validate import validate
 
@@ -109,7 +109,7 @@ def load(
 def _path_name(path: str) -> str:
     """A readable dataset name from a path: the file stem or folder name."""
     base = osp.basename(osp.normpath(path))
-    for ext in (".gz", ".npz", ".jlg", ".pt", ".csv", ".txt", ".tsv", ".edges"):
+    for ext in (".gz", ".npz", ".jlg", ".pt", ".mat", ".csv", ".txt", ".tsv", ".edges"):
         base = base.removesuffix(ext)
     return base or path
 
@@ -132,6 +132,10 @@ for _name in snap.SNAP:
 for _name in ogb.OGB_NAMES:
     register(_name, ogb.load_ogb)
 register_format("ogb", ogb.read_ogb_folder, ogb.is_ogb_folder)
+register("facebook-page-page", social.load_musae)
+register("fb100-cornell5", social.load_fb100)
+register_format("musae", social.read_musae, social.is_musae_folder)
+register_format("fb100", social.read_fb100, social.is_fb100)
 register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)
 register_format("heterophily", npz.read_heterophily, npz.is_heterophily)

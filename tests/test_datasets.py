@@ -445,6 +445,23 @@ def test_ogb_proteins_multilabel(tmp_path):
     assert data.multilabel is True and data.num_classes == 112
     assert data.y.shape == (n, 112) and data.y.dtype == torch.int64
     assert data.x.shape == (n, 8)
-    assert torch.allclose(data.x[4], torch.tensor(feats[2], dtype=torch.float32))  # mean of edge 3-4
+    assert torch.allclose(
+        data.x[4], torch.tensor(feats[2], dtype=torch.float32)
+    )  # mean of edge 3-4
     assert data.edge_index.tolist() == [[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]]
     assert split_sizes(data) == [2, 1, 2]
+
+
+def test_social_formats():
+    page = load(shared("facebook_page_page"))
+    assert (page.num_nodes, page.edge_index.size(1), page.num_classes) == (
+        22470,
+        341646,
+        4,
+    )
+    assert page.x.shape == (22470, 4714)
+    fb = load(shared("fb100_cornell5/Cornell5.mat"))
+    assert (fb.num_nodes, fb.edge_index.size(1), fb.num_classes) == (18660, 1581554, 2)
+    labelled = int((fb.y >= 0).sum())
+    assert labelled == 8135 + 8687 and sum(split_sizes(fb)) == labelled
+    assert_clean(fb)
