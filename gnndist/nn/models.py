@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -13,18 +14,20 @@ from gnndist.nn.norm import DistBatchNorm
 from gnndist.nn.sage_conv import SAGEConv
 
 ConvFactory = Callable[[int, int], nn.Module]
+# builder(in_channels, hidden, out_channels, layers, dropout, norm) -> module taking (graph, x)
+ModelBuilder = Callable[[int, int, int, int, float, str], nn.Module]
 
 
 def _gin(i: int, o: int) -> nn.Module:
     return GINConv(nn.Sequential(nn.Linear(i, o), nn.ReLU(), nn.Linear(o, o)))
 
 
-MODELS: dict[str, ConvFactory] = {"gcn": GCNConv, "sage": SAGEConv, "gin": _gin}
+MODELS: dict[str, ModelBuilder] = {}
 
 
-def register_model(name: str, factory: ConvFactory) -> None:
-    """Make ``--model name`` build its layers with ``factory(in_channels, out_channels)``."""
-    MODELS[name] = factory
+def register_model(name: str, builder: ModelBuilder) -> None:
+    """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``."""
+    MODELS[name] = builder
 
 
 class GNN(nn.Module):
@@ -61,6 +64,10 @@ class GNN(nn.Module):
         return x
 
 
+for _name, _conv in {"gcn": GCNConv, "sage": SAGEConv, "gin": _gin}.items():
+    register_model(_name, partial(GNN, _conv))
+
+
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
                 dropout: float, norm: str = "none") -> GNN:
     """The model ``--model name`` with the given widths and depth."""
@@ -68,4 +75,4 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, lay
 
     if name not in MODELS:
         raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
-    return GNN(MODELS[name], in_channels, hidden, out_channels, layers, dropout, norm)
+    return MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm)
