@@ -40,6 +40,7 @@ class CSR:
         self._row: Tensor | None = None
         self._transpose: tuple[CSR, Tensor] | None = None
         self._row_order: Tensor | None = None
+        self._cache: dict[object, object] = {}
 
     @property
     def n_rows(self) -> int:
@@ -98,6 +99,12 @@ class CSR:
             order = torch.sort(self.in_degree(), descending=True, stable=True).indices
             self._row_order = order.to(torch.int32)
         return self._row_order
+
+    def cached(self, key: object, build):
+        """``build()`` once per ``key``; for derived objects a kernel path wants to keep (e.g. a sparse tensor)."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
     @staticmethod
     def from_coo(row: Tensor, col: Tensor, n_rows: int, n_cols: int) -> CSR:

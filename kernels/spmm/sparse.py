@@ -47,7 +47,7 @@ def sparse_matrix(csr: CSR, values: Tensor) -> Tensor:
 def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.dtype) -> Tensor:
     """Effective weight of every edge: ``w[e]``, divided by the row degree for ``reduce="mean"``. ``[nnz]``."""
     if edge_weight is None:
-        values = torch.ones(csr.nnz, dtype=dtype, device=csr.device)
+        values = csr.cached(("ones", dtype), lambda: torch.ones(csr.nnz, dtype=dtype, device=csr.device))
     else:
         values = edge_weight.to(dtype)
     if reduce == "mean":
@@ -62,7 +62,11 @@ class SparseSpmm(torch.autograd.Function):
         values = edge_values(csr, edge_weight, reduce, x.dtype)  # [nnz]
         ctx.csr, ctx.reduce = csr, reduce
         ctx.save_for_backward(x, values)
-        return torch.sparse.mm(sparse_matrix(csr, values), x)  # [n_rows, F]
+        if edge_weight is None and reduce == "sum":
+            matrix = csr.cached(("sparse", x.dtype), lambda: sparse_matrix(csr, values))
+        else:
+            matrix = sparse_matrix(csr, values)
+        return torch.sparse.mm(matrix, x)  # [n_rows, F]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
