@@ -97,6 +97,8 @@ def load(
     elif osp.exists(dataset):
         fmt = detect_format(dataset)
         data = FORMATS[fmt](dataset, _path_name(dataset), seed)
+    elif os.sep in dataset or dataset.startswith("."):
+        raise UserError(f"{dataset}: no such file or folder")
     else:
         raise UserError(
             f"unknown dataset {dataset!r} (not a registered name nor an existing path); "

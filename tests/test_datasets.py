@@ -91,6 +91,11 @@ def test_unknown_name_lists_known():
         load("nope")
 
 
+def test_missing_path(tmp_path):
+    with pytest.raises(UserError, match="no such file or folder"):
+        load(str(tmp_path / "absent.npz"))
+
+
 def test_unknown_format(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("0 1\n")
