@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from gnndist.config import PartitionConfig, add_section, add_train_args, build_section, train_config_from_args
@@ -83,15 +84,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
     part = PartitionConfig(parts=world, method=args.method, objective=args.objective, seed=args.partition_seed)
     target = partition_dir(args.dataset, part, args.root)
-    fresh = (target / "META.json").is_file()
-    if fresh:
+
+    def ready() -> bool:
         try:
-            fresh = read_meta(target)["parts"] == world
+            return (target / "META.json").is_file() and read_meta(target)["parts"] == world
         except UserError:
-            fresh = False
-    if not fresh:
-        if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
-            raise UserError(f"partition {target} is missing: run `gnndist partition {args.dataset} --parts {world} --out {target}` first")
+            return False
+
+    if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
+        deadline = time.monotonic() + cfg.dist.timeout  # rank 0 partitions; the others wait for it
+        while not ready():
+            if time.monotonic() > deadline:
+                raise UserError(f"partition {target} did not appear within {cfg.dist.timeout:g}s (rank 0 failed?)")
+            time.sleep(0.5)
+    elif not ready():
         make_partition(args.dataset, part, args, str(target))
     return launch(str(target), cfg)
 

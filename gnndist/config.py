@@ -66,6 +66,9 @@ class ModelConfig:
     normalize_features: bool = opt(True, "row-normalise input features (Kipf & Welling preprocessing)")
 
     def __post_init__(self) -> None:
+        from gnndist.nn import MODELS
+
+        _need(self.model in MODELS, f"unknown --model {self.model!r}; known: {', '.join(sorted(MODELS))}")
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")

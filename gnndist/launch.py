@@ -13,6 +13,8 @@ import socket
 import sys
 import time
 
+import torch
+
 from gnndist.config import TrainConfig
 from gnndist.errors import UserError
 
@@ -40,7 +42,16 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
     grid = init(cfg.dist.backend, cfg.dist.timeout)
     try:
         strategy = get_strategy(cfg.dist.strategy, overlap=cfg.dist.overlap)
-        graph = DistGraph.load(partdir, grid, strategy=strategy)
+        error, graph = None, None
+        try:
+            graph = DistGraph.load(partdir, grid, strategy=strategy)
+        except UserError as e:
+            error = e
+        failed = grid.all_reduce_(torch.tensor([float(error is not None)]))  # fail together, not in a hang
+        if error is not None:
+            raise error
+        if failed.item() > 0:
+            raise UserError(f"rank {grid.rank}: another rank could not load its part (see its error)")
         summary = Trainer(graph, cfg).fit()
         grid.barrier()
         return summary

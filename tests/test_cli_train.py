@@ -1,0 +1,136 @@
+"""``gnndist train`` / ``gnndist run`` end to end: JSON summary, logs, torchrun, errors, resume."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gnndist.cli import main
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
+
+GNNDIST = [sys.executable, "-m", "gnndist.cli"]
+SUMMARY_KEYS = ("train_acc", "val_acc", "test_acc", "best_epoch", "epochs", "epoch_time_s",
+                "comm_bytes_per_epoch", "nproc", "strategy")
+
+
+def _run(args, env=None, timeout=240):
+    e = {**os.environ, **(env or {})}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if env is None or var not in env:
+            e.pop(var, None)
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+@pytest.fixture(scope="module")
+def part2(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p2")
+    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
+    return d
+
+
+def test_run_cora_json_and_log(tmp_path):
+    log = tmp_path / "log.jsonl"
+    r = _run(GNNDIST + ["run", "cora", "--nproc", "2", "--epochs", "5", "--json", "--no-progress",
+                        "--log", str(log)], env={"GNNDIST_DATA": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    for key in SUMMARY_KEYS:
+        assert key in summary
+    assert summary["nproc"] == 2 and summary["epochs"] == 5 and summary["strategy"] == "1d"
+    assert summary["comm_bytes_per_epoch"] > 0
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == list(range(5))
+    for key in ("epoch", "loss", "train_acc", "val_acc", "test_acc", "time_s", "comm_bytes"):
+        assert key in rows[0]
+    assert (tmp_path / "partitions" / "cora-p2-metis-vol-s0" / "META.json").is_file()
+
+
+def test_torchrun_standalone_equals_nproc(part2):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun, "torchrun not installed beside python"
+    flags = ["--epochs", "4", "--json", "--no-progress"]
+    a = _run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "gnndist.cli", "train", str(part2)] + flags)
+    assert a.returncode == 0, a.stderr
+    b = _run(GNNDIST + ["train", str(part2), "--nproc", "2"] + flags)
+    assert b.returncode == 0, b.stderr
+    sa = json.loads(a.stdout.strip().splitlines()[-1])
+    sb = json.loads(b.stdout.strip().splitlines()[-1])
+    assert sa["nproc"] == sb["nproc"] == 2
+    assert sa["final_loss"] == sb["final_loss"] and sa["test_acc"] == sb["test_acc"]
+
+
+def test_wrong_world_size_is_one_line(part2, capsys):
+    assert main(["train", str(part2), "--nproc", "3", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has 2 parts but --nproc is 3" in err[0]
+
+
+def test_world_size_mismatch_under_torchrun_env(part2):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    r = _run(GNNDIST + ["train", str(part2), "--epochs", "1"], env=env)
+    assert r.returncode == 2
+    assert "has 2 parts but the world has 1 ranks" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_peer_that_never_joins_times_out(part2):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    t0 = time.monotonic()
+    r = _run(GNNDIST + ["train", str(part2), "--epochs", "1", "--timeout", "4"], env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "peer never joined" in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 90
+
+
+def test_missing_and_corrupt_part(part2, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(part2, broken)
+    (broken / "part-1" / "x.npy").unlink()
+    assert main(["train", str(broken), "--nproc", "2", "--epochs", "1", "--no-progress"]) == 2
+    assert main(["train", str(tmp_path / "nothing"), "--epochs", "1"]) == 2
+    assert "not a gnndist partition directory" in capsys.readouterr().err
+
+
+def test_checkpoint_resume_continues_exactly(tmp_path, capsys):
+    d = tmp_path / "p1"
+    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
+    base = ["train", str(d), "--json", "--no-progress", "--checkpoint", str(tmp_path / "ck")]
+    assert main(base[:2] + ["--epochs", "6", "--json", "--no-progress"]) == 0
+    straight = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(base + ["--epochs", "3"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "ck" / "last.pt").is_file() and (tmp_path / "ck" / "best.pt").is_file()
+    assert main(base + ["--epochs", "6", "--resume"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["final_loss"] == straight["final_loss"]
+    assert resumed["test_acc"] == straight["test_acc"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--layers", "0"], "--layers must be >= 1"),
+        (["--dropout", "1.5"], "--dropout must be in [0, 1)"),
+        (["--model", "transformer"], "unknown --model"),
+        (["--resume"], "--resume needs --checkpoint"),
+    ],
+    ids=["layers", "dropout", "model", "resume"],
+)
+def test_bad_training_flags(part2, argv, message, capsys):
+    assert main(["train", str(part2), "--epochs", "1", "--no-progress"] + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
