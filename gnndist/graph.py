@@ -18,7 +18,7 @@ from gnndist.comm import ByteCounter, HaloPlan, halo_exchange
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
-from gnndist.nn.dropout import dropout_mask
+from gnndist.nn.dropout import cell_bits, dropout_mask, node_keys
 from gnndist.strategies import Strategy, get_strategy
 
 
@@ -74,6 +74,7 @@ class DistGraph:
         self.seed = 0
         self.epoch = 0
         self._gcn: tuple[Tensor, Tensor, Tensor] | None = None
+        self._x_nz: tuple | None = None
 
     @classmethod
     def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
@@ -148,10 +149,31 @@ class DistGraph:
     def dropout(self, x: Tensor, p: float, key: int, training: bool = True) -> Tensor:
         """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
 
+        On the input features (``x is graph.x``) with mostly zero entries, the mask is only
+        evaluated at the cached nonzeros: the result is the same, the cost is ``O(nnz)``.
+
         Shapes:
             x ``[n_owned, F]``
         """
         if not training or p == 0.0:
             return x
-        keep = dropout_mask(self.orig_id[: x.shape[0]], x.shape[1], p, self.seed, self.epoch, key)
+        ids = self.orig_id[: x.shape[0]]
+        if x is self.x and self._x_nonzero() is not None:
+            rows, cols, vals = self._x_nonzero()
+            keys = node_keys(ids, self.seed, self.epoch, key)  # [n_owned]
+            keep = cell_bits(keys[rows], cols) >= int(p * 2**31)  # [nnz]: the dense mask's cells
+            out = torch.zeros_like(x)
+            out[rows, cols] = vals * keep.to(x.dtype) / (1.0 - p)
+            return out
+        keep = dropout_mask(ids, x.shape[1], p, self.seed, self.epoch, key)
         return x * keep.to(x.dtype) / (1.0 - p)
+
+    def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Cached nonzero pattern of the input features when under half of them are nonzero."""
+        if self._x_nz is None or self._x_nz[0] is not self.x:
+            nz = None
+            if self.x.numel() and (self.x != 0).sum().item() < self.x.numel() // 2:
+                rows, cols = self.x.nonzero(as_tuple=True)
+                nz = (rows, cols, self.x[rows, cols])
+            self._x_nz = (self.x, nz)
+        return self._x_nz[1]

@@ -38,20 +38,28 @@ def _mix_i32(h: Tensor) -> Tensor:
     return h ^ ((h >> 16) & 0xFFFF)
 
 
+def node_keys(ids: Tensor, seed: int, epoch: int, key: int) -> Tensor:
+    """Per-node 32-bit keys mixing the dataset id with (seed, epoch, key). ``[n]`` int32."""
+    k = _mix_int(seed ^ _mix_int(epoch ^ _mix_int(key ^ 0x9E3779B9)))
+    ids = ids.long()
+    lo = (ids & _M32) ^ k
+    node = _mix_i32((lo - ((lo >> 31) << 32)).to(torch.int32))
+    return _mix_i32(node ^ (ids >> 32).to(torch.int32))
+
+
+def cell_bits(keys: Tensor, cols: Tensor) -> Tensor:
+    """31 random bits of the cells (node key, column); broadcasts like ``keys + cols``. int32 in ``[0, 2**31)``."""
+    return _mix_i32(keys + cols.to(torch.int32) * _as_i32(0x9E3779B9)) & 0x7FFFFFFF
+
+
 def hash_bits(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Tensor:
     """31 random bits for every (id, column), reproducible on any rank and device.
 
     Shapes:
         ids ``[n]`` int64 -> ``[n, width]`` int32 in ``[0, 2**31)``
     """
-    k = _mix_int(seed ^ _mix_int(epoch ^ _mix_int(key ^ 0x9E3779B9)))
-    ids = ids.long()
-    lo = (ids & _M32) ^ k
-    node = _mix_i32((lo - ((lo >> 31) << 32)).to(torch.int32))  # [n] per-node key
-    hi = (ids >> 32).to(torch.int32)
-    node = _mix_i32(node ^ hi)
-    cols = torch.arange(width, device=ids.device, dtype=torch.int32) * _as_i32(0x9E3779B9)  # [width]
-    return _mix_i32(node[:, None] + cols) & 0x7FFFFFFF  # [n, width]
+    cols = torch.arange(width, device=ids.device, dtype=torch.int32)  # [width]
+    return cell_bits(node_keys(ids, seed, epoch, key)[:, None], cols[None, :])  # [n, width]
 
 
 def hash_uniform(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Tensor:
