@@ -1,9 +1,16 @@
 """Layers and models; every layer takes ``(graph, x)`` and knows nothing about distribution."""
 
+from gnndist.nn.gat_conv import GATConv
 from gnndist.nn.gcn_conv import GCNConv
+from gnndist.nn.gen_conv import GENConv
 from gnndist.nn.gin_conv import GINConv
+from gnndist.nn.message_passing import LocalEdges, MessagePassing, local_edges
 from gnndist.nn.models import GNN, MODELS, build_model, register_model
 from gnndist.nn.norm import DistBatchNorm
+from gnndist.nn.pyg_adapter import NotDistributable, PyGAdapter, from_pyg
 from gnndist.nn.sage_conv import SAGEConv
 
-__all__ = ["GCNConv", "GINConv", "GNN", "MODELS", "DistBatchNorm", "SAGEConv", "build_model", "register_model"]
+__all__ = [
+    "GNN", "MODELS", "DistBatchNorm", "GATConv", "GCNConv", "GENConv", "GINConv", "LocalEdges", "MessagePassing",
+    "NotDistributable", "PyGAdapter", "SAGEConv", "build_model", "from_pyg", "local_edges", "register_model",
+]

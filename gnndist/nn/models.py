@@ -68,6 +68,22 @@ for _name, _conv in {"gcn": GCNConv, "sage": SAGEConv, "gin": _gin}.items():
     register_model(_name, partial(GNN, _conv))
 
 
+def _gen(i: int, o: int) -> nn.Module:
+    from gnndist.nn.gen_conv import GENConv
+
+    return GENConv(i, o, learn_t=True)
+
+
+def _gat(*args) -> nn.Module:
+    from gnndist.nn.gat import GAT
+
+    return GAT(*args)
+
+
+register_model("gen", partial(GNN, _gen))
+register_model("gat", _gat)
+
+
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
                 dropout: float, norm: str = "none") -> GNN:
     """The model ``--model name`` with the given widths and depth."""

@@ -1,0 +1,279 @@
+"""Message passing on one rank's part: a layer writes ``message`` (and ``update``); ``propagate`` does the rest.
+
+A layer never touches ``torch.distributed``. ``propagate`` exchanges the halo rows a
+message needs (through :meth:`DistGraph.extend`, whose backward sends the gradients home),
+computes the messages on the local edges (every edge into an owned row; its source may be
+a halo node) and aggregates them per owned row. Each owned row sees its whole
+neighbourhood, so the result equals one process on the whole graph, gradients included.
+
+Two paths:
+
+* **fused**: when ``message`` reads nothing but ``x_j`` (or is not overridden) and the
+  aggregation is ``sum`` or ``mean``, the message is applied once per node and the rows are
+  aggregated by SpMM (``graph.spmm``: the exchange overlaps the interior aggregation).
+* **edge**: otherwise messages are computed per edge (``[nnz, *]``) and reduced per row
+  with ``sum``, ``mean``, ``max`` or ``softmax``.
+
+Edge-level work (attention scores, softmax over a row's edges, edge dropout) goes through
+:class:`LocalEdges`, returned by :meth:`MessagePassing.edges`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import zlib
+from weakref import WeakKeyDictionary
+
+import torch
+from torch import Tensor, nn
+
+from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
+from gnndist.nn.dropout import dropout_mask
+
+AGGREGATIONS = ("sum", "mean", "max", "softmax")
+_RESERVED = ("index", "edge_weight", "size_i")
+
+
+class LocalEdges:
+    """The edges into one rank's owned rows, in local ids, optionally with one self-loop per owned row.
+
+    Row ``i < n_owned`` lists the edges whose destination is owned node ``i``; ``col`` are
+    sources in local ids (owned, then halo). Every edge-level tensor of a layer is in this
+    order. With ``self_loops`` the edges ``(i, i)`` of the graph are dropped and one
+    self-loop per owned row is added (as ``torch_geometric.utils.add_self_loops`` does).
+
+    Attributes:
+        csr: the CSR ``[n_owned, n_owned + n_halo]``.
+        row, col: destination and source of every edge, int64 ``[nnz]``.
+        dst_id, src_id: dataset ids of both endpoints, int64 ``[nnz]`` (partition-invariant).
+    """
+
+    def __init__(self, graph, self_loops: bool = False):
+        csr = graph.csr
+        if self_loops:
+            row, col = csr.row.long(), csr.col.long()
+            keep = row != col
+            loops = torch.arange(graph.n_owned, device=col.device)
+            csr = CSR.from_coo(torch.cat([row[keep], loops]), torch.cat([col[keep], loops]).to(csr.col.dtype),
+                               graph.n_owned, csr.num_cols)
+        self.csr = csr
+        self.row = csr.row.long()  # [nnz]
+        self.col = csr.col.long()  # [nnz]
+        self.dst_id = graph.orig_id[self.row].long()  # [nnz]
+        self.src_id = graph.orig_id[self.col].long()  # [nnz]
+        self.num_nodes = graph.num_nodes
+        self._count: Tensor | None = None
+
+    @property
+    def nnz(self) -> int:
+        return self.csr.nnz
+
+    def count(self) -> Tensor:
+        """Edges per owned row (self-loops included). ``[n_owned]`` int64."""
+        if self._count is None:
+            self._count = self.csr.in_degree().long()
+        return self._count
+
+    def sddmm(self, a_dst: Tensor, b_src: Tensor, op: str = "add") -> Tensor:
+        """Score of every edge from its endpoints: ``a_dst[row] + b_src[col]`` (or a dot product).
+
+        Shapes:
+            a_dst ``[n_owned, H]``, b_src ``[n_owned + n_halo, H]`` -> ``[nnz, H]``
+        """
+        return sddmm(self.csr, a_dst, b_src, op)
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Softmax over every owned row's edges (exact: a row's edges are all local).
+
+        Shapes:
+            scores ``[nnz, H]`` or ``[nnz]`` -> same shape
+        """
+        return segment_softmax(self.csr, scores)
+
+    def dropout(self, graph, values: Tensor, p: float, key: int, training: bool = True) -> Tensor:
+        """Edge dropout whose mask depends on (seed, epoch, key, dst id, src id): the same for every P.
+
+        Shapes:
+            values ``[nnz]`` or ``[nnz, H]`` -> same shape
+        """
+        if not training or p == 0.0:
+            return values
+        ids = self.dst_id * self.num_nodes + self.src_id  # [nnz] unique per edge
+        width = values.shape[1] if values.dim() > 1 else 1
+        keep = dropout_mask(ids, width, p, graph.seed, graph.epoch, key).view(values.shape)
+        return values * keep.to(values.dtype) / (1.0 - p)
+
+    def gcn_weight(self, graph) -> Tensor:
+        """``1 / sqrt((d_dst + 1)(d_src + 1))`` of every edge, global degrees (self-loops included). ``[nnz]``."""
+        dinv = (graph.degree.double() + 1.0).rsqrt()  # [n_owned + n_halo]
+        return (dinv[self.row] * dinv[self.col]).float()
+
+
+_EDGE_CACHE: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def local_edges(graph, self_loops: bool = False) -> LocalEdges:
+    """The (cached) :class:`LocalEdges` of ``graph``."""
+    per_graph = _EDGE_CACHE.setdefault(graph, {})
+    if self_loops not in per_graph:
+        per_graph[self_loops] = LocalEdges(graph, self_loops)
+    return per_graph[self_loops]
+
+
+def _params(fn) -> list[str]:
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _scatter_sum(values: Tensor, index: Tensor, n: int) -> Tensor:
+    return values.new_zeros((n,) + tuple(values.shape[1:])).index_add_(0, index, values)
+
+
+def _expand(w: Tensor, like: Tensor) -> Tensor:
+    """Broadcast per-edge weights ``[nnz]`` / ``[nnz, H]`` over the trailing dims of ``like``."""
+    return w.reshape(tuple(w.shape) + (1,) * (like.dim() - w.dim()))
+
+
+class MessagePassing(nn.Module):
+    r"""Base of layers written as messages: :math:`x'_i = \mathrm{update}(\square_{j \in N(i)} w_{ij}\, \mathrm{message}(x_i, x_j, \dots))`.
+
+    Subclasses override :meth:`message` (arguments are resolved by name, as in PyG:
+    ``x_j``/``x_i`` are the source/destination rows of ``x``, ``<name>_j``/``<name>_i`` those
+    of a node tensor passed to :meth:`propagate` as ``<name>=``, an edge tensor ``[nnz, *]``
+    is passed as is, ``index`` is each edge's destination row) and optionally
+    :meth:`update`, then call ``self.propagate(graph, x, ...)`` in ``forward``.
+
+    Class attributes:
+        aggr: ``"sum"`` (default), ``"mean"``, ``"max"`` or ``"softmax"``.
+        self_loops: add one self-loop per node to the edges (default ``False``).
+        tag: name the halo bytes are counted under (``GNN`` sets ``layer<i>``).
+    """
+
+    aggr: str = "sum"
+    self_loops: bool = False
+    tag: str = "mp"
+
+    def message(self, x_j: Tensor) -> Tensor:
+        """The message of every edge; the default passes the source row on."""
+        return x_j
+
+    def update(self, out: Tensor) -> Tensor:
+        """Transform the aggregated rows (may also take ``x`` or any ``propagate`` keyword by name)."""
+        return out
+
+    def edges(self, graph) -> LocalEdges:
+        """The local edges this layer aggregates over (with self-loops if ``self.self_loops``)."""
+        return local_edges(graph, self.self_loops)
+
+    def dropout_key(self, name: str = "") -> int:
+        """A stable dropout key for this layer (from ``tag``) so edge masks differ between layers."""
+        return zlib.crc32(f"{self.tag}/{name}".encode()) & 0x7FFFFFFF
+
+    # ------------------------------------------------------------------ propagate
+    def propagate(self, graph, x: Tensor, *, aggr: str | None = None, edge_weight: Tensor | str | None = None,
+                  t: Tensor | float = 1.0, **kwargs) -> Tensor:
+        """Exchange halos, compute messages on the local edges, aggregate per owned row, update.
+
+        Args:
+            graph: the rank's :class:`~gnndist.graph.DistGraph`.
+            x: node features, owned rows ``[n_owned, *]`` or already extended
+                ``[n_owned + n_halo, *]`` (then no exchange is needed for ``x``).
+            aggr: overrides ``self.aggr``.
+            edge_weight: multiplies every message: ``None``, ``"gcn"`` (symmetric
+                normalisation with self-loops from global degrees) or a tensor ``[nnz]`` /
+                ``[nnz, H]`` in the order of :meth:`edges` (e.g. attention coefficients).
+            t: inverse temperature of the ``softmax`` aggregation
+                (:math:`\\sum_j \\mathrm{softmax}_j(t\\,m_{ij})\\, m_{ij}` per channel).
+            **kwargs: more node tensors (``[n_owned, *]`` or extended), edge tensors
+                ``[nnz, *]`` or plain values, for ``message`` and ``update`` by name.
+
+        Shapes:
+            x ``[n_owned, *]`` -> ``[n_owned, *]`` (the shape ``update`` returns)
+        """
+        aggr = aggr or self.aggr
+        if aggr not in AGGREGATIONS:
+            raise ValueError(f"aggr must be one of {AGGREGATIONS}, got {aggr!r}")
+        if isinstance(edge_weight, str) and edge_weight != "gcn":
+            raise ValueError(f"edge_weight must be None, 'gcn' or a tensor, got {edge_weight!r}")
+        n_owned, n_local = graph.n_owned, graph.n_owned + graph.n_halo
+        tag = self.tag
+        msg_args = _params(self.message)
+        node_wise = msg_args == ["x_j"]
+        gcn = isinstance(edge_weight, str)
+        loops = self.self_loops or gcn
+        edges = local_edges(graph, loops)
+        weight = edges.gcn_weight(graph).to(x.dtype) if gcn else edge_weight
+        if isinstance(weight, Tensor) and weight.shape[0] != edges.nnz:
+            raise ValueError(f"edge_weight has {weight.shape[0]} rows but the layer's edges number {edges.nnz}; "
+                             "compute it on self.edges(graph)")
+
+        def extended(v: Tensor, name: str) -> Tensor:  # [n_local, *]
+            return v if v.shape[0] == n_local else graph.extend(v, f"{tag}/{name}")
+
+        if node_wise and aggr in ("sum", "mean", "max"):
+            h = self.message(x)  # per node, not per edge
+            if aggr in ("sum", "mean") and h.shape[0] == n_owned and h.dim() == 2 \
+                    and (not self.self_loops or gcn) and (edge_weight is None or gcn):
+                out = graph.spmm(h, weight="gcn" if gcn else None, reduce=aggr, tag=tag)  # [n_owned, *] overlapped
+            elif aggr in ("sum", "mean"):
+                h_ext = extended(h, "x")  # [n_local, *]
+                if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
+                    h_ext = h_ext.view(h_ext.shape[0], weight.shape[1], -1)  # heads
+                out = spmm(edges.csr, h_ext, weight, aggr)  # [n_owned, *]
+                out = out.reshape((n_owned,) + tuple(h.shape[1:]))
+            elif weight is None:
+                out = segment_max(edges.csr, extended(h, "x").flatten(1)).view((n_owned,) + tuple(h.shape[1:]))
+            else:
+                node_wise = False
+            if node_wise:
+                return self._update(out, x[:n_owned], kwargs, n_local)
+
+        # edge path: gather what message asks for, one row per edge
+        index = edges.row
+        args = {}
+        for name in msg_args:
+            base, side = (name[:-2], name[-1]) if name.endswith(("_i", "_j")) else (name, "")
+            v = x if base == "x" else kwargs.get(base)
+            if side and isinstance(v, Tensor) and v.shape[0] in (n_owned, n_local):
+                args[name] = extended(v, base)[edges.col] if side == "j" else v[:n_owned][index]
+            elif name == "index":
+                args[name] = index
+            elif name == "edge_weight":
+                args[name] = weight
+            elif name == "size_i":
+                args[name] = n_owned
+            elif name in kwargs:
+                args[name] = kwargs[name]
+            else:
+                raise TypeError(f"{type(self).__name__}.message asks for {name!r}, which propagate was not given "
+                                f"(pass {base}=... to propagate)")
+        msg = self.message(**args)  # [nnz, *]
+        if msg.shape[0] != edges.nnz:
+            raise ValueError(f"message returned {msg.shape[0]} rows, expected one per edge ({edges.nnz})")
+        if weight is not None and "edge_weight" not in msg_args:
+            msg = msg * _expand(weight, msg)
+        if aggr == "softmax":
+            flat = msg.reshape(edges.nnz, -1)  # [nnz, F]
+            alpha = edges.softmax(flat * t).view_as(msg)
+            out = _scatter_sum(msg * alpha, index, n_owned)
+        elif aggr == "max":
+            idx = index.view((-1,) + (1,) * (msg.dim() - 1)).expand_as(msg)
+            out = msg.new_zeros((n_owned,) + tuple(msg.shape[1:])).scatter_reduce(0, idx, msg, "amax",
+                                                                                  include_self=False)
+        else:
+            out = _scatter_sum(msg, index, n_owned)  # [n_owned, *]
+            if aggr == "mean":
+                out = out / _expand(edges.count().clamp(min=1).to(out.dtype), out)
+        return self._update(out, x[:n_owned], kwargs, n_local)
+
+    def _update(self, out: Tensor, x: Tensor, kwargs: dict, n_local: int) -> Tensor:
+        names = _params(self.update)[1:]
+        if not names:
+            return self.update(out)
+        owned = {k: v[: x.shape[0]] if isinstance(v, Tensor) and v.shape[0] == n_local else v
+                 for k, v in kwargs.items()}  # node tensors: owned rows
+        given = {"x": x, **owned}
+        missing = [name for name in names if name not in given]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.update asks for {missing}, which propagate was not given")
+        return self.update(out, **{n: given[n] for n in names})
