@@ -24,6 +24,8 @@ def partition_dir(dataset: str, part: PartitionConfig, root: str | None) -> Path
     name = Path(dataset).name if os.sep in dataset or os.path.exists(dataset) else dataset
     obj = part.objective if part.method == "metis" else "none"
     key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    if part.method == "metis" and part.constraints != ("nodes", "edges", "train"):
+        key += "-b" + "+".join(part.constraints)
     return Path(root or default_root()) / "partitions" / key
 
 
@@ -38,7 +40,7 @@ def make_partition(dataset: str, part: PartitionConfig, args: argparse.Namespace
     from gnndist.partition import partition
 
     data = _load_dataset(dataset, args)
-    p = partition(data, part.parts, part.method, part.objective, part.seed)
+    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints)
     target = Path(out) if out else partition_dir(dataset, part, args.root)
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report
@@ -82,7 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = train_config_from_args(args)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
-    part = PartitionConfig(parts=world, method=args.method, objective=args.objective, seed=args.partition_seed)
+    part = PartitionConfig(parts=world, method=args.method, objective=args.objective, seed=args.partition_seed,
+                           balance=args.balance)
     target = partition_dir(args.dataset, part, args.root)
 
     def ready() -> bool:
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--method", default="metis", choices=("metis", "random"))
     sr.add_argument("--objective", default="vol", choices=("vol", "cut"))
     sr.add_argument("--partition-seed", type=int, default=0)
+    sr.add_argument("--balance", default="nodes,edges,train", help="METIS balance constraints (see partition)")
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
     return p

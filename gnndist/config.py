@@ -36,9 +36,16 @@ class PartitionConfig:
     method: str = opt("metis", "partitioner", ("metis", "random"))
     objective: str = opt("vol", "METIS objective: communication volume or edge cut", ("vol", "cut"))
     seed: int = opt(0, "partitioner seed", flag="--partition-seed")
+    balance: str = opt("nodes,edges,train", "METIS balance constraints, comma-separated subset of nodes,edges,train")
 
     def __post_init__(self) -> None:
         _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
+        bad = set(self.constraints) - {"nodes", "edges", "train"}
+        _need(not bad, f"--balance: unknown constraint(s) {sorted(bad)}; choose from nodes, edges, train")
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        return tuple(c for c in self.balance.split(",") if c)
 
 
 @dataclass

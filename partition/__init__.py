@@ -148,7 +148,7 @@ def partition(
         sent[lp.rank] = lp.send_counts.sum()
     report = {
         "parts": parts, "method": method, "objective": objective if method == "metis" else None,
-        "seed": seed, "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
+        "seed": seed, "balance": list(balance) if method == "metis" else [], "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
         "edge_cut": int(cross.sum() // 2),
         "comm_volume": int(vol),
         "random_comm_volume": int(random_vol),

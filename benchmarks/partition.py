@@ -1,0 +1,75 @@
+"""Partition quality (METIS vs random communication volume) and partitioning time / peak memory at scale.
+
+    python benchmarks/partition.py quality                 # Cora, Amazon Photo, Coauthor CS at 4 and 8 parts
+    python benchmarks/partition.py scale --graph synthetic-2m --parts 8   # time + peak RSS, end to end
+
+Peak RSS is the process high-water mark (``ru_maxrss``), so run ``scale`` in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+
+from gnndist.datasets import load
+from gnndist.partition import partition
+
+
+def _rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+
+def quality(args: argparse.Namespace) -> None:
+    print(f"{'dataset':<14}{'parts':>6}{'metis(vol)':>12}{'metis(cut)':>12}{'random':>10}{'vol/random':>12}"
+          f"{'cut/random':>12}{'imb nodes':>10}{'imb train':>10}")
+    for name in args.datasets.split(","):
+        data = load(name, root=args.root)
+        for parts in (int(p) for p in args.parts.split(",")):
+            vol = partition(data, parts, objective="vol").report
+            cut = partition(data, parts, objective="cut").report
+            rnd = vol["random_comm_volume"]
+            print(f"{name:<14}{parts:>6}{vol['comm_volume']:>12,}{cut['comm_volume']:>12,}{rnd:>10,}"
+                  f"{vol['comm_volume'] / rnd:>12.3f}{cut['comm_volume'] / rnd:>12.3f}"
+                  f"{vol['imbalance']['nodes']:>10.3f}{vol['imbalance']['train']:>10.3f}")
+
+
+def scale(args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    data = load(args.graph)
+    t1 = time.perf_counter()
+    print(f"generate {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1] // 2:,} undirected edges, "
+          f"{t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
+    p = partition(data, args.parts, method=args.method)
+    t2 = time.perf_counter()
+    r = p.report
+    print(f"partition {args.method} into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
+          f"comm volume {r['comm_volume']:,} (random {r['random_comm_volume']:,}, ratio {r['vs_random']:.3f}), "
+          f"peak RSS {_rss_gb():.2f} GiB", flush=True)
+    with tempfile.TemporaryDirectory(dir=args.tmp) as d:
+        p.save(f"{d}/parts", dataset=args.graph)
+        t3 = time.perf_counter()
+        print(f"save: {t3 - t2:.1f} s; total {t3 - t0:.1f} s; peak RSS {_rss_gb():.2f} GiB", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("--datasets", default="cora,amazon-photo,coauthor-cs")
+    q.add_argument("--parts", default="4,8")
+    q.add_argument("--root", default="/work/shared/data")
+    q.set_defaults(func=quality)
+    s = sub.add_parser("scale")
+    s.add_argument("--graph", default="synthetic-2m")
+    s.add_argument("--parts", type=int, default=8)
+    s.add_argument("--method", default="metis", choices=("metis", "random"))
+    s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
+    s.set_defaults(func=scale)
+    args = ap.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
