@@ -110,6 +110,8 @@ def _case(name: str):
     if kind == "gat_dropout":  # the weights of gat_h2_concat, attention dropout on
         pyg = _case("gat_h2_concat")[0]
         return None, _copy(pyg, gnn.GATConv(F_IN, 4, heads=2, dropout=0.5)), "", extra
+    if kind == "gat_model":  # the registered Cora recipe: input and attention dropout, ELU, 2 layers
+        return None, gnn.build_model("gat", F_IN, 16, 3, 2, 0.6), "", extra
     if kind == "gen_learn_t_batchnorm":
         pyg = pyg_nn.GENConv(F_IN, 6, learn_t=True, t=0.7)
         return pyg, _copy(pyg, gnn.GENConv(F_IN, 6, learn_t=True, t=0.7)), "", extra
@@ -141,10 +143,10 @@ def _case(name: str):
     return pyg, gnn.PyGAdapter(copy.deepcopy(pyg)), "conv.", extra
 
 
-CASES = ["gat_h2_concat", "gat_h3_mean", "gat_dropout", "gen_learn_t_batchnorm", "gen_same_width",
+CASES = ["gat_h2_concat", "gat_h3_mean", "gat_dropout", "gat_model", "gen_learn_t_batchnorm", "gen_same_width",
          "custom_edge_max", "custom_fused_gcn", "custom_mean", "custom_softmax",
          "pyg_gcn", "pyg_gcn_improved", "pyg_sage", "pyg_sage_max", "pyg_gat", "pyg_gin", "pyg_gen", "pyg_gcn2"]
-WITH_PYG = [c for c in CASES if c != "gat_dropout"]
+WITH_PYG = [c for c in CASES if c not in ("gat_dropout", "gat_model")]
 
 
 def _rank_job(grid, partdir, weights):
@@ -221,3 +223,9 @@ def test_gat_attention_dropout_is_partition_invariant(setup, world_size):
     _compare(one, _gather(runs[world_size], "gat_dropout", data.num_nodes))
     without = _gather(runs[1], "gat_h2_concat", data.num_nodes)  # same weights, no dropout (equals PyG)
     assert (one["out"] - without["out"]).abs().max() > 1e-3, "attention dropout changed nothing"
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES[1:], ids=lambda p: f"P{p}")
+def test_gat_model_with_dropout_is_partition_invariant(setup, world_size):
+    data, runs, _ = setup
+    _compare(_gather(runs[1], "gat_model", data.num_nodes), _gather(runs[world_size], "gat_model", data.num_nodes))
