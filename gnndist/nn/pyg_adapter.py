@@ -66,6 +66,13 @@ def check_static(conv: nn.Module) -> None:
             f"(the adapter supplies them only for {', '.join(sorted(GCN_NORM))})")
 
 
+def _dropout_attr(m: nn.Module) -> float:
+    """The largest dropout probability a module keeps as an attribute (PyG layers and MLPs), else 0."""
+    p = getattr(m, "dropout", None)
+    values = p if isinstance(p, (list, tuple)) else [p]
+    return max([float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)], default=0.0)
+
+
 def check_runtime(conv: nn.Module) -> None:
     """Raise :class:`NotDistributable` if a submodule needs all nodes or a partition-dependent random draw."""
     label = type(conv).__name__
@@ -81,8 +88,7 @@ def check_runtime(conv: nn.Module) -> None:
                 f"{where} ({kind}) in training normalises with statistics over all nodes of the graph, which no "
                 f"rank holds; build the layer without it (e.g. norm=None) or use gnndist.nn.GENConv, "
                 f"whose DistBatchNorm sums the statistics over ranks")
-        if m.training and ((isinstance(m, nn.Dropout) and m.p > 0)
-                           or (isinstance(getattr(m, "dropout", None), float) and m.dropout > 0)):
+        if m.training and ((isinstance(m, nn.Dropout) and m.p > 0) or _dropout_attr(m) > 0):
             raise NotDistributable(
                 f"{where} draws dropout masks from torch's random stream, so they depend on the partition; "
                 f"set its dropout to 0 (use graph.dropout, or gnndist.nn.GATConv for attention dropout)")
