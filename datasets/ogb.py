@@ -221,6 +221,11 @@ def write_ogb(data: Data, root: str, name: str) -> str:
         _write_csv(
             getattr(data, key).nonzero().numpy(), osp.join(split, f"{part}.csv.gz")
         )
+    extra = _master(official) if official else {}
+    for kind, count in (("node", n), ("edge", ei.shape[1])):
+        for file in str(extra.get(f"additional {kind} files", "None")).split(","):
+            if file and file != "None":  # an official name reads these too: zeros stand in
+                _write_csv(np.zeros((count, 1), dtype=np.int64), osp.join(raw, f"{file}.csv.gz"))
     multilabel = y.ndim == 2 and y.shape[1] > 1
     meta = {
         "name": name,
@@ -237,8 +242,8 @@ def write_ogb(data: Data, root: str, name: str) -> str:
         "has_node_attr": "True",
         "has_edge_attr": "False",
         "split": split_name,
-        "additional node files": "None",
-        "additional edge files": "None",
+        "additional node files": str(extra.get("additional node files", "None")),
+        "additional edge files": str(extra.get("additional edge files", "None")),
         "is hetero": "False",
         "binary": "False",
     }

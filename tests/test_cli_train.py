@@ -134,3 +134,34 @@ def test_bad_training_flags(part2, argv, message, capsys):
     assert main(["train", str(part2), "--epochs", "1", "--no-progress"] + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_ogb_evaluator_matches_counts(tmp_path):
+    from gnndist.config import TrainConfig
+    from gnndist.graph import DistGraph
+    from gnndist.partition import load as load_part
+    from gnndist.trainer import Trainer
+
+    d = tmp_path / "p1"
+    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=4), 1).save(d, dataset="toy")
+    arrays, meta = load_part(d, 0)
+    cfg = TrainConfig()
+    cfg.run.progress = False
+    plain = Trainer(DistGraph(arrays, meta), cfg)
+    ogb = Trainer(DistGraph(arrays, {**meta, "dataset": "ogbn-arxiv"}), cfg)
+    assert plain.metric == "acc" and ogb.ogb_evaluator is not None
+    ogb.model.load_state_dict(plain.model.state_dict())
+    assert ogb.evaluate() == pytest.approx(plain.evaluate(), abs=1e-12)
+
+
+def test_run_on_ogb_layout(tmp_path):
+    from gnndist.datasets import write_ogb
+
+    data = synthetic(300, avg_degree=5, num_classes=4, num_features=6, seed=5)
+    write_ogb(data, str(tmp_path), "ogbn-arxiv")
+    r = _run(GNNDIST + ["run", "ogbn-arxiv", "--root", str(tmp_path), "--nproc", "2", "--epochs", "3",
+                        "--json", "--no-progress"], env={"GNNDIST_DATA": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["metric"] == "acc" and summary["dataset"] == "ogbn-arxiv"
+    assert 0.0 <= summary["test_acc"] <= 1.0
