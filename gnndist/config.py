@@ -65,7 +65,7 @@ class DistConfig:
 
 @dataclass
 class ModelConfig:
-    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, ...)")
+    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, ...)")
     layers: int = opt(2, "number of GNN layers")
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
