@@ -1,0 +1,155 @@
+"""Peak memory per rank of gnndist training on P ranks against one rank, same graph and model.
+
+Each rank is a fresh spawned process (P = 1 too, so both pay the same imports and the same
+gloo set-up) that joins a gloo group, loads its part, builds the ``Trainer`` and runs
+``--epochs`` training steps and one evaluation. It reports
+
+    base    resident memory after imports and ``init`` (VmRSS), before the part is loaded
+    load    VmHWM - base after ``DistGraph`` and ``Trainer`` are built
+    peak    VmHWM - base after training: the rank's high-water mark of what gnndist added
+
+from ``/proc/self/status``. The ratio is max over ranks of ``peak`` at P ranks divided by
+``peak`` at one rank (goal <= 0.35 at P = 4; 0.25 is a perfect split, the halo and the
+replicated weights are the rest).
+
+Graph: ``gnndist.datasets.synthetic(N, avg_degree=10, num_features=64)`` (1M nodes), METIS
+partitions cached under ``--cache``; model: 2-layer GCN, hidden ``--hidden`` (16), dropout 0.5.
+
+    python benchmarks/memory.py                      # 1M nodes, P = 1 and 4
+    python benchmarks/memory.py --quick              # 100k nodes
+    python benchmarks/memory.py --nodes 2000000 --parts 1,2,4 --hidden 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import time
+from pathlib import Path
+
+
+def proc_status() -> dict[str, int]:
+    """VmRSS / VmHWM of this process in bytes."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def rank_main(rank: int, world: int, port: int, partdir: str, hidden: int, epochs: int, queue) -> None:
+    """One rank: init gloo, load the part, train ``epochs`` steps + one evaluation, report memory."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        import torch
+
+        from gnndist.config import ModelConfig, RunConfig, TrainConfig
+        from gnndist.graph import DistGraph
+        from gnndist.grid import init
+        from gnndist.trainer import Trainer
+
+        grid = init("gloo", timeout=600)
+        torch.set_num_threads(1)  # same threads per rank at every P (memory does not depend on it)
+        base = proc_status()["VmRSS"]
+        graph = DistGraph.load(partdir, grid)
+        cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
+        trainer = Trainer(graph, cfg)
+        load = proc_status()["VmHWM"] - base
+        t0 = time.perf_counter()
+        for epoch in range(epochs):
+            trainer.train_step(epoch)
+        acc = trainer.evaluate()
+        seconds = (time.perf_counter() - t0) / epochs
+        peak = proc_status()["VmHWM"] - base
+        queue.put((rank, {"base": base, "load": load, "peak": peak, "n_owned": graph.n_owned,
+                          "n_halo": graph.n_halo, "step_s": seconds, "val_acc": acc["val_acc"]}))
+        grid.destroy()
+    except Exception as e:  # noqa: BLE001 - report to the parent, never hang it
+        import traceback
+
+        queue.put((rank, {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}))
+
+
+def measure(partdir: Path, world: int, hidden: int, epochs: int) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, str(partdir), hidden, epochs, q))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = dict(q.get(timeout=1800) for _ in range(world))
+    for p in procs:
+        p.join(timeout=30)
+    errors = [f"rank {r}: {v['error']}" for r, v in results.items() if "error" in v]
+    if errors:
+        raise RuntimeError("\n".join(errors))
+    return [results[r] for r in range(world)]
+
+
+def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Path]:
+    """METIS partitions of the synthetic graph, one per P, generated once and cached."""
+    dirs = {p: cache / f"synthetic-{nodes}-d10-f64-p{p}" for p in parts}
+    missing = [p for p, d in dirs.items() if not (d / "META.json").is_file()]
+    if missing:
+        from gnndist.datasets import synthetic
+        from gnndist.partition import partition
+
+        t0 = time.perf_counter()
+        data = synthetic(nodes, avg_degree=10, num_features=64, seed=0, name=f"synthetic-{nodes}")
+        print(f"generated N={data.num_nodes:,} E={data.edge_index.shape[1]:,} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        for p in missing:
+            t0 = time.perf_counter()
+            partition(data, p).save(dirs[p], dataset=f"synthetic-{nodes}")
+            print(f"partitioned into {p} in {time.perf_counter() - t0:.0f} s -> {dirs[p]}", flush=True)
+        del data
+    return dirs
+
+
+def mib(b: float) -> str:
+    return f"{b / 2**20:8.0f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--parts", default="1,4", help="comma list of world sizes; the first is the reference")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=3, help="training steps per rank (then one evaluation)")
+    ap.add_argument("--cache", default="/tmp/gnndist-memory-bench", help="where partitions are kept")
+    ap.add_argument("--quick", action="store_true", help="100k nodes")
+    args = ap.parse_args()
+    if args.quick:
+        args.nodes = 100_000
+    parts = [int(p) for p in args.parts.split(",")]
+    dirs = ensure_partitions(args.nodes, parts, Path(args.cache))
+    rows = {}
+    for p in parts:
+        rows[p] = measure(dirs[p], p, args.hidden, args.epochs)
+        print(f"P={p}: peak per rank (MiB) {[round(r['peak'] / 2**20) for r in rows[p]]}  "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+
+    ref = max(r["peak"] for r in rows[parts[0]])
+    print(f"\nper-rank memory, synthetic N={args.nodes:,} avg degree 10 F=64, GCN hidden {args.hidden}, "
+          f"{args.epochs} steps + 1 eval (MiB above the post-import baseline)")
+    print(f"{'P':>3s} {'rank':>4s} {'n_owned':>9s} {'n_halo':>9s} {'base':>8s} {'load':>8s} {'peak':>8s} "
+          f"{'peak/P1':>8s} {'step s':>7s}")
+    for p, rs in rows.items():
+        for r, v in enumerate(rs):
+            print(f"{p:3d} {r:4d} {v['n_owned']:9,d} {v['n_halo']:9,d} {mib(v['base'])} {mib(v['load'])} "
+                  f"{mib(v['peak'])} {v['peak'] / ref:8.2f} {v['step_s']:7.2f}")
+    for p in parts[1:]:
+        worst = max(r["peak"] for r in rows[p])
+        print(f"max peak at P={p} / peak at P={parts[0]}: {worst / ref:.2f}x (goal <= 0.35 at P=4; ideal {parts[0] / p:.2f})")
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
