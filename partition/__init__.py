@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from gnndist.errors import UserError
 from gnndist.partition.book import (
@@ -23,6 +24,7 @@ from gnndist.partition.book import (
     check_parts,
     comm_volume,
     csr_from_edge_index,
+    halo_volumes,
     renumbered_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
@@ -75,7 +77,7 @@ class Partition:
                 arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
             yield arrays
 
-    def save(self, out: str | Path, dataset: str) -> Path:
+    def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`)."""
         d = self.data
         y = d.y
@@ -89,7 +91,9 @@ class Partition:
             "offsets": self.book.offsets.tolist(),
             "report": self.report,
         }
-        return write_partition(out, meta, self.part_arrays())
+        parts = tqdm(self.part_arrays(), total=self.book.parts, desc="write parts", unit="part",
+                     disable=None if progress else True, leave=False)
+        return write_partition(out, meta, parts)
 
 
 def partition(
@@ -99,6 +103,7 @@ def partition(
     objective: str = "vol",
     seed: int = 0,
     balance: tuple[str, ...] = BALANCE,
+    progress: bool = True,
 ) -> Partition:
     """Partition ``data`` into ``parts`` parts and compute the quality report.
 
@@ -110,6 +115,7 @@ def partition(
         objective: METIS objective, ``"vol"`` (communication volume, default) or ``"cut"``.
         seed: seed of METIS / of the random assignment: the same seed gives the same parts.
         balance: METIS balance constraints among ``nodes``, ``edges``, ``train``.
+        progress: show a progress bar on a terminal.
     """
     if method not in METHODS:
         raise UserError(f"--method must be one of {list(METHODS)}, got {method!r}")
@@ -119,7 +125,11 @@ def partition(
     n = int(data.num_nodes)
     check_parts(n, parts)
     t0 = time.perf_counter()
+    bar = tqdm(total=4, desc=f"partition into {parts}", unit="step", disable=None if progress else True, leave=False)
+    bar.set_postfix_str("symmetrise")
     csr = csr_from_edge_index(data.edge_index, n)
+    bar.update()
+    bar.set_postfix_str(method)
     degree = csr.degree()
     train = getattr(data, "train_mask", None)
     train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
@@ -132,24 +142,24 @@ def partition(
     t_assign = time.perf_counter() - t0
     book = PartitionBook(parts, assign)
 
-    rows = csr.rows()
-    cross = assign[rows] != assign[csr.col]
-    del rows
-    vol = comm_volume(csr, assign, parts)
+    bar.update()
+    bar.set_postfix_str("report")
+    cross = int((assign[csr.rows()] != assign[csr.col]).sum())
+    n_halo, sent = halo_volumes(csr, assign, parts)
+    vol = int(n_halo.sum())
     random_vol = vol if method == "random" else comm_volume(csr, random_assign(n, parts, seed), parts)
+    bar.update()
+    bar.set_postfix_str("renumber")
     new_csr = renumbered_csr(csr, book)
     del csr
+    bar.update()
+    bar.close()
     n_owned = np.diff(book.offsets)
     nnz = np.diff(new_csr.rowptr[book.offsets])
-    n_halo = np.zeros(parts, dtype=np.int64)
-    sent = np.zeros(parts, dtype=np.int64)
-    for lp in build_local_parts(new_csr, book):
-        n_halo[lp.rank] = lp.n_halo
-        sent[lp.rank] = lp.send_counts.sum()
     report = {
         "parts": parts, "method": method, "objective": objective if method == "metis" else None,
         "seed": seed, "balance": list(balance) if method == "metis" else [], "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
-        "edge_cut": int(cross.sum() // 2),
+        "edge_cut": cross // 2,
         "comm_volume": int(vol),
         "random_comm_volume": int(random_vol),
         "vs_random": float(vol / random_vol) if random_vol else 1.0,

@@ -165,12 +165,26 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
         )
 
 
-def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int) -> int:
-    """Total communication volume: sum over nodes of the number of other parts that need it."""
+def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows each part receives (its halo size) and sends, without building the parts.
+
+    A (node, needing part) pair is one row of communication volume.
+
+    Shapes:
+        -> recv ``[parts]``, send ``[parts]`` int64
+    """
     rows = csr.rows()
     need = assign[rows] != assign[csr.col]
-    keys = np.unique(csr.col[need] * parts + assign[rows[need]])
-    return int(len(keys))
+    keys = np.unique(csr.col[need] * parts + assign[rows[need]])  # (source node, receiving part)
+    del rows, need
+    recv = np.bincount(keys % parts, minlength=parts)
+    send = np.bincount(assign[keys // parts], minlength=parts)
+    return recv.astype(np.int64), send.astype(np.int64)
+
+
+def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int) -> int:
+    """Total communication volume: sum over nodes of the number of other parts that need it."""
+    return int(halo_volumes(csr, assign, parts)[0].sum())
 
 
 def check_parts(num_nodes: int, parts: int) -> None:
