@@ -4,7 +4,8 @@ Each rank is a fresh spawned process (P = 1 too, so both pay the same imports an
 gloo set-up) that joins a gloo group, loads its part, builds the ``Trainer`` and runs
 ``--epochs`` training steps and one evaluation. It reports
 
-    base    resident memory after imports and ``init`` (VmRSS), before the part is loaded
+    base    resident memory after imports, ``init`` and a first ``torch.optim.Adam`` (whose
+            lazy imports alone take ~170 MB), before the part is loaded (VmRSS)
     load    VmHWM - base after ``DistGraph`` and ``Trainer`` are built
     peak    VmHWM - base after training: the rank's high-water mark of what gnndist added
 
@@ -54,6 +55,8 @@ def rank_main(rank: int, world: int, port: int, partdir: str, hidden: int, epoch
 
         grid = init("gloo", timeout=600)
         torch.set_num_threads(1)  # same threads per rank at every P (memory does not depend on it)
+        warm = torch.zeros(1, requires_grad=True)  # Adam's first use imports ~170 MB (torch._dynamo): not ours
+        torch.optim.Adam([warm]).step()
         base = proc_status()["VmRSS"]
         graph = DistGraph.load(partdir, grid)
         cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
