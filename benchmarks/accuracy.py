@@ -153,6 +153,8 @@ def main() -> None:
     ap.add_argument("--datasets", default="photo,cs,cora", help="comma list of photo, cs, cora")
     ap.add_argument("--recipes", default="default,tuned", help=f"comma list of {', '.join(RECIPES)}")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0 .. S-1 (split and initialisation)")
+    ap.add_argument("--runs", help="comma list of DATASET:RECIPE pairs instead of datasets x recipes")
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--nproc", type=int, default=4, help="gnndist ranks")
     ap.add_argument("--root", default="/work/shared/data", help="folder holding amazon_photo/ and coauthor_cs/")
@@ -168,26 +170,27 @@ def main() -> None:
     rows, runs = [], []
     with tempfile.TemporaryDirectory(prefix="gnndist-acc-") as tmp_s:
         tmp = Path(tmp_s)
-        for ds in args.datasets.split(","):
-            for recipe in args.recipes.split(","):
-                hp = recipe_for(recipe, ds)
-                acc: dict[str, list[float]] = {"gnndist": [], "pyg": []}
-                for seed in range(args.seeds):
-                    data = load(ds, args.root, seed)
-                    if ds == "cora" and recipe == "default":
-                        g = run_cli_cora(seed, args.epochs, args.nproc, tmp)
-                    else:
-                        g = run_gnndist(data, ds, hp, seed, args.epochs, args.nproc, tmp)
-                    acc["gnndist"].append(g["test_acc"])
-                    runs.append({"dataset": ds, "recipe": recipe, "seed": seed, "impl": "gnndist", **hp, **g})
-                    line = f"{ds:5s} {recipe:7s} seed {seed}: gnndist P={args.nproc} test {g['test_acc']:.4f}"
-                    if not args.skip_pyg:
-                        p = run_pyg(data, hp, seed, args.epochs)
-                        acc["pyg"].append(p["test_acc"])
-                        runs.append({"dataset": ds, "recipe": recipe, "seed": seed, "impl": "pyg", **hp, **p})
-                        line += f"  pyg test {p['test_acc']:.4f} ({p['seconds']:.0f} s)"
-                    print(line + f"  load {os.getloadavg()[0]:.2f}", flush=True)
-                rows.append((ds, recipe, hp, acc))
+        pairs = [tuple(r.split(":")) for r in args.runs.split(",")] if args.runs else [
+            (ds, recipe) for ds in args.datasets.split(",") for recipe in args.recipes.split(",")]
+        for ds, recipe in pairs:
+            hp = recipe_for(recipe, ds)
+            acc: dict[str, list[float]] = {"gnndist": [], "pyg": []}
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                data = load(ds, args.root, seed)
+                if ds == "cora" and recipe == "default":
+                    g = run_cli_cora(seed, args.epochs, args.nproc, tmp)
+                else:
+                    g = run_gnndist(data, ds, hp, seed, args.epochs, args.nproc, tmp)
+                acc["gnndist"].append(g["test_acc"])
+                runs.append({"dataset": ds, "recipe": recipe, "seed": seed, "impl": "gnndist", **hp, **g})
+                line = f"{ds:5s} {recipe:7s} seed {seed}: gnndist P={args.nproc} test {g['test_acc']:.4f}"
+                if not args.skip_pyg:
+                    p = run_pyg(data, hp, seed, args.epochs)
+                    acc["pyg"].append(p["test_acc"])
+                    runs.append({"dataset": ds, "recipe": recipe, "seed": seed, "impl": "pyg", **hp, **p})
+                    line += f"  pyg test {p['test_acc']:.4f} ({p['seconds']:.0f} s)"
+                print(line + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+            rows.append((ds, recipe, hp, acc))
     print(f"\ntest accuracy, mean ± std over {args.seeds} seeds (%), {args.epochs} epochs, gnndist on {args.nproc} ranks")
     print(f"{'dataset':8s} {'recipe':8s} {'hidden':>6s} {'drop':>5s} {'lr':>6s} {'wd':>7s} {'norm':>5s} "
           f"{'gnndist':>12s} {'pyg':>12s} {'published':>9s} {'gap':>6s}")
