@@ -41,10 +41,11 @@ def scale(args: argparse.Namespace) -> None:
     t1 = time.perf_counter()
     print(f"generate {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1] // 2:,} undirected edges, "
           f"{t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
-    p = partition(data, args.parts, method=args.method)
+    p = partition(data, args.parts, method=args.method, objective=args.objective,
+                  balance=tuple(b for b in args.balance.split(",") if b))
     t2 = time.perf_counter()
     r = p.report
-    print(f"partition {args.method} into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
+    print(f"partition {args.method}({args.objective}, balance {args.balance}) into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
           f"comm volume {r['comm_volume']:,} (random {r['random_comm_volume']:,}, ratio {r['vs_random']:.3f}), "
           f"peak RSS {_rss_gb():.2f} GiB", flush=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
@@ -65,6 +66,8 @@ def main() -> None:
     s.add_argument("--graph", default="synthetic-2m")
     s.add_argument("--parts", type=int, default=8)
     s.add_argument("--method", default="metis", choices=("metis", "random"))
+    s.add_argument("--objective", default="vol", choices=("vol", "cut"))
+    s.add_argument("--balance", default="nodes,edges,train")
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
     s.set_defaults(func=scale)
     args = ap.parse_args()

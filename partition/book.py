@@ -52,14 +52,18 @@ def csr_from_edge_index(edge_index: torch.Tensor | np.ndarray, num_nodes: int) -
     ei = ei.astype(np.int64, copy=False)
     if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
         raise UserError(f"edge ids must lie in [0, {num_nodes}), found [{ei.min()}, {ei.max()}]")
-    src, dst = ei[0], ei[1]
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    keys = np.concatenate([dst * num_nodes + src, src * num_nodes + dst])
-    del src, dst, keep
-    keys = np.unique(keys)  # sorted by (dst, src)
-    rows = keys // num_nodes
-    col = keys - rows * num_nodes
+    keys = ei[0] * num_nodes + ei[1]  # [E] (row, col) pairs
+    clean = keys.size == 0 or bool(np.all(keys[1:] > keys[:-1]) and np.all(ei[0] != ei[1]))
+    if clean:  # sorted, no duplicates, no self-loops: symmetric iff the transposed pairs are the same set
+        clean = np.array_equal(keys, np.sort(ei[1] * num_nodes + ei[0]))
+    if clean:
+        rows, col = ei[0], ei[1]
+    else:
+        src, dst = ei[0], ei[1]
+        keep = src != dst
+        keys = np.unique(np.concatenate([keys[keep], dst[keep] * num_nodes + src[keep]]))  # sorted (row, col)
+        rows = keys // num_nodes
+        col = keys - rows * num_nodes
     del keys
     rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=num_nodes), out=rowptr[1:])

@@ -201,3 +201,13 @@ def test_cli_errors_exit_2(argv, message, tmp_path, capsys):
     assert main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "partition" else [])) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_clean_input_fast_path_matches_general_path():
+    data = synthetic(500, avg_degree=6, num_classes=3, num_features=4, seed=9)  # already clean and sorted
+    fast = csr_from_edge_index(data.edge_index, 500)
+    shuffled = data.edge_index[:, torch.randperm(data.edge_index.shape[1], generator=torch.Generator().manual_seed(0))]
+    general = csr_from_edge_index(shuffled, 500)
+    assert np.array_equal(fast.rowptr, general.rowptr) and np.array_equal(fast.col, general.col)
+    one_way = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]  # sorted but not symmetric
+    assert np.array_equal(csr_from_edge_index(one_way, 500).col, general.col)
