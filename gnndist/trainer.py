@@ -130,6 +130,16 @@ class Trainer:
             out[f"{split}_acc"] = float(ev.eval({"y_true": yt, "y_pred": yp})[ev.eval_metric]) if len(yt) else 0.0
         return out
 
+    def global_bytes_per_tag(self) -> dict[str, dict[str, int]]:
+        """Bytes of this epoch's training step summed over ranks, per tag (layer) and direction."""
+        local = self.graph.counter.per_tag()
+        tags = sorted(local)
+        keys = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
+        vec = torch.tensor([float(local[t].get(k, 0)) for t in tags for k in keys], dtype=torch.float64)
+        self.grid.all_reduce_(vec)  # every rank runs the same model, so the tags agree
+        vals = vec.view(len(tags), len(keys)).long().tolist() if tags else []
+        return {t: dict(zip(keys, row)) for t, row in zip(tags, vals)}
+
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:
         """Train for ``cfg.optim.epochs`` epochs; returns the summary (best-val model selection)."""
@@ -147,8 +157,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 loss = self.train_step(epoch)
                 dt = time.perf_counter() - t0
-                sent = torch.tensor([float(g.counter.bytes_sent)], dtype=torch.float64)
-                comm_bytes = int(grid.all_reduce_(sent).item())
+                per_layer = self.global_bytes_per_tag()
+                comm_bytes = sum(v["fwd_sent"] + v.get("bwd_sent", 0) for v in per_layer.values())
                 metrics = self.evaluate()
                 times.append(dt)
                 comm.append(comm_bytes)
@@ -178,6 +188,7 @@ class Trainer:
             "final_loss": history[-1]["loss"] if history else None,
             "epoch_time_s": sum(steady) / max(len(steady), 1),
             "comm_bytes_per_epoch": int(sum(comm) / max(len(comm), 1)),
+            "comm_bytes_per_layer": per_layer if history else {},
             "nproc": grid.world_size, "strategy": cfg.dist.strategy, "model": cfg.model.model, "metric": self.metric,
             "dataset": g.meta.get("dataset"),
         }

@@ -45,6 +45,10 @@ def test_run_cora_json_and_log(tmp_path):
         assert key in summary
     assert summary["nproc"] == 2 and summary["epochs"] == 5 and summary["strategy"] == "1d"
     assert summary["comm_bytes_per_epoch"] > 0
+    per_layer = summary["comm_bytes_per_layer"]
+    assert {"layer0", "layer1", "grad_allreduce"} <= set(per_layer)
+    assert per_layer["layer0"]["fwd_sent"] == per_layer["layer0"]["bwd_received"] > 0
+    assert summary["comm_bytes_per_epoch"] == sum(v["fwd_sent"] + v["bwd_sent"] for v in per_layer.values())
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert [row["epoch"] for row in rows] == list(range(5))
     for key in ("epoch", "loss", "train_acc", "val_acc", "test_acc", "time_s", "comm_bytes"):
