@@ -70,7 +70,7 @@ class ModelConfig:
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
-    normalize_features: bool = opt(True, "row-normalise input features (Kipf & Welling preprocessing)")
+    normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
 
     def __post_init__(self) -> None:
         from gnndist.nn import MODELS

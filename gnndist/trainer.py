@@ -35,7 +35,9 @@ class Trainer:
             raise UserError("the partition has no training nodes (train_mask is empty)")
         graph.seed = cfg.run.seed
         if cfg.model.normalize_features:  # per-node, so exact across partitions
-            graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+            negative = self.grid.all_reduce_(torch.tensor([float((graph.x < 0).any())]))
+            if negative.item() == 0:  # row sums of signed features are no scale: leave those alone
+                graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)
         torch.manual_seed(cfg.run.seed)
         m = cfg.model
         out = graph.y.shape[1] if graph.y.dim() > 1 else graph.num_classes

@@ -13,9 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
-
-from gnndist.errors import UserError
 from gnndist.partition.book import (
     GlobalCSR,
     LocalPart,
@@ -29,6 +26,9 @@ from gnndist.partition.book import (
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.metis import metis_assign, random_assign
+from tqdm import tqdm
+
+from gnndist.errors import UserError
 
 METHODS = ("metis", "random")
 BALANCE = ("nodes", "edges", "train")

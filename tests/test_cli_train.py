@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from gnndist.cli import main
 from gnndist.datasets import synthetic
 from gnndist.partition import partition
+
+from gnndist.cli import main
+from gnndist.trainer import Trainer
 
 GNNDIST = [sys.executable, "-m", "gnndist.cli"]
 SUMMARY_KEYS = ("train_acc", "val_acc", "test_acc", "best_epoch", "epochs", "epoch_time_s",
@@ -141,10 +142,10 @@ def test_bad_training_flags(part2, argv, message, capsys):
 
 
 def test_ogb_evaluator_matches_counts(tmp_path):
+    from gnndist.partition import load as load_part
+
     from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
-    from gnndist.partition import load as load_part
-    from gnndist.trainer import Trainer
 
     d = tmp_path / "p1"
     partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=4), 1).save(d, dataset="toy")
@@ -169,3 +170,25 @@ def test_run_on_ogb_layout(tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["metric"] == "acc" and summary["dataset"] == "ogbn-arxiv"
     assert 0.0 <= summary["test_acc"] <= 1.0
+
+
+def test_feature_normalisation_only_for_nonnegative_features(tmp_path):
+    import torch
+    from gnndist.datasets import load
+    from gnndist.partition import load as load_part
+
+    from gnndist.config import TrainConfig
+    from gnndist.graph import DistGraph
+
+    for name, data in (("signed", synthetic(100, avg_degree=4, num_classes=2, num_features=5, seed=0)),
+                       ("cora", load("cora"))):
+        partition(data, 1).save(tmp_path / name, dataset=name)
+        arrays, meta = load_part(tmp_path / name, 0)
+        graph = DistGraph(arrays, meta)
+        x = graph.x.clone()
+        Trainer(graph, TrainConfig())
+        if name == "signed":
+            assert torch.equal(graph.x, x)
+        else:
+            sums = graph.x.sum(1)
+            assert torch.allclose(sums[x.sum(1) > 0], torch.ones(1))

@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
 from torch import nn
 
 from gnndist.config import TrainConfig
-from gnndist.datasets import synthetic
 from gnndist.graph import DistGraph
-from gnndist.partition import partition
 from gnndist.strategies import get_strategy
 from gnndist.testing import assert_close, run_distributed
 from gnndist.trainer import Trainer

@@ -5,13 +5,14 @@ import json
 import numpy as np
 import pytest
 import torch
+from gnndist.datasets import load, synthetic
+from gnndist.partition import csr_from_edge_index, partition, read_meta
+from gnndist.partition import load as load_part
+from gnndist.partition.format import write_partition
 from torch_geometric.data import Data
 
 from gnndist.cli import main
-from gnndist.datasets import load, synthetic
 from gnndist.errors import UserError
-from gnndist.partition import csr_from_edge_index, load as load_part, partition, read_meta
-from gnndist.partition.format import write_partition
 from gnndist.testing import assert_close
 
 
