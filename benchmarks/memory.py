@@ -9,7 +9,10 @@ gloo set-up) that joins a gloo group, loads its part, builds the ``Trainer`` and
     load    VmHWM - base after ``DistGraph`` and ``Trainer`` are built
     peak    VmHWM - base after training: the rank's high-water mark of what gnndist added
 
-from ``/proc/self/status``. The ratio is max over ranks of ``peak`` at P ranks divided by
+from ``/proc/self/status``. With glibc's default (dynamic) mmap threshold, freed blocks below
+32 MB stay in the heap and fragment it; a rank of P = 4 has many more tensors of that size than
+one rank has, so its high-water mark carries proportionally more: ``--malloc-mmap-threshold
+1048576`` (``MALLOC_MMAP_THRESHOLD_``) fixes the threshold and shows the difference. The ratio is max over ranks of ``peak`` at P ranks divided by
 ``peak`` at one rank (goal <= 0.35 at P = 4; 0.25 is a perfect split, the halo and the
 replicated weights are the rest).
 
@@ -18,6 +21,7 @@ partitions cached under ``--cache``; model: 2-layer GCN, hidden ``--hidden`` (16
 
     python benchmarks/memory.py                      # 1M nodes, P = 1 and 4
     python benchmarks/memory.py --quick              # 100k nodes
+    python benchmarks/memory.py --malloc-mmap-threshold 1048576   # glibc: no dynamic mmap threshold
     python benchmarks/memory.py --nodes 2000000 --parts 1,2,4 --hidden 64
 """
 
@@ -127,8 +131,12 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=3, help="training steps per rank (then one evaluation)")
     ap.add_argument("--cache", default="/tmp/gnndist-memory-bench", help="where partitions are kept")
+    ap.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
+                    help="set MALLOC_MMAP_THRESHOLD_ in the ranks (glibc: fixed threshold, no dynamic growth)")
     ap.add_argument("--quick", action="store_true", help="100k nodes")
     args = ap.parse_args()
+    if args.malloc_mmap_threshold is not None:  # read by glibc when a spawned rank starts
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
     if args.quick:
         args.nodes = 100_000
     parts = [int(p) for p in args.parts.split(",")]
@@ -141,7 +149,8 @@ def main() -> None:
 
     ref = max(r["peak"] for r in rows[parts[0]])
     print(f"\nper-rank memory, synthetic N={args.nodes:,} avg degree 10 F=64, GCN hidden {args.hidden}, "
-          f"{args.epochs} steps + 1 eval (MiB above the post-import baseline)")
+          f"{args.epochs} steps + 1 eval (MiB above the post-import baseline), "
+          f"MALLOC_MMAP_THRESHOLD_={os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset')}")
     print(f"{'P':>3s} {'rank':>4s} {'n_owned':>9s} {'n_halo':>9s} {'base':>8s} {'load':>8s} {'peak':>8s} "
           f"{'peak/P1':>8s} {'step s':>7s}")
     for p, rs in rows.items():
