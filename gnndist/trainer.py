@@ -151,7 +151,8 @@ class Trainer:
         if grid.is_main and cfg.run.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=cfg.optim.epochs, initial=self.start_epoch, desc="train", unit="epoch", leave=False)
+            bar = tqdm(total=cfg.optim.epochs, initial=self.start_epoch, desc="train", unit="epoch", leave=False,
+                       disable=None)  # on a terminal only
         times, comm, history = [], [], []
         try:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
