@@ -52,7 +52,6 @@ class PartitionConfig:
 class DistConfig:
     nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)")
     strategy: str = opt("1d", "distributed aggregation strategy", ("1d",))
-    replication: int = opt(1, "replication factor c of the 1.5d strategy")
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
@@ -60,7 +59,6 @@ class DistConfig:
     def __post_init__(self) -> None:
         _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
-        _need(self.replication >= 1, f"--replication must be >= 1, got {self.replication}")
 
 
 @dataclass
@@ -95,7 +93,7 @@ class OptimConfig:
 
 @dataclass
 class KernelConfig:
-    kernel: str = opt("auto", "aggregation kernel (sets GNNDIST_KERNEL)", ("auto", "reference", "triton"))
+    kernel: str = opt("auto", "aggregation kernel (sets GNNDIST_KERNEL)", ("auto", "reference", "sparse", "triton"))
 
 
 @dataclass
