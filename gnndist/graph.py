@@ -18,7 +18,7 @@ from gnndist.comm import ByteCounter, HaloPlan, halo_exchange
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
-from gnndist.nn.dropout import cell_bits, dropout_mask, node_keys
+from gnndist.nn.dropout import apply_dropout, cell_bits, hash_bits, node_keys
 from gnndist.strategies import Strategy, get_strategy
 
 
@@ -161,12 +161,12 @@ class DistGraph:
         if x is self.x and self._x_nonzero() is not None:
             rows, cols, vals = self._x_nonzero()
             keys = node_keys(ids, self.seed, self.epoch, key)  # [n_owned]
-            keep = cell_bits(keys[rows], cols) >= int(p * 2**31)  # [nnz]: the dense mask's cells
+            drop = cell_bits(keys[rows], cols) < int(p * 2**31)  # [nnz]: the dense mask's cells
             out = torch.zeros_like(x)
-            out[rows, cols] = vals * keep.to(x.dtype) / (1.0 - p)
+            out[rows, cols] = apply_dropout(vals, drop, p)
             return out
-        keep = dropout_mask(ids, x.shape[1], p, self.seed, self.epoch, key)
-        return x * keep.to(x.dtype) / (1.0 - p)
+        drop = hash_bits(ids, x.shape[1], self.seed, self.epoch, key) < int(p * 2**31)  # [n_owned, F]
+        return apply_dropout(x, drop, p)
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """Cached nonzero pattern of the input features when under half of them are nonzero."""

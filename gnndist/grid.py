@@ -8,6 +8,7 @@ solo grid whose collectives are no-ops.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -73,6 +74,23 @@ def split_threads(local_world_size: int) -> int:
     return threads
 
 
+def pin_mmap_threshold(threshold: int = 1 << 20) -> bool:
+    """Fix glibc's mmap threshold so tensors above ``threshold`` bytes are mmapped and returned on free.
+
+    glibc raises the threshold (up to 32 MiB) after large frees; tensors below it are then
+    carved from a fragmenting heap. A rank holding a 1/P slice has many tensors in that
+    range, so its peak RSS would not shrink with P. No-op off glibc or when
+    ``MALLOC_MMAP_THRESHOLD_`` is set by the user.
+    """
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD
+
+
 def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
     """Build the :class:`ProcessGrid` from the environment (torchrun or ``--nproc``).
 
@@ -86,6 +104,7 @@ def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
     local_rank = int(env.get("LOCAL_RANK", "0"))
     local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
     split_threads(local_world)
+    pin_mmap_threshold()
     use_cuda = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"

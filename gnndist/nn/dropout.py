@@ -30,12 +30,18 @@ def _as_i32(c: int) -> int:
 
 
 def _mix_i32(h: Tensor) -> Tensor:
-    """The same finaliser on an int32 tensor (bit pattern = the uint32 value)."""
-    h = h ^ ((h >> 16) & 0xFFFF)
-    h = h * _as_i32(0x7FEB352D)
-    h = h ^ ((h >> 15) & 0x1FFFF)
-    h = h * _as_i32(0x846CA68B)
-    return h ^ ((h >> 16) & 0xFFFF)
+    """The same finaliser on an int32 tensor (bit pattern = the uint32 value), in place.
+
+    Shifts are logical (arithmetic shift, then mask); multiplies wrap modulo 2**32.
+    """
+    t = torch.empty_like(h)
+    for shift, mult in ((16, 0x7FEB352D), (15, 0x846CA68B), (16, None)):
+        torch.bitwise_right_shift(h, shift, out=t)
+        t &= (1 << (32 - shift)) - 1
+        h ^= t
+        if mult is not None:
+            h *= _as_i32(mult)
+    return h
 
 
 def node_keys(ids: Tensor, seed: int, epoch: int, key: int) -> Tensor:
@@ -44,12 +50,15 @@ def node_keys(ids: Tensor, seed: int, epoch: int, key: int) -> Tensor:
     ids = ids.long()
     lo = (ids & _M32) ^ k
     node = _mix_i32((lo - ((lo >> 31) << 32)).to(torch.int32))
-    return _mix_i32(node ^ (ids >> 32).to(torch.int32))
+    node ^= (ids >> 32).to(torch.int32)
+    return _mix_i32(node)
 
 
 def cell_bits(keys: Tensor, cols: Tensor) -> Tensor:
     """31 random bits of the cells (node key, column); broadcasts like ``keys + cols``. int32 in ``[0, 2**31)``."""
-    return _mix_i32(keys + cols.to(torch.int32) * _as_i32(0x9E3779B9)) & 0x7FFFFFFF
+    h = _mix_i32(keys + cols.to(torch.int32) * _as_i32(0x9E3779B9))
+    h &= 0x7FFFFFFF
+    return h
 
 
 def hash_bits(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Tensor:
@@ -70,3 +79,8 @@ def hash_uniform(ids: Tensor, width: int, seed: int, epoch: int, key: int) -> Te
 def dropout_mask(ids: Tensor, width: int, p: float, seed: int, epoch: int, key: int) -> Tensor:
     """Keep-mask of dropout with probability ``p``. ``[n, width]`` bool."""
     return hash_bits(ids, width, seed, epoch, key) >= int(p * 2**31)
+
+
+def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:
+    """``x`` with the cells of ``drop`` zeroed and the rest scaled by ``1 / (1 - p)``."""
+    return (x * (1.0 / (1.0 - p))).masked_fill_(drop, 0.0)
