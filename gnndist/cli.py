@@ -7,41 +7,46 @@ standard error and exits 2; ``--json`` makes the last line of standard output on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from gnndist.config import PartitionConfig, add_section, add_train_args, build_section, train_config_from_args
+from gnndist.config import (
+    DataConfig,
+    PartitionConfig,
+    add_section,
+    add_train_args,
+    build_section,
+    train_config_from_args,
+)
 from gnndist.errors import UserError
 
 
-def partition_dir(dataset: str, part: PartitionConfig, root: str | None) -> Path:
-    """Cache directory of a partition, keyed by dataset + parts + method + objective + seed."""
+def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
+    """Cache directory of a partition, keyed by dataset + split + parts + method + objective + seed."""
     from gnndist.datasets import default_root
 
     name = Path(dataset).name if os.sep in dataset or os.path.exists(dataset) else dataset
     obj = part.objective if part.method == "metis" else "none"
     key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    if data.split_seed:
+        key += f"-split{data.split_seed}"
     if part.method == "metis" and part.constraints != ("nodes", "edges", "train"):
         key += "-b" + "+".join(part.constraints)
-    return Path(root or default_root()) / "partitions" / key
+    return Path(data.root or default_root()) / "partitions" / key
 
 
-def _load_dataset(dataset: str, args: argparse.Namespace):
-    from gnndist.datasets import load
-
-    return load(dataset, root=args.root, format=args.format)
-
-
-def make_partition(dataset: str, part: PartitionConfig, args: argparse.Namespace, out: str | None) -> tuple[Path, dict]:
+def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None) -> tuple[Path, dict]:
     """Load ``dataset``, partition it and save it; returns the directory and the report."""
+    from gnndist.datasets import load
     from gnndist.partition import partition
 
-    data = _load_dataset(dataset, args)
+    data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints)
-    target = Path(out) if out else partition_dir(dataset, part, args.root)
+    target = Path(out) if out else partition_dir(dataset, part, dcfg)
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report
 
@@ -50,7 +55,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from gnndist.partition import format_report
 
     part = build_section(PartitionConfig, args)
-    out, report = make_partition(args.dataset, part, args, args.out)
+    out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out)
     if args.json:
         print(json.dumps({**report, "dir": str(out)}))
     else:
@@ -83,10 +88,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gnndist.partition import read_meta
 
     cfg = train_config_from_args(args)
+    dcfg = build_section(DataConfig, args)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
-    part = PartitionConfig(parts=world, method=args.method, objective=args.objective, seed=args.partition_seed,
-                           balance=args.balance)
-    target = partition_dir(args.dataset, part, args.root)
+    part = build_section(PartitionConfig, args)
+    part = dataclasses.replace(part, parts=world)
+    target = partition_dir(args.dataset, part, dcfg)
 
     def ready() -> bool:
         try:
@@ -101,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"partition {target} did not appear within {cfg.dist.timeout:g}s (rank 0 failed?)")
             time.sleep(0.5)
     elif not ready():
-        make_partition(args.dataset, part, args, str(target))
+        make_partition(args.dataset, part, dcfg, str(target))
     return launch(str(target), cfg)
 
 
@@ -112,8 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("partition", help="partition a dataset and save the parts")
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
     add_section(sp, PartitionConfig)
-    sp.add_argument("--root", default=None, help="dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
-    sp.add_argument("--format", default=None, help="format of a DATASET path (default: detected)")
+    add_section(sp, DataConfig)
     sp.add_argument("--out", default=None, help="output directory (default: ROOT/partitions/<key>)")
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
@@ -130,12 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sr = sub.add_parser("run", help="partition (cached) and train: the main job")
     sr.add_argument("dataset")
-    sr.add_argument("--root", default=None, help="dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
-    sr.add_argument("--format", default=None, help="format of a DATASET path (default: detected)")
-    sr.add_argument("--method", default="metis", choices=("metis", "random"))
-    sr.add_argument("--objective", default="vol", choices=("vol", "cut"))
-    sr.add_argument("--partition-seed", type=int, default=0)
-    sr.add_argument("--balance", default="nodes,edges,train", help="METIS balance constraints (see partition)")
+    add_section(sr, DataConfig)
+    add_section(sr, PartitionConfig, skip=("parts",))
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
     return p

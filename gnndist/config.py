@@ -28,6 +28,7 @@ def _need(cond: bool, msg: str) -> None:
 class DataConfig:
     root: str | None = opt(None, "dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
     format: str | None = opt(None, "input format of a DATASET path (default: detected)")
+    split_seed: int = opt(0, "seed of the 20/30-per-class split of datasets that ship none")
 
 
 @dataclass

@@ -108,3 +108,12 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
     import io
 
     return [torch.load(io.BytesIO(results[r][1]), weights_only=False) for r in range(world_size)]
+
+
+def shared_data(rel: str = "") -> str:
+    """Path under the team's offline datasets: ``$GNNDIST_SHARED_DATA``, else ``shared/data`` beside the checkout."""
+    import os
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.environ.get("GNNDIST_SHARED_DATA") or os.path.join(os.path.dirname(repo), "shared", "data")
+    return os.path.join(root, rel)

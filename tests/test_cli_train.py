@@ -192,3 +192,35 @@ def test_feature_normalisation_only_for_nonnegative_features(tmp_path):
         else:
             sums = graph.x.sum(1)
             assert torch.allclose(sums[x.sum(1) > 0], torch.ones(1))
+
+
+def test_split_seed_reaches_the_loader_and_the_cache_key(tmp_path, capsys):
+    from gnndist.testing import shared_data
+
+    root = shared_data()
+    if not os.path.exists(os.path.join(root, "amazon_photo")):
+        pytest.skip("shared Amazon Photo not present")
+    masks = []
+    for split in (0, 1):
+        out = tmp_path / f"s{split}"
+        assert main(["partition", "amazon-photo", "--root", root, "--parts", "2", "--split-seed", str(split),
+                     "--out", str(out), "--json"]) == 0
+        capsys.readouterr()
+        masks.append(sorted(load_part_orig_train(out)))
+    assert masks[0] != masks[1] and len(masks[0]) == len(masks[1]) == 160
+    from gnndist.cli import partition_dir
+    from gnndist.config import DataConfig, PartitionConfig
+
+    keys = {partition_dir("amazon-photo", PartitionConfig(parts=2), DataConfig(split_seed=s)).name for s in (0, 1)}
+    assert len(keys) == 2
+
+
+def load_part_orig_train(out):
+    from gnndist.partition import load as load_part
+
+    ids = []
+    for rank in range(2):
+        arrays, _ = load_part(out, rank)
+        n = len(arrays["train_mask"])
+        ids += arrays["orig_id"][:n][arrays["train_mask"]].tolist()
+    return ids

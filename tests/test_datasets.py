@@ -12,8 +12,9 @@ from gnndist.datasets import default_root, load, names, synthetic, validate, wri
 from gnndist.datasets.split import per_class_split
 
 from gnndist.errors import UserError
+from gnndist.testing import shared_data
 
-SHARED = "/work/shared/data"
+SHARED = shared_data()
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "datasets", "bundled", "cora")
 KEYS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
 
