@@ -25,7 +25,7 @@ from gnndist.partition.book import (
     renumbered_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
-from gnndist.partition.metis import metis_assign, random_assign
+from gnndist.partition.metis import metis_assign, metis_library, random_assign
 from tqdm import tqdm
 
 from gnndist.errors import UserError
@@ -173,6 +173,7 @@ def partition(
             "train": _imbalance(np.bincount(assign, weights=train, minlength=parts)),
         },
         "assign_seconds": round(t_assign, 3),
+        "metis_lib": metis_library(new_csr.nnz) if method == "metis" else None,
     }
     return Partition(data, book, new_csr, method, objective, seed, report)
 

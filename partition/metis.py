@@ -1,9 +1,11 @@
-"""Node-to-part assignment: METIS (through the library that ``pymetis`` ships) and a random baseline.
+"""Node-to-part assignment: METIS k-way through ctypes, and a random baseline.
 
 ``pymetis.part_graph`` copies every index through Python objects and always passes one
 balance constraint to METIS, so multi-constraint balance (nodes, edges, training nodes) is
-not reachable through it. We call ``METIS_PartGraphKway`` from the same shared library with
-ctypes instead: zero-copy numpy arrays, ``ncon`` constraints, ``objtype`` and ``seed`` set.
+not reachable through it. We call ``METIS_PartGraphKway`` with ctypes instead: zero-copy
+numpy arrays, ``ncon`` constraints, ``objtype`` and ``seed`` set. The library is a system
+``libmetis.so.5`` with 32-bit indices when installed (Debian's ``libmetis5``; half the
+memory), else the 64-bit one inside the ``pymetis`` wheel.
 """
 
 from __future__ import annotations
@@ -22,18 +24,50 @@ METIS_OK = 1
 OBJECTIVES = {"cut": 0, "vol": 1}
 
 
-@lru_cache(maxsize=1)
-def _libmetis() -> tuple[ctypes.CDLL, type]:
+def _idx_width(lib: ctypes.CDLL) -> int:
+    """Width of METIS's ``idx_t`` in a library: let it fill a default-options array and look how far it wrote."""
+    buf = (ctypes.c_int32 * (2 * METIS_NOPTIONS))()
+    lib.METIS_SetDefaultOptions(buf)
+    return 32 if all(v == 0 for v in buf[METIS_NOPTIONS:]) else 64
+
+
+def _pymetis_lib() -> tuple[ctypes.CDLL, int]:
     import pymetis
     from pymetis import _internal
 
     so = glob.glob(os.path.join(os.path.dirname(pymetis.__file__), "_internal*.so"))
     if not so:
         raise RuntimeError("pymetis is installed but its METIS shared library was not found")
-    lib = ctypes.CDLL(so[0])
-    width = _internal._idx_type_width()
-    idx_t = {32: ctypes.c_int32, 64: ctypes.c_int64}[width]
-    return lib, idx_t
+    return ctypes.CDLL(so[0]), _internal._idx_type_width()
+
+
+@lru_cache(maxsize=4)
+def _libmetis(nnz: int = 0) -> tuple[ctypes.CDLL, type, str]:
+    """The METIS library to call: a system ``libmetis.so.5`` with 32-bit indices when one is installed
+    and the graph fits (half the memory of pymetis's 64-bit build), else the one pymetis ships.
+
+    ``GNNDIST_METIS_LIB`` names a library file, or ``pymetis`` to force the bundled one.
+    The same seed gives the same parts with the same library; different builds may differ.
+    """
+    choice = os.environ.get("GNNDIST_METIS_LIB", "")
+    candidates = [] if choice == "pymetis" else [choice or "libmetis.so.5"]
+    for name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            if choice:
+                raise UserError(f"GNNDIST_METIS_LIB={choice}: cannot load it") from None
+            continue
+        width = _idx_width(lib)
+        if width == 64 or nnz < 2**31 - 1:
+            return lib, {32: ctypes.c_int32, 64: ctypes.c_int64}[width], name
+    lib, width = _pymetis_lib()
+    return lib, {32: ctypes.c_int32, 64: ctypes.c_int64}[width], "pymetis"
+
+
+def metis_library(nnz: int = 0) -> str:
+    """Name of the METIS library a graph with ``nnz`` adjacency entries is partitioned with."""
+    return _libmetis(2**31 if nnz >= 2**31 - 1 else 0)[2]
 
 
 def _options(lib, idx_t, objective: str, seed: int) -> ctypes.Array:
@@ -73,7 +107,7 @@ def metis_assign(
     n = len(rowptr) - 1
     if parts == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
-    lib, idx_t = _libmetis()
+    lib, idx_t, _ = _libmetis(2**31 if len(col) >= 2**31 - 1 else 0)  # 32-bit indices only when they fit
     np_idx = np.int64 if idx_t is ctypes.c_int64 else np.int32
 
     xadj = np.ascontiguousarray(rowptr, dtype=np_idx)
