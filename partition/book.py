@@ -19,6 +19,15 @@ import torch
 from gnndist.errors import UserError
 
 
+def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
+    """Sorted unique values of ``ids`` in ``[0, size)``: a bitmap scatter (O(n)) when it fits, else a sort."""
+    if size <= 1 << 28 and len(ids) > size // 64:
+        seen = np.zeros(size, dtype=bool)
+        seen[ids] = True
+        return np.flatnonzero(seen)
+    return np.unique(ids)
+
+
 @dataclass
 class GlobalCSR:
     """Symmetric adjacency in CSR form (row = destination, columns = sources), no self-loops."""
@@ -143,7 +152,7 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
     for k in range(P):
         cols = csr.col[csr.rowptr[off[k]] : csr.rowptr[off[k + 1]]]
         outside = (cols < off[k]) | (cols >= off[k + 1])
-        halos.append(np.unique(cols[outside]))  # sorted new ids: grouped by owner already
+        halos.append(unique_ids(cols[outside], csr.num_nodes))  # sorted new ids: grouped by owner already
     for k in range(P):
         lo, hi = off[k], off[k + 1]
         rowptr = csr.rowptr[lo : hi + 1] - csr.rowptr[lo]
@@ -180,7 +189,7 @@ def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.nda
     """
     rows = csr.rows()
     need = assign[rows] != assign[csr.col]
-    keys = np.unique(csr.col[need] * parts + assign[rows[need]])  # (source node, receiving part)
+    keys = unique_ids(csr.col[need] * parts + assign[rows[need]], csr.num_nodes * parts)  # (source, receiving part)
     del rows, need
     recv = np.bincount(keys % parts, minlength=parts)
     send = np.bincount(assign[keys // parts], minlength=parts)

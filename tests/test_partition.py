@@ -212,3 +212,11 @@ def test_clean_input_fast_path_matches_general_path():
     assert np.array_equal(fast.rowptr, general.rowptr) and np.array_equal(fast.col, general.col)
     one_way = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]  # sorted but not symmetric
     assert np.array_equal(csr_from_edge_index(one_way, 500).col, general.col)
+
+
+@pytest.mark.parametrize("n, size", [(5000, 1000), (10, 1 << 20)], ids=["bitmap", "sort"])
+def test_unique_ids_both_paths(n, size):
+    from gnndist.partition.book import unique_ids
+
+    ids = np.random.default_rng(0).integers(0, size, n)
+    assert np.array_equal(unique_ids(ids, size), np.unique(ids))
