@@ -132,8 +132,13 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = ()) -> None:
-    """Add one flag per field of a section dataclass (defaults, help and choices from the field)."""
+def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = (),
+                suppress: bool = False) -> None:
+    """Add one flag per field of a section dataclass (defaults, help and choices from the field).
+
+    With ``suppress``, a flag the user does not pass leaves no attribute, so that model
+    presets can fill it (:func:`train_config_from_args`).
+    """
     group = parser.add_argument_group(section.__name__.removesuffix("Config").lower())
     for f in dataclasses.fields(section):
         if f.name in skip:
@@ -149,6 +154,8 @@ def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str,
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         kw["help"] += f" (default: {default})" if default not in (None, False) else ""
+        if suppress:
+            kw["default"] = argparse.SUPPRESS
         group.add_argument(_flag(f), **kw)
 
 
@@ -164,8 +171,15 @@ TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig
 
 def add_train_args(parser: argparse.ArgumentParser) -> None:
     for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec)
+        add_section(parser, sec, suppress=True)
 
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(**{name: build_section(sec, args) for name, sec in TRAIN_SECTIONS.items()})
+    """Defaults, then the chosen model's preset (``gnndist.nn.PRESETS``), then the flags given."""
+    from gnndist.nn.models import PRESETS
+
+    ns = vars(args)
+    given = {name: {f.name: ns[f"{sec.__name__}.{f.name}"] for f in dataclasses.fields(sec)
+                    if f"{sec.__name__}.{f.name}" in ns} for name, sec in TRAIN_SECTIONS.items()}
+    preset = PRESETS.get(given["model"].get("model", ModelConfig.model), {})
+    return TrainConfig(**{name: sec(**{**preset.get(name, {}), **given[name]}) for name, sec in TRAIN_SECTIONS.items()})

@@ -224,3 +224,18 @@ def load_part_orig_train(out):
         n = len(arrays["train_mask"])
         ids += arrays["orig_id"][:n][arrays["train_mask"]].tolist()
     return ids
+
+
+def test_model_preset_fills_only_flags_not_given():
+    from gnndist.cli import build_parser
+    from gnndist.config import train_config_from_args
+
+    def cfg(*argv):
+        return train_config_from_args(build_parser().parse_args(["train", "DIR", *argv]))
+
+    plain = cfg()
+    assert (plain.model.model, plain.model.hidden, plain.optim.lr) == ("gcn", 16, 0.01)
+    gat = cfg("--model", "gat")
+    assert (gat.model.hidden, gat.model.dropout, gat.optim.lr) == (64, 0.6, 0.005)
+    mine = cfg("--model", "gat", "--hidden", "32", "--lr", "0.02", "--no-progress")
+    assert (mine.model.hidden, mine.model.dropout, mine.optim.lr, mine.run.progress) == (32, 0.6, 0.02, False)

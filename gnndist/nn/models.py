@@ -23,11 +23,18 @@ def _gin(i: int, o: int) -> nn.Module:
 
 
 MODELS: dict[str, ModelBuilder] = {}
+# per-model defaults of config fields the user did not set: {"model": {"hidden": 64}, "optim": {"lr": 0.005}}
+PRESETS: dict[str, dict[str, dict]] = {}
 
 
-def register_model(name: str, builder: ModelBuilder) -> None:
-    """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``."""
+def register_model(name: str, builder: ModelBuilder, preset: dict[str, dict] | None = None) -> None:
+    """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
+
+    ``preset`` gives the model's own defaults for config fields (by section), used where
+    the user passes no flag, e.g. ``{"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}``.
+    """
     MODELS[name] = builder
+    PRESETS[name] = preset or {}
 
 
 class GNN(nn.Module):
@@ -81,7 +88,7 @@ def _gat(*args) -> nn.Module:
 
 
 register_model("gen", partial(GNN, _gen))
-register_model("gat", _gat)
+register_model("gat", _gat, preset={"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}})
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
