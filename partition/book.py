@@ -148,11 +148,12 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
     P = book.parts
     off = book.offsets
     degree = csr.degree()
-    halos = []
+    halos, bounds = [], []
     for k in range(P):
         cols = csr.col[csr.rowptr[off[k]] : csr.rowptr[off[k + 1]]]
         outside = (cols < off[k]) | (cols >= off[k + 1])
         halos.append(unique_ids(cols[outside], csr.num_nodes))  # sorted new ids: grouped by owner already
+        bounds.append(np.searchsorted(halos[-1], off))  # [P + 1] segment of each owner
     for k in range(P):
         lo, hi = off[k], off[k + 1]
         rowptr = csr.rowptr[lo : hi + 1] - csr.rowptr[lo]
@@ -161,8 +162,8 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
         n_owned = hi - lo
         inside = (cols >= lo) & (cols < hi)
         local = np.where(inside, cols - lo, n_owned + np.searchsorted(halo, cols))
-        recv_counts = np.diff(np.searchsorted(halo, off))
-        sends = [halos[j][(halos[j] >= lo) & (halos[j] < hi)] - lo for j in range(P)]
+        recv_counts = np.diff(bounds[k])
+        sends = [halos[j][bounds[j][k] : bounds[j][k + 1]] - lo for j in range(P)]  # what j needs from k
         send_counts = np.array([len(s) for s in sends], dtype=np.int64)
         send_idx = np.concatenate(sends) if sends else np.zeros(0, dtype=np.int64)
         ids_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
