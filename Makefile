@@ -7,7 +7,7 @@ VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.gnndist-installed
 
-.PHONY: demo test setup lint clean
+.PHONY: demo test setup lint clean system-metis
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ demo: setup
 
 test: setup
 	$(VPY) -m pytest -q -x tests
+
+# optional: Debian/Ubuntu's 32-bit-index METIS, half the partitioning memory of pymetis's build
+system-metis:
+	apt-get update -q && apt-get install -y -q libmetis5
 
 lint: setup
 	$(VENV)/bin/ruff check gnndist partition kernels datasets tests benchmarks examples
