@@ -201,7 +201,7 @@ def setup(tmp_path_factory):
     return data, runs, refs
 
 
-def _compare(ref: dict, got: dict) -> None:
+def _assert_same_run(ref: dict, got: dict) -> None:
     assert_close("out", ref["out"], got["out"])
     assert_close("x.grad", ref["x_grad"], got["x_grad"])
     assert set(ref["grads"]) == set(got["grads"]), (sorted(ref["grads"]), sorted(got["grads"]))
@@ -213,14 +213,14 @@ def _compare(ref: dict, got: dict) -> None:
 @pytest.mark.parametrize("name", WITH_PYG)
 def test_equals_pyg(setup, name, world_size):
     data, runs, refs = setup
-    _compare(refs[name], _gather(runs[world_size], name, data.num_nodes))
+    _assert_same_run(refs[name], _gather(runs[world_size], name, data.num_nodes))
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES[1:], ids=lambda p: f"P{p}")
 def test_gat_attention_dropout_is_partition_invariant(setup, world_size):
     data, runs, _ = setup
     one = _gather(runs[1], "gat_dropout", data.num_nodes)
-    _compare(one, _gather(runs[world_size], "gat_dropout", data.num_nodes))
+    _assert_same_run(one, _gather(runs[world_size], "gat_dropout", data.num_nodes))
     without = _gather(runs[1], "gat_h2_concat", data.num_nodes)  # same weights, no dropout (equals PyG)
     assert (one["out"] - without["out"]).abs().max() > 1e-3, "attention dropout changed nothing"
 
@@ -228,4 +228,4 @@ def test_gat_attention_dropout_is_partition_invariant(setup, world_size):
 @pytest.mark.parametrize("world_size", WORLD_SIZES[1:], ids=lambda p: f"P{p}")
 def test_gat_model_with_dropout_is_partition_invariant(setup, world_size):
     data, runs, _ = setup
-    _compare(_gather(runs[1], "gat_model", data.num_nodes), _gather(runs[world_size], "gat_model", data.num_nodes))
+    _assert_same_run(_gather(runs[1], "gat_model", data.num_nodes), _gather(runs[world_size], "gat_model", data.num_nodes))
