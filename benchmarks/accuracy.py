@@ -24,7 +24,6 @@ component (here: the whole graph). Kipf & Welling report 81.5 on Cora.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import statistics
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from pyg_reference import PygGCN
 
 DATASETS = {"photo": "amazon-photo", "cs": "coauthor-cs", "cora": "cora"}
 PUBLISHED = {"photo": 0.912, "cs": 0.911, "cora": 0.815}
@@ -62,26 +61,6 @@ def load(ds: str, root: str, seed: int):
 
 
 # ---------------------------------------------------------------------- PyG reference
-class PygGCN(nn.Module):
-    """``layers`` GCNConv; dropout before each, ReLU between (gnndist's GNN)."""
-
-    def __init__(self, in_channels: int, hidden: int, out_channels: int, layers: int, dropout: float):
-        from torch_geometric.nn import GCNConv
-
-        super().__init__()
-        widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(GCNConv(a, b, cached=True) for a, b in itertools.pairwise(widths))
-        self.dropout = dropout
-
-    def forward(self, x, adj):
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.dropout, self.training)
-            x = conv(x, adj)  # [N, width]
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
-
-
 def run_pyg(data, hp: dict, seed: int, epochs: int, layers: int = 2) -> dict:
     """Train the PyG GCN with best-val model selection; returns accuracies at the best epoch."""
     import torch_geometric.transforms as T

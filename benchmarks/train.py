@@ -29,7 +29,6 @@ default), left as they are on the synthetic graph (Gaussian, signed). Every prov
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import statistics
 import tempfile
@@ -38,7 +37,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from pyg_reference import PygGCN
 
 
 def load_graph(name: str, root: str, quick: bool):
@@ -70,24 +69,6 @@ def gnndist_step(data, hidden: int, normalize: bool, tmp: str) -> tuple[Callable
 
 
 # ---------------------------------------------------------------------- PyG
-class PygGCN(nn.Module):
-    def __init__(self, in_channels: int, hidden: int, out_channels: int, cached: bool, dropout: float = 0.5):
-        from torch_geometric.nn import GCNConv
-
-        super().__init__()
-        widths = [in_channels, hidden, out_channels]
-        self.convs = nn.ModuleList(GCNConv(a, b, cached=cached) for a, b in itertools.pairwise(widths))
-        self.dropout = dropout
-
-    def forward(self, x, adj):
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.dropout, self.training)
-            x = conv(x, adj)  # [N, width]
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
-
-
 def pyg_step(data, hidden: int, normalize: bool, adj_kind: str, cached: bool) -> Callable[[int], float]:
     import torch_geometric.transforms as T
 
@@ -99,7 +80,7 @@ def pyg_step(data, hidden: int, normalize: bool, adj_kind: str, cached: bool) ->
     else:
         adj = data.edge_index  # [2, E]
     torch.manual_seed(0)
-    model = PygGCN(x.shape[1], hidden, data.num_classes, cached)
+    model = PygGCN(x.shape[1], hidden, data.num_classes, cached=cached)
     optim = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     y, mask = data.y, data.train_mask
 
