@@ -1,7 +1,9 @@
-"""Halo exchange over ``all_to_all`` as an autograd function, and the one byte counter.
+"""Row exchanges over ``all_to_all`` on a grid axis as autograd functions, and the one byte counter.
 
-Forward sends each rank's owned rows named by the send plan to the ranks that need them;
-backward sends the halo gradients home, where they are summed into the owners' rows.
+Two adjoint operations make every strategy: the *gather* (halo exchange) sends rows a
+rank owns to the ranks whose nonzeros need them, and its backward sends the gradients
+home, summed into the owners' rows; the *fold* sends partial output rows to their owners,
+summed there, and its backward gathers the owners' gradients.
 Communication code does not time itself: it reports bytes to the injected counter.
 """
 
@@ -49,38 +51,55 @@ class ByteCounter:
 
 
 @dataclass
-class HaloPlan:
-    """Who sends which owned rows to whom; the halo arrives grouped by owner rank."""
+class ExchangePlan:
+    """Which local rows travel between the ranks of one grid axis, and how many arrive from each.
 
-    send_idx: Tensor  # [sum send_counts] owned local ids, grouped by destination rank
-    send_counts: list[int]  # [P]
-    recv_counts: list[int]  # [P]
+    A *gather* (the halo exchange) sends ``x[send_idx]`` to the ranks that need the rows and
+    returns the arriving rows grouped by source; its adjoint, the *fold*, sends rows the
+    other way and sums them into ``send_idx``. Counts are indexed by position on the axis.
+    """
+
+    send_idx: Tensor  # [sum send_counts] local row ids, grouped by destination
+    send_counts: list[int]  # [axis size]
+    recv_counts: list[int]  # [axis size]
+    group: object = None  # the axis's process group (None: the world)
 
     @property
     def n_send(self) -> int:
         return sum(self.send_counts)
 
     @property
-    def n_halo(self) -> int:
+    def n_recv(self) -> int:
         return sum(self.recv_counts)
 
+    @property
+    def peers(self) -> int:
+        """Messages of one exchange: the larger of the ranks sent to and the ranks received from."""
+        return max(sum(1 for c in self.send_counts if c), sum(1 for c in self.recv_counts if c))
 
-class PendingHalo:
-    """An exchange in flight: ``wait()`` returns the received halo rows ``[n_halo, F]``."""
 
-    def __init__(self, x_owned: Tensor, plan: HaloPlan, counter: ByteCounter | None, tag: str):
-        self.plan = plan
-        self.counter = counter
-        self.tag = tag
-        send = x_owned.detach()[plan.send_idx]  # [n_send, F]
-        self.recv = send.new_empty((plan.n_halo,) + tuple(x_owned.shape[1:]))  # [n_halo, F]
+def _row_bytes(x: Tensor) -> int:
+    return (x.numel() // max(x.shape[0], 1)) * x.element_size() if x.dim() else x.element_size()
+
+
+def _exchange(rows: Tensor, out_counts: list[int], in_counts: list[int], group, async_op: bool = False):
+    """All-to-all of ``rows`` (grouped by destination, ``in_counts``) on ``group``; ``(out, work)``."""
+    out = rows.new_empty((sum(out_counts),) + tuple(rows.shape[1:]))
+    if len(in_counts) > 1 and dist.is_initialized() and dist.get_world_size() > 1:
+        work = dist.all_to_all_single(out, rows, out_counts, in_counts, group=group, async_op=async_op)
+        return out, work
+    return rows, None  # an axis of one rank: nothing leaves (plans never send to self)
+
+
+class PendingGather:
+    """A gather in flight: ``wait()`` returns the received rows ``[n_recv, F]``."""
+
+    def __init__(self, x: Tensor, plan: ExchangePlan, counter: ByteCounter | None, tag: str):
+        self.plan, self.counter, self.tag = plan, counter, tag
+        send = x.detach()[plan.send_idx]  # [n_send, F]
         if counter is not None:
-            counter.add(tag, "fwd", plan.n_send * _row_bytes(x_owned), plan.n_halo * _row_bytes(x_owned))
-        self.work = None
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            self.work = dist.all_to_all_single(self.recv, send, plan.recv_counts, plan.send_counts, async_op=True)
-        else:
-            self.recv = send  # one rank: nothing to exchange
+            counter.add(tag, "fwd", plan.n_send * _row_bytes(x), plan.n_recv * _row_bytes(x))
+        self.recv, self.work = _exchange(send, plan.recv_counts, plan.send_counts, plan.group, async_op=True)
 
     def wait(self) -> Tensor:
         if self.work is not None:
@@ -89,81 +108,111 @@ class PendingHalo:
         return self.recv
 
 
-def _row_bytes(x: Tensor) -> int:
-    return (x.numel() // max(x.shape[0], 1)) * x.element_size() if x.dim() else x.element_size()
+def _gather_rows(x: Tensor, plan: ExchangePlan) -> Tensor:
+    """Forward of a gather, blocking: ``x[send_idx]`` out, ``[n_recv, F]`` in."""
+    out, work = _exchange(x[plan.send_idx].contiguous(), plan.recv_counts, plan.send_counts, plan.group)
+    return out
 
 
-class _HaloWait(torch.autograd.Function):
-    """Forward: wait for the pending exchange. Backward: return halo gradients to their owners."""
+def _fold_rows(rows: Tensor, plan: ExchangePlan, n_out: int) -> Tensor:
+    """Adjoint of a gather: send ``rows`` (in arrival order) back and sum them into ``send_idx``."""
+    back, _ = _exchange(rows.contiguous(), plan.send_counts, plan.recv_counts, plan.group)  # [n_send, F]
+    out = rows.new_zeros((n_out,) + tuple(rows.shape[1:]))
+    return out.index_add_(0, plan.send_idx, back)
+
+
+class _GatherWait(torch.autograd.Function):
+    """Forward: finish the pending gather. Backward: fold the received rows' gradients home."""
 
     @staticmethod
-    def forward(ctx, x_owned: Tensor, pending: PendingHalo) -> Tensor:
-        ctx.plan = pending.plan
-        ctx.counter = pending.counter
-        ctx.tag = pending.tag
-        ctx.owned_shape = x_owned.shape
+    def forward(ctx, x: Tensor, pending: PendingGather) -> Tensor:
+        ctx.plan, ctx.counter, ctx.tag, ctx.n = pending.plan, pending.counter, pending.tag, x.shape[0]
         return pending.wait()
 
     @staticmethod
-    def backward(ctx, grad_halo: Tensor):
-        plan: HaloPlan = ctx.plan
-        grad_halo = grad_halo.contiguous()
-        back = grad_halo.new_empty((plan.n_send,) + tuple(grad_halo.shape[1:]))  # [n_send, F]
+    def backward(ctx, grad: Tensor):
+        plan: ExchangePlan = ctx.plan
         if ctx.counter is not None:
-            ctx.counter.add(ctx.tag, "bwd", plan.n_halo * _row_bytes(grad_halo), plan.n_send * _row_bytes(grad_halo))
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_to_all_single(back, grad_halo, plan.send_counts, plan.recv_counts)
-        else:
-            back = grad_halo
-        grad = grad_halo.new_zeros(ctx.owned_shape)
-        grad.index_add_(0, plan.send_idx, back)
-        return grad, None
+            ctx.counter.add(ctx.tag, "bwd", plan.n_recv * _row_bytes(grad), plan.n_send * _row_bytes(grad))
+        return _fold_rows(grad, plan, ctx.n), None
 
 
-def halo_start(x_owned: Tensor, plan: HaloPlan, counter: ByteCounter | None = None, tag: str = "halo") -> PendingHalo:
-    """Launch the exchange of ``x_owned``'s send rows without blocking.
+class _Fold(torch.autograd.Function):
+    """Forward: send partial rows to their owners, summed there. Backward: gather the owners' gradients."""
 
-    Shapes:
-        x_owned ``[n_owned, *]``
-    """
-    return PendingHalo(x_owned.contiguous(), plan, counter, tag)
+    @staticmethod
+    def forward(ctx, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str) -> Tensor:
+        ctx.plan, ctx.counter, ctx.tag = plan, counter, tag
+        if counter is not None:
+            counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows), plan.n_send * _row_bytes(rows))
+        return _fold_rows(rows, plan, n_out)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        plan: ExchangePlan = ctx.plan
+        if ctx.counter is not None:
+            ctx.counter.add(ctx.tag, "bwd", plan.n_send * _row_bytes(grad), plan.n_recv * _row_bytes(grad))
+        return _gather_rows(grad.contiguous(), plan), None, None, None, None
 
 
-def halo_wait(x_owned: Tensor, pending: PendingHalo) -> Tensor:
-    """Finish ``pending`` and return the halo rows, differentiable w.r.t. ``x_owned``.
-
-    Shapes:
-        x_owned ``[n_owned, *]`` -> halo ``[n_halo, *]``
-    """
-    return _HaloWait.apply(x_owned, pending)
-
-
-def halo_exchange(x_owned: Tensor, plan: HaloPlan, counter: ByteCounter | None = None, tag: str = "halo") -> Tensor:
-    """Blocking halo exchange: :func:`halo_start` then :func:`halo_wait`.
+def gather_start(x: Tensor, plan: ExchangePlan, counter: ByteCounter | None = None, tag: str = "halo") -> PendingGather:
+    """Launch the gather of ``x[plan.send_idx]`` to the ranks that need the rows, without blocking.
 
     Shapes:
-        x_owned ``[n_owned, *]`` -> halo ``[n_halo, *]``
+        x ``[n_local, *]``
     """
-    return halo_wait(x_owned, halo_start(x_owned, plan, counter, tag))
+    return PendingGather(x.contiguous(), plan, counter, tag)
+
+
+def gather_wait(x: Tensor, pending: PendingGather) -> Tensor:
+    """Finish ``pending``; the rows are differentiable w.r.t. ``x`` (backward folds them home).
+
+    Shapes:
+        x ``[n_local, *]`` -> ``[n_recv, *]``
+    """
+    return _GatherWait.apply(x, pending)
+
+
+def gather(x: Tensor, plan: ExchangePlan, counter: ByteCounter | None = None, tag: str = "halo") -> Tensor:
+    """Blocking gather (the halo exchange): :func:`gather_start` then :func:`gather_wait`.
+
+    Shapes:
+        x ``[n_local, *]`` -> ``[n_recv, *]``
+    """
+    return gather_wait(x, gather_start(x, plan, counter, tag))
+
+
+def fold(rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None = None, tag: str = "fold") -> Tensor:
+    """Sum partial rows into their owners' rows (the sparse reduce-scatter); adjoint of :func:`gather`.
+
+    ``rows`` are in the order a gather with ``plan`` would deliver them; the result holds,
+    on every rank, the sum of the rows sent to each of its ``plan.send_idx``.
+
+    Shapes:
+        rows ``[n_recv, *]`` -> ``[n_out, *]``
+    """
+    return _Fold.apply(rows, plan, n_out, counter, tag)
 
 
 class AllReduceSum(torch.autograd.Function):
-    """Differentiable global sum: forward all-reduces; backward all-reduces the gradient.
+    """Differentiable sum over a group: forward all-reduces; backward all-reduces the gradient.
 
     Each rank's loss is its share of the global loss, so the gradient of a globally
-    reduced quantity is the sum over ranks of the per-rank gradients.
+    reduced quantity is the sum over ranks of the per-rank gradients. ``group`` is the
+    axis's process group (``None``: the world).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
+    def forward(ctx, x: Tensor, group=None) -> Tensor:
+        ctx.group = group
         x = x.clone()
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
+    def backward(ctx, grad: Tensor):
         grad = grad.clone()
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(grad)
-        return grad
+            dist.all_reduce(grad, group=ctx.group)
+        return grad, None

@@ -52,7 +52,11 @@ class PartitionConfig:
 @dataclass
 class DistConfig:
     nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)")
-    strategy: str = opt("1d", "distributed aggregation strategy", ("1d",))
+    strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
+                        "(square rank count), auto (per layer, by the cost model)", ("1d", "1.5d", "2d", "auto"))
+    replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
+    network: str = opt("probe", "cost-model constants of --strategy auto: measured here, or a preset",
+                       ("probe", "nvlink", "ib", "ethernet"))
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
@@ -60,6 +64,21 @@ class DistConfig:
     def __post_init__(self) -> None:
         _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
+        if self.strategy == "1.5d":
+            _need(self.replication is not None, "--strategy 1.5d needs --replication C (C divides the rank count)")
+        if self.replication is not None:
+            _need(self.strategy in ("1.5d", "2d"), f"--replication is for --strategy 1.5d or 2d, not {self.strategy}")
+            _need(self.replication >= 2, f"--replication must be >= 2, got {self.replication} (1 is --strategy 1d)")
+
+    def check_world(self, world: int) -> None:
+        """One-line errors for a rank count that does not fit the layout."""
+        if self.strategy == "1.5d" and world % self.replication:
+            raise UserError(f"--replication {self.replication} must divide the number of ranks ({world})")
+        if self.strategy == "2d":
+            s = int(round(world**0.5))
+            _need(s * s == world and world >= 4, f"--strategy 2d needs a square number of ranks >= 4, got {world}")
+            _need(self.replication in (None, s), f"--strategy 2d on {world} ranks is a {s} x {s} grid; "
+                  f"drop --replication {self.replication}")
 
 
 @dataclass

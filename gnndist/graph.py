@@ -1,40 +1,33 @@
-"""``DistGraph``: one rank's rows of the graph, its local CSR and halo plans, and aggregation on them.
+"""``DistGraph``: one rank's rows of the graph, and aggregation on them through its strategy.
 
-Local ids: ``[0, n_owned)`` are this rank's nodes, ``[n_owned, n_owned + n_halo)`` the halo,
-grouped by owner rank. The local CSR has the owned rows only. For overlap, it is split
-into an *interior* CSR (sources owned) and a *boundary* CSR (sources in the halo, columns
-shifted by ``-n_owned``): the exchange runs while the interior edges are aggregated.
+``DistGraph`` holds what every layout shares: the rows this rank owns (features, labels,
+masks, dataset ids, global degrees) and the part as the partition stored it (its rows of
+``A`` in local ids, the halo ids and the 1D send plans), from which each strategy builds
+its own layout. Local ids: ``[0, n_owned)`` are this rank's nodes, ``[n_owned, n_owned +
+n_halo)`` the 1D halo, grouped by owner rank.
+
+Layers aggregate with :meth:`DistGraph.spmm` (linear aggregation: the run's strategy,
+per layer under ``auto``) or take the 1D halo with :meth:`DistGraph.extend` for per-edge
+messages (attention, custom messages), which always run on the ``1d`` layout.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter, HaloPlan, halo_exchange
+from gnndist.comm import ByteCounter
+from gnndist.dropout import apply_dropout, cell_bits, hash_bits, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
-from gnndist.nn.dropout import apply_dropout, cell_bits, hash_bits, node_keys
-from gnndist.strategies import Strategy, get_strategy
+from gnndist.strategies import Halo1D, Strategy, get_strategy
 
-
-def _split(csr: CSR, n_owned: int) -> tuple[CSR, CSR, Tensor]:
-    """Interior (col < n_owned) and boundary (col >= n_owned, shifted) CSRs, and the interior edge mask."""
-    interior = csr.col < n_owned  # [nnz]
-    row = csr.row.long()
-    counts_int = torch.bincount(row[interior], minlength=csr.n_rows)
-    counts_bnd = torch.bincount(row[~interior], minlength=csr.n_rows)
-
-    def offsets(c: Tensor) -> Tensor:
-        return torch.cat([c.new_zeros(1), torch.cumsum(c, 0)]).to(csr.col.dtype)
-
-    csr_int = CSR(offsets(counts_int), csr.col[interior], n_owned)
-    csr_bnd = CSR(offsets(counts_bnd), csr.col[~interior] - n_owned, csr.num_cols - n_owned)
-    return csr_int, csr_bnd, interior
+log = logging.getLogger("gnndist")
 
 
 class DistGraph:
@@ -45,36 +38,42 @@ class DistGraph:
         meta: the partition's META.json.
         grid: the process grid.
         counter: byte counter every exchange reports to (a fresh one by default).
-        strategy: distributed aggregation strategy (default: 1D halo exchange with overlap).
+        strategy: aggregation strategy, a name (``1d``, ``1.5d``, ``2d``, ``auto``) or an
+            unprepared :class:`~gnndist.strategies.Strategy` (default ``1d``); prepared here,
+            on every rank at once.
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
-                 counter: ByteCounter | None = None, strategy: Strategy | None = None):
+                 counter: ByteCounter | None = None, strategy: Strategy | str | None = None):
         self.grid = grid or ProcessGrid()
         self.meta = meta
         self.counter = counter if counter is not None else ByteCounter()
-        self.strategy = strategy or get_strategy("1d")
         dev = self.grid.device
-        t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
+        self.part = t  # the stored part; strategies build their layouts from it
         self.n_owned = int(t["rowptr"].numel() - 1)
         self.n_halo = int(t["halo_gid"].numel())
-        self.csr = CSR(t["rowptr"].to(dev), t["col"].to(dev), self.n_owned + self.n_halo)
-        self.csr_int, self.csr_bnd, self.interior = _split(self.csr, self.n_owned)
-        self.plan = HaloPlan(t["send_idx"].to(dev), t["send_counts"].tolist(), t["recv_counts"].tolist())
-        self.orig_id = t["orig_id"].to(dev)  # [n_owned + n_halo] dataset ids
-        self.degree = t["degree"].to(dev)  # [n_owned + n_halo] global degree, no self-loops
-        self.x = t["x"].to(dev)  # [n_owned, F]
-        self.y = t["y"].to(dev)  # [n_owned] (or [n_owned, T] multi-label)
-        self.train_mask = t["train_mask"].to(dev)
-        self.val_mask = t["val_mask"].to(dev)
-        self.test_mask = t["test_mask"].to(dev)
+        self.csr = CSR(t["rowptr"], t["col"], self.n_owned + self.n_halo)  # [n_owned, n_owned + n_halo]
+        self.halo_gid = t["halo_gid"]  # [n_halo] global (new) ids of the halo
+        self.orig_id = t["orig_id"]  # [n_owned + n_halo] dataset ids
+        self.degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
+        self.x = t["x"]  # [n_owned, F]
+        self.y = t["y"]  # [n_owned] (or [n_owned, T] multi-label)
+        self.train_mask = t["train_mask"]
+        self.val_mask = t["val_mask"]
+        self.test_mask = t["test_mask"]
         self.num_train = int(meta.get("num_train", 0))
         self.num_classes = int(meta["classes"])
         self.num_nodes = int(meta["N"])
         self.seed = 0
         self.epoch = 0
-        self._gcn: tuple[Tensor, Tensor, Tensor] | None = None
         self._x_nz: tuple | None = None
+        self._dinv: Tensor | None = None
+        self._said: set[str] = set()
+        s = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
+        s.prepare(self)
+        self.strategy = s
+        self._halo1d = s if isinstance(s, Halo1D) else None
 
     @classmethod
     def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
@@ -89,14 +88,26 @@ class DistGraph:
             )
         return cls(read_part(root, grid.rank, meta), meta, grid, **kw)
 
-    # ------------------------------------------------------------------ exchange
+    # ------------------------------------------------------------------ exchange (1d layout)
+    @property
+    def layout1d(self) -> Halo1D:
+        """The partition's own 1D layout (per-edge layers use it whatever the run's strategy)."""
+        if self._halo1d is None:
+            self._halo1d = Halo1D()
+            self._halo1d.prepare(self)
+        return self._halo1d
+
     def halo(self, x: Tensor, tag: str = "halo") -> Tensor:
-        """Halo rows of ``x`` from their owners (differentiable).
+        """Halo rows of ``x`` from their owners (differentiable), on the 1D layout.
 
         Shapes:
             x ``[n_owned, F]`` -> ``[n_halo, F]``
         """
-        return halo_exchange(x, self.plan, self.counter, tag)
+        from gnndist.comm import gather
+
+        if self.strategy.name != "1d":
+            self.say_once(f"edge:{tag.split('/')[0]}", f"{tag.split('/')[0]}: per-edge messages run on the 1d layout")
+        return gather(x, self.layout1d.block.expand, self.counter, tag)
 
     def extend(self, x: Tensor, tag: str = "halo") -> Tensor:
         """Owned rows followed by halo rows: the input a local-graph layer needs.
@@ -106,41 +117,42 @@ class DistGraph:
         """
         return torch.cat([x, self.halo(x, tag)], dim=0)
 
-    # ------------------------------------------------------------------ aggregation
-    def gcn_weights(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Symmetric GCN normalisation with self-loops from global degrees (cached).
+    def say_once(self, key: str, msg: str) -> None:
+        """Log ``msg`` once per run (rank 0)."""
+        if key not in self._said:
+            self._said.add(key)
+            if self.grid.is_main:
+                log.info(msg)
 
-        Returns interior edge weights ``[nnz_int]``, boundary edge weights ``[nnz_bnd]`` and
-        self-loop weights ``[n_owned]``: ``w_ij = 1 / sqrt((d_i + 1)(d_j + 1))``.
-        """
-        if self._gcn is None:
-            dinv = (self.degree.double() + 1.0).rsqrt()  # [n_owned + n_halo]
-            w = (dinv[self.csr.row.long()] * dinv[self.csr.col.long()]).float()  # [nnz]
-            self._gcn = (w[self.interior], w[~self.interior], (dinv[: self.n_owned] ** 2).float())
-        return self._gcn
+    # ------------------------------------------------------------------ aggregation
+    def gcn_dinv(self) -> Tensor:
+        """``(d_i + 1)^(-1/2)`` of every owned row: GCN's symmetric normalisation with self-loops, global degrees. ``[n_owned]``."""
+        if self._dinv is None:
+            self._dinv = (self.degree[: self.n_owned].double() + 1.0).rsqrt().float()
+        return self._dinv
 
     def spmm(self, x: Tensor, weight: str | None = None, reduce: str = "sum", tag: str = "halo") -> Tensor:
-        """Aggregate neighbours of every owned row: ``out[i] = reduce_j w_ij x[j]``.
+        """Aggregate neighbours of every owned row: ``out[i] = reduce_j w_ij x[j]``, with the run's strategy.
 
         Args:
             x: owned rows of the node features.
-            weight: ``None`` (all ones) or ``"gcn"`` (symmetric normalisation with self-loops).
+            weight: ``None`` (all ones) or ``"gcn"`` (``D^-1/2 (A + I) D^-1/2``: the rows are
+                scaled by ``D^-1/2`` on both sides of the sum, so strategies only sum).
             reduce: ``"sum"`` or ``"mean"`` (over the row's full neighbourhood).
-            tag: name the exchange's bytes are counted under.
+            tag: name the exchanges' bytes are counted under (the layer), and under which
+                ``auto`` remembers its choice.
 
         Shapes:
             x ``[n_owned, F]`` -> ``[n_owned, F]``
         """
-        w_int = w_bnd = w_self = None
         if weight == "gcn":
-            w_int, w_bnd, w_self = self.gcn_weights()
-        elif weight is not None:
+            dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
+            return dinv * self.strategy.spmm(dinv * x, tag) + (dinv * dinv) * x
+        if weight is not None:
             raise ValueError(f"unknown weight {weight!r}")
-        out = self.strategy.spmm(self, x, w_int, w_bnd, tag)  # [n_owned, F]
-        if w_self is not None:
-            out = out + w_self[:, None] * x
+        out = self.strategy.spmm(x, tag)  # [n_owned, F]
         if reduce == "mean":
-            out = out / self.csr.in_degree().clamp(min=1).to(out.dtype)[:, None]
+            out = out / self.degree[: self.n_owned].clamp(min=1).to(out.dtype)[:, None]
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
         return out

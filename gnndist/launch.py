@@ -7,6 +7,7 @@ code path is identical either way.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import os
 import socket
@@ -30,21 +31,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def make_strategy(cfg: TrainConfig):
+    """The run's aggregation strategy from ``--strategy``, ``--replication``, ``--network``, ``--overlap``."""
+    from gnndist.cost import network
+    from gnndist.strategies import get_strategy
+
+    d = cfg.dist
+    kw = {"overlap": d.overlap, "replication": d.replication}
+    if d.strategy == "auto":
+        kw["network"] = None if d.network == "probe" else network(d.network)
+    return get_strategy(d.strategy, **kw)
+
+
 def run_rank(partdir: str, cfg: TrainConfig) -> dict:
     """Body of one rank: join the grid, load the part, train; returns the summary."""
     from gnndist.graph import DistGraph
     from gnndist.grid import init
-    from gnndist.strategies import get_strategy
     from gnndist.trainer import Trainer
 
     if cfg.kernel.kernel != "auto":
         os.environ["GNNDIST_KERNEL"] = cfg.kernel.kernel
     grid = init(cfg.dist.backend, cfg.dist.timeout)
+    logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
+                        stream=sys.stderr)
     try:
-        strategy = get_strategy(cfg.dist.strategy, overlap=cfg.dist.overlap)
+        cfg.dist.check_world(grid.world_size)
         error, graph = None, None
         try:
-            graph = DistGraph.load(partdir, grid, strategy=strategy)
+            graph = DistGraph.load(partdir, grid, strategy=make_strategy(cfg))
         except UserError as e:
             error = e
         failed = grid.all_reduce_(torch.tensor([float(error is not None)]))  # fail together, not in a hang
@@ -93,6 +107,7 @@ def launch(partdir: str, cfg: TrainConfig) -> int:
             _report(summary, cfg)
         return 0
     parts = read_meta(partdir)["parts"]
+    cfg.dist.check_world(cfg.dist.nproc)
     if parts != cfg.dist.nproc:
         raise UserError(f"{partdir} has {parts} parts but --nproc is {cfg.dist.nproc}: they must match")
     ctx = mp.get_context("spawn")

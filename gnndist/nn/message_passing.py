@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
-from gnndist.nn.dropout import dropout_mask
+from gnndist.dropout import dropout_mask
 
 AGGREGATIONS = ("sum", "mean", "max", "softmax")
 _RESERVED = ("index", "edge_weight", "size_i")

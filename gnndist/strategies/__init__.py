@@ -1,23 +1,31 @@
 """Distributed aggregation strategies: one class per strategy behind one interface, chosen by name.
 
 A strategy computes ``graph.spmm``: the aggregation of every owned row's neighbourhood,
-with whatever communication it needs. Every strategy is exact against one process.
+with whatever communication it needs, taking and returning the 1D row layout. Every
+strategy is exact against one process.
+
+    1d     Halo1D   halo exchange of exactly the rows each rank needs (every layer)
+    1.5d   Grid15D  q x c grid, replication c: expand along columns, fold along rows
+    2d     Grid2D   the square grid (c = sqrt(P))
+    auto   Auto     per layer, the least modelled time (gnndist.cost)
 """
 
 from __future__ import annotations
 
 from gnndist.errors import UserError
-from gnndist.strategies.base import Strategy
+from gnndist.strategies.auto import Auto
+from gnndist.strategies.base import Block, BlockStrategy, Strategy
+from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
 
-STRATEGIES: dict[str, type[Strategy]] = {Halo1D.name: Halo1D}
+STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Halo1D, Grid15D, Grid2D, Auto)}
 
 
 def get_strategy(name: str, **kw) -> Strategy:
-    """The strategy registered under ``name`` (``--strategy``)."""
+    """The strategy registered under ``name`` (``--strategy``), built with its options (``overlap``, ``replication``, ...)."""
     if name not in STRATEGIES:
         raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name](**kw)
 
 
-__all__ = ["STRATEGIES", "Strategy", "get_strategy"]
+__all__ = ["STRATEGIES", "Auto", "Block", "BlockStrategy", "Grid15D", "Grid2D", "Halo1D", "Strategy", "get_strategy"]

@@ -1,21 +1,156 @@
-"""The interface every distributed aggregation strategy implements."""
+"""The interface every distributed aggregation strategy implements, and the block layout they share.
+
+Every strategy takes and returns the 1D row layout (``[n_owned, F]``: the rows a rank
+owns), so layers, losses and norms above it never change. In between, a strategy owns
+its layout: which nonzeros of ``A`` this rank multiplies (its *block*), the input rows it
+gathers from their owners (*expand*) and the partial output rows it folds into their
+owners (*fold*). The three layouts differ only in how they assign nonzeros to ranks:
+
+* ``1d``: rank ``k`` multiplies the rows it owns; expand = the halo exchange; no fold.
+* ``1.5d`` / ``2d``: ``P = q * c`` ranks on a ``q x c`` grid, see :mod:`.grid`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import torch
 from torch import Tensor
+
+from gnndist.comm import ByteCounter, ExchangePlan, fold, gather, gather_start, gather_wait
+from gnndist.cost import RankLoad
+from gnndist.kernels import CSR, spmm
+
+
+@dataclass
+class Block:
+    """One rank's share of ``A`` with its two exchanges.
+
+    Output rows are ``[0, n_owned)`` (this rank's) then ``[n_owned, n_owned + n_fold)``
+    (partial rows of other ranks, grouped by owner); input columns are ``[0, n_owned)``
+    (this rank's rows of ``X``) then ``[n_owned, n_owned + n_halo)`` (gathered, grouped by owner).
+
+    Attributes:
+        csr_int: nonzeros with an owned column ``[n_owned + n_fold, n_owned]``.
+        csr_bnd: nonzeros with a gathered column, shifted ``[n_owned + n_fold, n_halo]``.
+        expand: gather plan of the input rows (on the column axis).
+        fold: fold plan of the partial rows (on the row axis), or ``None`` in 1D.
+    """
+
+    n_owned: int
+    csr_int: CSR
+    csr_bnd: CSR
+    expand: ExchangePlan
+    fold: ExchangePlan | None = None
+    _full: CSR | None = field(default=None, repr=False)
+
+    @property
+    def n_fold(self) -> int:
+        return self.fold.n_recv if self.fold is not None else 0
+
+    @property
+    def nnz(self) -> int:
+        return self.csr_int.nnz + self.csr_bnd.nnz
+
+    @classmethod
+    def from_local(cls, n_owned: int, row: Tensor, col: Tensor, n_fold: int, n_halo: int,
+                   expand: ExchangePlan, fold: ExchangePlan | None) -> Block:
+        """Split local nonzeros ``(row, col)`` (output / input local ids) into interior and boundary CSRs."""
+        interior = col < n_owned  # [nnz]
+        n_out = n_owned + n_fold
+        csr_int = CSR.from_coo(row[interior], col[interior], n_out, n_owned)
+        csr_bnd = CSR.from_coo(row[~interior], col[~interior] - n_owned, n_out, n_halo)
+        return cls(n_owned, csr_int, csr_bnd, expand, fold)
+
+    def full_csr(self) -> CSR:
+        """All nonzeros at once ``[n_owned + n_fold, n_owned + n_halo]`` (for the non-overlapped path; cached)."""
+        if self._full is None:
+            i, b = self.csr_int, self.csr_bnd
+            row = torch.cat([i.row.long(), b.row.long()])
+            col = torch.cat([i.col.long(), b.col.long() + self.n_owned])
+            self._full = CSR.from_coo(row, col, i.n_rows, self.n_owned + b.num_cols)
+        return self._full
+
+    def load(self) -> RankLoad:
+        """This rank's counts for the cost model (rows, messages, nonzeros)."""
+        fs = self.fold.n_recv if self.fold is not None else 0
+        fr = self.fold.n_send if self.fold is not None else 0
+        msgs = self.expand.peers + (self.fold.peers if self.fold is not None else 0)
+        return RankLoad(self.expand.n_send, self.expand.n_recv, fs, fr, msgs, self.nnz, self.n_owned)
 
 
 class Strategy:
-    """Computes ``out[i] = sum_j w_ij x[j]`` over each owned row's neighbourhood.
+    """Computes ``out[i] = sum_j A_ij x[j]`` for every owned row ``i``, with whatever communication it needs.
 
-    Args of :meth:`spmm`:
-        graph: the rank's :class:`~gnndist.graph.DistGraph`.
-        x: owned rows ``[n_owned, F]``.
-        w_int, w_bnd: edge weights of the interior / boundary CSR, or ``None`` for ones.
-        tag: name the communicated bytes are counted under.
+    Lifecycle: built by name (:func:`gnndist.strategies.get_strategy`) with its options,
+    then :meth:`prepare` on every rank at once (it may communicate), then :meth:`spmm`
+    per layer. Forward and backward go through autograd: the exchanges are autograd
+    functions, so no layer needs a distributed backward of its own.
     """
 
     name: str = ""
 
-    def spmm(self, graph, x: Tensor, w_int: Tensor | None, w_bnd: Tensor | None, tag: str) -> Tensor:
+    def prepare(self, graph) -> None:
+        """Build this rank's layout from the graph's part (collective: every rank calls it)."""
         raise NotImplementedError
+
+    def spmm(self, x: Tensor, tag: str) -> Tensor:
+        """Sum over every owned row's neighbours; bytes are counted under ``tag``.
+
+        Shapes:
+            x ``[n_owned, F]`` -> ``[n_owned, F]``
+        """
+        raise NotImplementedError
+
+    def load(self, width: int | None = None) -> RankLoad:
+        """This rank's rows, messages and nonzeros of one SpMM (for the cost model)."""
+        raise NotImplementedError
+
+    def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
+        """Predicted bytes of one SpMM of ``width`` on this rank: ``fwd_sent``, ``fwd_received``, ``bwd_*``."""
+        return self.load(width).bytes(width, elem)
+
+    def describe(self) -> str:
+        return self.name
+
+
+class BlockStrategy(Strategy):
+    """A strategy whose layout is one :class:`Block` per rank (all of ours).
+
+    Forward: start the expand, multiply the interior nonzeros while it travels, wait,
+    multiply the boundary nonzeros, fold the partial rows of other owners.
+
+    Args:
+        overlap: overlap the expand with the interior product (default ``True``); otherwise
+            gather first and multiply once.
+    """
+
+    def __init__(self, overlap: bool = True):
+        self.overlap = overlap
+        self.block: Block | None = None
+        self.counter: ByteCounter | None = None
+
+    def prepare(self, graph) -> None:
+        self.counter = graph.counter
+        self.block = self.build(graph)
+
+    def build(self, graph) -> Block:
+        raise NotImplementedError
+
+    def load(self, width: int | None = None) -> RankLoad:
+        return self.block.load()
+
+    def spmm(self, x: Tensor, tag: str) -> Tensor:
+        b = self.block
+        if self.overlap:
+            pending = gather_start(x, b.expand, self.counter, tag)
+            out = spmm(b.csr_int, x)  # [n_owned + n_fold, F] while the halo travels
+            halo = gather_wait(x, pending)  # [n_halo, F]
+            if b.csr_bnd.nnz:
+                out = out + spmm(b.csr_bnd, halo)
+        else:
+            halo = gather(x, b.expand, self.counter, tag)  # [n_halo, F]
+            out = spmm(b.full_csr(), torch.cat([x, halo])) if b.nnz else x.new_zeros((b.n_owned + b.n_fold, x.shape[1]))
+        if b.fold is None:
+            return out
+        return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)  # [n_owned, F]

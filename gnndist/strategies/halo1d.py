@@ -1,17 +1,17 @@
-"""1D sparsity-aware halo exchange: each rank holds one block row and fetches only its halo rows."""
+"""1D sparsity-aware halo exchange: each rank multiplies the rows it owns and gathers only its halo rows."""
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
-from gnndist.comm import halo_start, halo_wait
-from gnndist.kernels import spmm
-from gnndist.strategies.base import Strategy
+from gnndist.comm import ExchangePlan
+from gnndist.strategies.base import Block, BlockStrategy
 
 
-class Halo1D(Strategy):
-    """All-to-all of exactly the halo rows; optionally overlapped with interior aggregation.
+class Halo1D(BlockStrategy):
+    """All-to-all of exactly the halo rows (the partition's send plans); optionally overlapped.
+
+    The layout is the partition's own: the rank's block is its rows of ``A``, the expand is
+    the halo exchange stored on disk, there is no fold. Works for every layer, including
+    per-edge messages (``graph.extend`` uses this layout).
 
     Args:
         overlap: start the exchange, aggregate interior edges, wait, aggregate boundary edges
@@ -20,20 +20,12 @@ class Halo1D(Strategy):
 
     name = "1d"
 
-    def __init__(self, overlap: bool = True):
-        self.overlap = overlap
+    def __init__(self, overlap: bool = True, replication: int | None = None):
+        super().__init__(overlap)
+        self.replication = 1
 
-    def spmm(self, graph, x: Tensor, w_int: Tensor | None, w_bnd: Tensor | None, tag: str) -> Tensor:
-        pending = halo_start(x, graph.plan, graph.counter, tag)
-        if self.overlap:
-            out = spmm(graph.csr_int, x, w_int)  # [n_owned, F] while the halo travels
-            x_halo = halo_wait(x, pending)  # [n_halo, F]
-            if graph.csr_bnd.nnz:
-                out = out + spmm(graph.csr_bnd, x_halo, w_bnd)
-            return out
-        x_ext = torch.cat([x, halo_wait(x, pending)])  # [n_owned + n_halo, F]
-        w = None
-        if w_int is not None:
-            w = x.new_empty(graph.csr.nnz)
-            w[graph.interior], w[~graph.interior] = w_int, w_bnd
-        return spmm(graph.csr, x_ext, w)
+    def build(self, graph) -> Block:
+        part = graph.part
+        expand = ExchangePlan(part["send_idx"], part["send_counts"].tolist(), part["recv_counts"].tolist())
+        csr = graph.csr
+        return Block.from_local(graph.n_owned, csr.row.long(), csr.col.long(), 0, graph.n_halo, expand, None)

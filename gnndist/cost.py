@@ -1,0 +1,174 @@
+"""The one cost model: alpha-beta per exchange plus compute per nonzero and per dense FLOP.
+
+It serves ``--strategy auto`` (per-layer choice at run time), ``gnndist simulate`` (every
+layout at any P, no processes) and is meant for the partitioner's balance choice.
+
+One distributed SpMM of width ``F`` on one rank, forward plus backward (the backward is
+the same exchanges reversed and the transposed product over the same nonzeros)::
+
+    T = 2 * (alpha * messages + b * F * (max(expand_send, expand_recv) + max(fold_send, fold_recv)) / beta)
+        + 2 * gamma_sparse * nnz * F
+
+where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
+layout's time is its slowest rank's. Dense work (``X @ W``) is the same for every layout
+whose input and output are the 1D row layout, so it does not enter the choice; it is
+added to the epoch time ``gnndist simulate`` reports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from gnndist.errors import UserError
+
+
+@dataclass(frozen=True)
+class Network:
+    """Machine constants of the model.
+
+    Attributes:
+        name: preset name, or ``"probe"`` when measured.
+        alpha: seconds per message (latency).
+        beta: bytes per second a rank can send (and receive) at once.
+        gamma_sparse: seconds per nonzero per feature column of an SpMM.
+        gamma_dense: seconds per dense floating-point operation.
+    """
+
+    name: str
+    alpha: float
+    beta: float
+    gamma_sparse: float
+    gamma_dense: float
+
+
+# Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
+NETWORKS: dict[str, Network] = {
+    # GPUs of one node over NVLink (H100/H200 class: ~150 GB/s per GPU achieved in all-to-all)
+    "nvlink": Network("nvlink", alpha=5e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14),
+    # GPUs across nodes, one 200 Gb/s InfiniBand/RoCE port per GPU
+    "ib": Network("ib", alpha=10e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14),
+    # CPU ranks over 10 Gb/s Ethernet
+    "ethernet": Network("ethernet", alpha=50e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11),
+}
+
+
+def network(name: str, alpha: float | None = None, beta: float | None = None) -> Network:
+    """A preset by name (``--network``), with ``alpha``/``beta`` overridden where given."""
+    if name not in NETWORKS:
+        raise UserError(f"unknown --network {name!r}; choose from {', '.join(sorted(NETWORKS))} or probe")
+    net = NETWORKS[name]
+    if alpha is not None:
+        net = replace(net, alpha=alpha)
+    if beta is not None:
+        net = replace(net, beta=beta)
+    return net
+
+
+@dataclass
+class RankLoad:
+    """One rank's share of one distributed SpMM, in rows (multiply by ``F * b`` for bytes).
+
+    Attributes:
+        expand_send, expand_recv: input rows this rank sends to / receives from the ranks
+            whose nonzeros need them (the halo exchange).
+        fold_send, fold_recv: partial output rows this rank sends to / receives from their
+            owners (the sparse reduce-scatter; zero in 1D).
+        messages: peers this rank exchanges with, summed over the expand and the fold.
+        nnz: nonzeros this rank multiplies.
+        rows: output rows this rank owns.
+    """
+
+    expand_send: int = 0
+    expand_recv: int = 0
+    fold_send: int = 0
+    fold_recv: int = 0
+    messages: int = 0
+    nnz: int = 0
+    rows: int = 0
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.expand_send, self.expand_recv, self.fold_send, self.fold_recv,
+                         self.messages, self.nnz, self.rows], dtype=np.int64)
+
+    @classmethod
+    def from_array(cls, a) -> RankLoad:
+        return cls(*(int(v) for v in a))
+
+    def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
+        """Bytes of one forward and one backward SpMM: ``fwd_sent``, ``fwd_received``, ``bwd_sent``, ``bwd_received``.
+
+        The backward runs both exchanges in reverse, so it sends what the forward received.
+        """
+        sent = (self.expand_send + self.fold_send) * width * elem
+        recv = (self.expand_recv + self.fold_recv) * width * elem
+        return {"fwd_sent": sent, "fwd_received": recv, "bwd_sent": recv, "bwd_received": sent}
+
+
+def spmm_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
+    """Modelled seconds of one SpMM (forward + backward) of width ``width`` on one rank."""
+    rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
+    comm = net.alpha * load.messages + elem * width * rows / net.beta
+    return 2.0 * comm + 2.0 * net.gamma_sparse * load.nnz * width
+
+
+def layout_time(loads: list[RankLoad], width: int, net: Network, elem: int = 4) -> float:
+    """Modelled seconds of one SpMM of a layout: its slowest rank."""
+    return max((spmm_time(ld, width, net, elem) for ld in loads), default=0.0)
+
+
+def dense_time(rows: int, f_in: int, f_out: int, net: Network) -> float:
+    """Modelled seconds of ``X @ W`` forward and its two backward products on ``rows`` rows."""
+    return 3.0 * 2.0 * rows * f_in * f_out * net.gamma_dense
+
+
+def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float:
+    """Modelled seconds of a ring all-reduce of ``numel`` elements over ``ranks`` ranks."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
+
+
+def probe(grid, csr=None, repeats: int = 5) -> Network:
+    """Measure alpha, beta and gamma on the running machine; every rank gets the same values.
+
+    alpha: an all-to-all of one element per peer; beta: one of 256 KiB per peer; gamma_sparse:
+    this rank's SpMM (``csr``, width 32); gamma_dense: a 256x256 matmul. Each is the median
+    over ``repeats`` runs; the slowest rank's value is taken (all-reduce of the maximum).
+    """
+    from gnndist.kernels import spmm
+
+    dev = grid.device
+    P = grid.world_size
+
+    def median_time(fn) -> float:
+        fn()  # warm-up
+        ts = []
+        for _ in range(repeats):
+            grid.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            grid.synchronize()
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
+    small = torch.zeros(P, device=dev)
+    big_n = (1 << 16) * P
+    big = torch.zeros(big_n, device=dev)
+    alpha = median_time(lambda: grid.all_to_all_single(small, "world")) / max(P - 1, 1)
+    t_big = median_time(lambda: grid.all_to_all_single(big, "world"))
+    beta = (big_n * 4 * (P - 1) / P) / max(t_big - alpha * (P - 1), 1e-9) if P > 1 else float("inf")
+    if csr is not None and csr.nnz:
+        x = torch.randn(csr.num_cols, 32, device=dev)
+        gamma_s = median_time(lambda: spmm(csr, x)) / (csr.nnz * 32)
+    else:
+        gamma_s = NETWORKS["ethernet"].gamma_sparse
+    a = torch.randn(256, 256, device=dev)
+    gamma_d = median_time(lambda: a @ a) / (2 * 256**3)
+    vals = torch.tensor([alpha, 1.0 / beta, gamma_s, gamma_d], dtype=torch.float64, device=dev)
+    grid.all_reduce_(vals, op="max")
+    alpha, inv_beta, gamma_s, gamma_d = vals.tolist()
+    return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d)

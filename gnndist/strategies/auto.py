@@ -1,0 +1,86 @@
+"""``auto``: per layer, the layout the cost model predicts fastest for that layer's width."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from torch import Tensor
+
+from gnndist.cost import Network, RankLoad, layout_time, probe
+from gnndist.strategies.base import Strategy
+from gnndist.strategies.grid_spmm import Grid2D, Grid15D
+from gnndist.strategies.halo1d import Halo1D
+
+log = logging.getLogger("gnndist")
+
+
+def candidates(world: int, overlap: bool = True, max_replication: int = 16) -> list[Strategy]:
+    """``1d``, ``1.5d`` for every ``c`` dividing ``world`` (``1 < c < world``, ``c <= max_replication``), ``2d`` if square."""
+    out: list[Strategy] = [Halo1D(overlap)]
+    for c in range(2, min(world - 1, max_replication) + 1):
+        if world % c == 0:
+            out.append(Grid2D(overlap, c) if c * c == world else Grid15D(overlap, c))
+    return out
+
+
+class Auto(Strategy):
+    """Prepares every candidate layout, then gives each layer (``tag``) the one with the least modelled time.
+
+    The choice uses every rank's counts (gathered once), so all ranks choose alike; it is
+    logged once per layer with the predicted bytes and time of each candidate.
+
+    Args:
+        network: machine constants (:mod:`gnndist.cost`); ``None`` measures them (:func:`~gnndist.cost.probe`).
+        overlap: passed to every candidate.
+    """
+
+    name = "auto"
+
+    def __init__(self, overlap: bool = True, replication: int | None = None, network: Network | None = None):
+        self.overlap = overlap
+        self.network = network
+        self.options: list[Strategy] = []
+        self.loads: list[list[RankLoad]] = []
+        self.chosen: dict[str, Strategy] = {}
+        self.report: dict[str, dict] = {}
+
+    def prepare(self, graph) -> None:
+        self.grid = graph.grid
+        self.options = candidates(graph.grid.world_size, self.overlap)
+        for s in self.options:
+            s.prepare(graph)
+        mine = np.stack([s.load().as_array() for s in self.options])  # [candidates, 7]
+        every = graph.grid.all_gather_object(mine)  # P x [candidates, 7]
+        self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
+        if self.network is None:
+            self.network = probe(graph.grid, graph.csr)
+
+    def choose(self, tag: str, width: int) -> Strategy:
+        """The layout of layer ``tag`` (decided on its first call, from its width)."""
+        if tag not in self.chosen:
+            times = [layout_time(ld, width, self.network) for ld in self.loads]
+            best = int(np.argmin(times))
+            self.chosen[tag] = self.options[best]
+            per = {}
+            for s, ld, t in zip(self.options, self.loads, times):
+                b = [x.bytes(width) for x in ld]
+                per[s.describe()] = {"model_time_s": t, "max_bytes_per_rank": max(max(v["fwd_sent"] + v["bwd_sent"],
+                                     v["fwd_received"] + v["bwd_received"]) for v in b)}
+            self.report[tag] = {"strategy": self.options[best].name, "replication": self.options[best].replication,
+                                "width": width, "candidates": per}
+            if self.grid.is_main:
+                alts = ", ".join(f"{k} {v['max_bytes_per_rank']:,} B/rank {v['model_time_s'] * 1e3:.3f} ms"
+                                 for k, v in per.items())
+                log.info("auto: %s (F=%d) -> %s  [%s; network %s]", tag, width, self.options[best].describe(),
+                         alts, self.network.name)
+        return self.chosen[tag]
+
+    def spmm(self, x: Tensor, tag: str) -> Tensor:
+        return self.choose(tag, x.shape[1]).spmm(x, tag)
+
+    def strategy_for(self, tag: str) -> Strategy | None:
+        return self.chosen.get(tag)
+
+    def load(self, width: int | None = None) -> RankLoad:
+        raise TypeError("auto has one layout per layer: ask strategy_for(tag)")
