@@ -1,4 +1,4 @@
-"""``gnndist`` command line: partition, info, train, run.
+"""``gnndist`` command line: partition, info, train, run, simulate.
 
 A user error (bad name, bad path, corrupt file, wrong world size) prints one line to
 standard error and exits 2; ``--json`` makes the last line of standard output one JSON object.
@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
     part = build_section(PartitionConfig, args)
     part = dataclasses.replace(part, parts=world)
+    cfg.dist.check_world(world)  # before partitioning: a layout that cannot fit fails in one line, at once
     target = partition_dir(args.dataset, part, dcfg)
 
     def ready() -> bool:
@@ -109,6 +110,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif not ready():
         make_partition(args.dataset, part, dcfg, str(target))
     return launch(str(target), cfg)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from gnndist.cost import network
+    from gnndist.datasets import load
+    from gnndist.simulate import check_inputs, format_table, parse_ints, simulate
+
+    parts = parse_ints(args.parts, "--parts", 1)
+    replication = parse_ints(args.replication, "--replication", 2)
+    check_inputs(parts, replication, args.feature_dim, args.layers)
+    net = network(args.network, args.alpha, args.beta)
+    part = build_section(PartitionConfig, args)
+    dcfg = build_section(DataConfig, args)
+    data = load(args.dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    t0 = time.perf_counter()
+    records = simulate(data, parts, args.feature_dim, args.layers, replication, net, part.method,
+                       part.objective, part.seed, part.constraints)
+    if args.json:
+        print(json.dumps(records))
+    else:
+        name = getattr(data, "name", None) or Path(args.dataset).name
+        print(f"{name}: N={int(data.num_nodes):,} F={args.feature_dim} layers={args.layers} network {net.name} "
+              f"(alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
+        print(format_table(records))
+        print(f"simulated in {time.perf_counter() - t0:.1f}s")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +166,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_section(sr, PartitionConfig, skip=("parts",))
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
+
+    sm = sub.add_parser(
+        "simulate", help="communication, memory and modelled time of every layout at many P, no processes",
+        description="Partition DATASET into each P of --parts and count, on that partition, the bytes, messages "
+                    "and memory of the sparsity-aware layouts (1d; 1.5d for each c of --replication with c | P "
+                    "and 1 < c < P; 2d = 1.5d at c = sqrt(P) for a square P) and of CAGNET's sparsity-oblivious "
+                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/simulate.py. "
+                    "--json prints the records as one JSON list on the last line. Errors (exit 2): --parts "
+                    "not a comma list of integers >= 1 or above the node count, a replication < 2, an "
+                    "unknown --network.")
+    sm.add_argument("dataset", help="registered name or a path (as for run)")
+    sm.add_argument("--parts", default="4,16,64,256,1024", help="comma-separated part counts P (default: %(default)s)")
+    sm.add_argument("--feature-dim", type=int, default=128, help="width F of every layer (default: %(default)s)")
+    sm.add_argument("--layers", type=int, default=2, help="SpMMs per epoch (default: %(default)s)")
+    sm.add_argument("--replication", default="2,4,8", help="candidate c of the 1.5d layouts (default: %(default)s)")
+    sm.add_argument("--network", default="ib", help="cost-model preset: nvlink, ib or ethernet (default: %(default)s)")
+    sm.add_argument("--alpha", type=float, default=None, help="override the preset's seconds per message")
+    sm.add_argument("--beta", type=float, default=None, help="override the preset's bytes per second")
+    add_section(sm, PartitionConfig, skip=("parts",))
+    add_section(sm, DataConfig)
+    sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
+    sm.set_defaults(func=cmd_simulate)
     return p
 
 

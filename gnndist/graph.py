@@ -70,6 +70,7 @@ class DistGraph:
         self._x_nz: tuple | None = None
         self._dinv: Tensor | None = None
         self._said: set[str] = set()
+        self.calls: dict[str, tuple[int, int]] = {}  # tag -> (width, SpMMs since reset_counters)
         s = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
         s.prepare(self)
         self.strategy = s
@@ -145,6 +146,8 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_owned, F]``
         """
+        width, n = self.calls.get(tag, (x.shape[1], 0))
+        self.calls[tag] = (x.shape[1], n + 1)
         if weight == "gcn":
             dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
             return dinv * self.strategy.spmm(dinv * x, tag) + (dinv * dinv) * x
@@ -155,6 +158,24 @@ class DistGraph:
             out = out / self.degree[: self.n_owned].clamp(min=1).to(out.dtype)[:, None]
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
+        return out
+
+    def strategy_of(self, tag: str) -> Strategy:
+        """The strategy that aggregates layer ``tag`` (under ``auto``: its choice for that layer)."""
+        pick = getattr(self.strategy, "strategy_for", None)
+        return (pick(tag) if pick else None) or self.strategy
+
+    def reset_counters(self) -> None:
+        """Forget the bytes and SpMM calls counted so far (once per epoch)."""
+        self.counter.reset()
+        self.calls = {tag: (w, 0) for tag, (w, _) in self.calls.items()}
+
+    def predicted_bytes(self) -> dict[str, dict[str, int]]:
+        """This rank's bytes per layer as its strategies predict them for the SpMMs since :meth:`reset_counters`."""
+        out = {}
+        for tag, (width, n) in self.calls.items():
+            b = self.strategy_of(tag).bytes(width, 4)
+            out[tag] = {k: v * n for k, v in b.items()}
         return out
 
     # ------------------------------------------------------------------ randomness

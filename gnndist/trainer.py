@@ -132,15 +132,30 @@ class Trainer:
             out[f"{split}_acc"] = float(ev.eval({"y_true": yt, "y_pred": yp})[ev.eval_metric]) if len(yt) else 0.0
         return out
 
-    def global_bytes_per_tag(self) -> dict[str, dict[str, int]]:
-        """Bytes of this epoch's training step summed over ranks, per tag (layer) and direction."""
-        local = self.graph.counter.per_tag()
+    def global_bytes_per_tag(self, local: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+        """Bytes of this epoch's training step summed over ranks, per tag (layer) and direction.
+
+        ``local`` defaults to this rank's measured bytes (the counter); pass the predicted ones to sum those.
+        """
+        local = self.graph.counter.per_tag() if local is None else local
         tags = sorted(local)
         keys = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
         vec = torch.tensor([float(local[t].get(k, 0)) for t in tags for k in keys], dtype=torch.float64)
         self.grid.all_reduce_(vec)  # every rank runs the same model, so the tags agree
         vals = vec.view(len(tags), len(keys)).long().tolist() if tags else []
         return {t: dict(zip(keys, row)) for t, row in zip(tags, vals)}
+
+    def strategy_report(self) -> dict[str, dict]:
+        """Per layer (tag): the strategy that aggregated it, its replication and width (and ``auto``'s candidates)."""
+        g = self.graph
+        auto = getattr(g.strategy, "report", {})
+        out = {}
+        for tag, (width, _) in sorted(g.calls.items()):
+            s = g.strategy_of(tag)
+            out[tag] = {"strategy": s.name, "replication": getattr(s, "replication", None), "width": width}
+            if tag in auto:
+                out[tag]["candidates"] = auto[tag]["candidates"]
+        return out
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:
@@ -156,11 +171,12 @@ class Trainer:
         times, comm, history = [], [], []
         try:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
-                g.counter.reset()
+                g.reset_counters()
                 t0 = time.perf_counter()
                 loss = self.train_step(epoch)
                 dt = time.perf_counter() - t0
                 per_layer = self.global_bytes_per_tag()
+                predicted = self.global_bytes_per_tag(g.predicted_bytes())
                 comm_bytes = sum(v["fwd_sent"] + v.get("bwd_sent", 0) for v in per_layer.values())
                 metrics = self.evaluate()
                 times.append(dt)
@@ -192,6 +208,8 @@ class Trainer:
             "epoch_time_s": sum(steady) / max(len(steady), 1),
             "comm_bytes_per_epoch": int(sum(comm) / max(len(comm), 1)),
             "comm_bytes_per_layer": per_layer if history else {},
+            "predicted_bytes_per_layer": predicted if history else {},
+            "strategies": self.strategy_report(),
             "nproc": grid.world_size, "strategy": cfg.dist.strategy, "model": cfg.model.model, "metric": self.metric,
             "dataset": g.meta.get("dataset"),
         }

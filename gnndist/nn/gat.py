@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.nn.gat_conv import GATConv
-from gnndist.nn.norm import DistBatchNorm
+from gnndist.nn.norm import DistBatchNorm, apply_norm
 
 
 class GAT(nn.Module):
@@ -46,5 +46,5 @@ class GAT(nn.Module):
             x = graph.dropout(x, self.dropout, key=i, training=self.training)
             x = conv(graph, x)  # [n_owned, H*C]
             if i < len(self.convs) - 1:
-                x = F.elu(self.norms[i](x))
+                x = F.elu(apply_norm(self.norms[i], graph, x))
         return x

@@ -27,8 +27,8 @@ from weakref import WeakKeyDictionary
 import torch
 from torch import Tensor, nn
 
-from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
 from gnndist.dropout import dropout_mask
+from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
 
 AGGREGATIONS = ("sum", "mean", "max", "softmax")
 _RESERVED = ("index", "edge_weight", "size_i")

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from gnndist.nn.gcn_conv import GCNConv
 from gnndist.nn.gin_conv import GINConv
-from gnndist.nn.norm import DistBatchNorm
+from gnndist.nn.norm import DistBatchNorm, apply_norm
 from gnndist.nn.sage_conv import SAGEConv
 
 ConvFactory = Callable[[int, int], nn.Module]
@@ -67,7 +67,7 @@ class GNN(nn.Module):
             x = graph.dropout(x, self.dropout, key=i, training=self.training)
             x = conv(graph, x)
             if i < len(self.convs) - 1:
-                x = F.relu(self.norms[i](x))
+                x = F.relu(apply_norm(self.norms[i], graph, x))
         return x
 
 

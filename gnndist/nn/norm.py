@@ -31,10 +31,16 @@ class DistBatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, grid=None) -> Tensor:
+        """Normalise ``x``; the statistics are summed over ``grid``'s ``world`` axis (every node once).
+
+        Every strategy keeps the 1D row layout between layers, so each node is a row of
+        exactly one rank and the world sum counts it once. ``grid=None`` is one process.
+        """
         if self.training:
             stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
-            stats = AllReduceSum.apply(stats)  # [2C + 1] global sums
+            if grid is not None and grid.distributed:
+                stats = AllReduceSum.apply(stats, grid.axis("world").group)  # [2C + 1] global sums
             c = x.shape[1]
             n = stats[-1]
             mean = stats[:c] / n
@@ -46,3 +52,8 @@ class DistBatchNorm(nn.Module):
         else:
             mean, var = self.running_mean, self.running_var
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+def apply_norm(norm: nn.Module, graph, x: Tensor) -> Tensor:
+    """``norm(x)``, passing the graph's grid to a :class:`DistBatchNorm` (global statistics)."""
+    return norm(x, graph.grid) if isinstance(norm, DistBatchNorm) else norm(x)

@@ -1,0 +1,417 @@
+"""``gnndist simulate``: the communication of every layout, counted on the real partition, no processes.
+
+For each part count P the graph is partitioned once (the same partition ``gnndist run``
+uses); every layout is then evaluated on that partition's renumbered CSR and offsets:
+
+* sparsity-aware layouts, which move only the rows a nonzero needs (what the runtime does):
+
+  - ``1d`` (c = 1): rank k owns part k's rows and receives its halo (the expand); no fold.
+  - ``1.5d`` (1 < c < P, c | P) on a grid of q = P / c row groups by c: rank k = (i, j)
+    with i = k // c, j = k % c. Entry (r, col) is multiplied on rank
+    ``blk = (owner(r) // c) * c + owner(col) % c``; rank blk receives input row ``col`` once
+    from ``owner(col)`` when ``owner(col) != blk`` (expand) and sends its partial output row
+    ``r`` once to ``owner(r)`` when ``owner(r) != blk`` (fold, a sparse reduce-scatter).
+  - ``2d``: the same grid with c = sqrt(P) for a square P > 1, so it coincides with ``1.5d``
+    at that c; it is reported under both names when that c is in the replication list.
+
+  ``messages`` of a rank is max(expand send peers, expand receive peers) + max(fold send
+  peers, fold receive peers). The runtime's measured bytes must equal these counts.
+
+* sparsity-oblivious baselines (CAGNET, Tripathy et al., SC'20, https://arxiv.org/abs/2005.03300),
+  which move whole blocks. With n_k the rows of part k, R_i = sum of the c parts of row
+  group i, nnz(A_ig) the nonzeros with rows in group i and columns in group g, and words at
+  width F per SpMM forward (the backward moves the same again):
+
+  - ``1d-oblivious``: ring all-gather of X; rank k receives N - n_k rows and sends
+    N - n_{(k+1) % P}; P - 1 messages.
+  - ``1.5d-oblivious`` (replicated block rows, CAGNET 1.5D; same grid and c as ``1.5d``):
+    the q row groups are split into c contiguous column slabs S_j (q / c groups each when
+    c | q); rank (i, j) multiplies A_{i, S_j} and receives the slab rows it lacks,
+    sum_{g in S_j, g != i} R_g (about N / c - R_i), then ring-all-reduces its R_i partial rows
+    in the replica group, 2 (c - 1) / c * R_i rows; sent = received; messages
+    |S_j \\ {i}| + 2 (c - 1). CAGNET needs c^2 | P; otherwise the slabs are uneven (empty
+    when q < c), which is what that grid would cost.
+  - ``2d-oblivious`` (SUMMA on s x s, P = s^2, row and column blocks = the s row groups of
+    the c = s grid): rank (r, q) receives the A blocks of its block row it lacks, 3 words per
+    nonzero (index pair and value), and the H blocks of its feature column it lacks:
+    ``words = 3 * (nnz(A_r:) - nnz(A_rq)) + (N - R_r) * F / s``, bytes = 4 * words;
+    sent = received; messages 2 (s - 1).
+
+Memory per rank (bytes; the sparse block with 8-byte column ids and row pointers, plus the
+feature rows of width F it holds during one SpMM, 4-byte floats):
+
+* aware: ``8 nnz + 8 (rows + fold_send + 1) + 4 F (rows + expand_recv + fold_send + fold_recv)``
+  (owned rows, halo rows, partial output rows sent and received);
+* ``1d-oblivious``: ``8 nnz + 8 (n_k + 1) + 4 F N`` (owned + every gathered row);
+* ``1.5d-oblivious``: ``8 nnz + 8 (R_i + 1) + 4 F (R_i + slab rows received + R_i)``
+  (owned block row, received slab rows, the partial block row being all-reduced);
+* ``2d-oblivious``: ``8 nnz(A_rq) + 8 (R_r + 1) + 4 words + 4 (F / s) R_r`` (own block, every
+  received word, own H block).
+
+Epoch (``layers`` SpMMs of width F, forward and backward): bytes are the per-SpMM bytes
+times ``layers``; the modelled time is, per layer, :func:`gnndist.cost.layout_time` +
+:func:`gnndist.cost.dense_time` of the largest rank, plus :func:`gnndist.cost.allreduce_time`
+of the ``F * F * layers`` weight gradients. Oblivious loads enter the cost model as rows of
+width F (words / F, rounded up); a 2D rank's dense work is that of R_r / s full rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from gnndist import cost
+from gnndist.cost import Network, RankLoad
+from gnndist.errors import UserError
+from gnndist.partition import partition
+from gnndist.partition.book import GlobalCSR, unique_ids
+
+ELEM = 4  # bytes per feature element (float32)
+STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
+RECORD_KEYS = (
+    "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
+    "max_sent", "max_received", "memory_per_rank", "model_time_s", "vs_1d", "max_messages", "nnz_imbalance",
+)
+
+
+# --- sparsity-aware grid layouts ------------------------------------------------------------
+
+
+@dataclass
+class GridExchange:
+    """Rows every pair of ranks exchanges in one SpMM forward of a c-replicated grid layout.
+
+    Attributes:
+        replication: c (1 = the 1D row layout).
+        expand: ``[P, P]`` rows rank ``dst`` receives from rank ``src``, indexed ``[dst, src]``.
+        fold: ``[P, P]`` partial output rows rank ``src`` sends to their owner ``dst``, ``[src, dst]``.
+        nnz: ``[P]`` nonzeros each rank multiplies.
+        rows: ``[P]`` rows each rank owns.
+        group_nnz: ``[q, q]`` nonzeros with rows in row group i and columns in row group g.
+    """
+
+    replication: int
+    expand: np.ndarray
+    fold: np.ndarray
+    nnz: np.ndarray
+    rows: np.ndarray
+    group_nnz: np.ndarray
+
+    def loads(self) -> list[RankLoad]:
+        """One :class:`~gnndist.cost.RankLoad` per rank."""
+        peers = lambda m, axis: np.count_nonzero(m, axis=axis)  # noqa: E731
+        messages = (np.maximum(peers(self.expand, 0), peers(self.expand, 1))
+                    + np.maximum(peers(self.fold, 1), peers(self.fold, 0)))
+        table = np.stack([
+            self.expand.sum(0), self.expand.sum(1), self.fold.sum(1), self.fold.sum(0),
+            messages, self.nnz, self.rows,
+        ], axis=1)  # [P, 7] in RankLoad field order
+        return [RankLoad.from_array(row) for row in table]
+
+
+def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int) -> GridExchange:
+    """Count the expand and fold of the c-replicated grid layout (see the module docstring).
+
+    Loops over the q = P / c row groups only: a row group's rows are one contiguous id range,
+    and inside it the rank of an entry depends on its column alone, so the unique
+    (rank, column) pairs of the expand are the group's unique columns.
+
+    Args:
+        csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
+        offsets: ``[P + 1]`` first new id of each part; parts may be empty.
+        c: replication, ``c | P``.
+    """
+    off = np.asarray(offsets, dtype=np.int64)
+    P = len(off) - 1
+    if c < 1 or P % c:
+        raise ValueError(f"replication {c} must divide the number of parts {P}")
+    q, N = P // c, csr.num_nodes
+    owner = np.repeat(np.arange(P, dtype=np.int64), np.diff(off))  # [N]
+    expand = np.zeros((P, P), dtype=np.int64)
+    fold = np.zeros((P, P), dtype=np.int64)
+    nnz = np.zeros(P, dtype=np.int64)
+    group_nnz = np.zeros((q, q), dtype=np.int64)
+    for i in range(q):
+        base = i * c  # first rank of row group i
+        lo, hi = off[base], off[base + c]
+        cols = csr.col[csr.rowptr[lo] : csr.rowptr[hi]]  # [nnz_i]
+        col_owner = owner[cols]
+        j_col = col_owner % c  # [nnz_i] grid column of the rank that multiplies each entry
+        nnz[base : base + c] = np.bincount(j_col, minlength=c)
+        group_nnz[i] = np.bincount(col_owner // c, minlength=q)
+
+        src = owner[unique_ids(cols, N)]  # owner of each distinct column
+        dst = base + src % c
+        far = src != dst
+        expand[base : base + c] = np.bincount((dst[far] - base) * P + src[far], minlength=c * P).reshape(c, P)
+
+        if c > 1:
+            r = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(csr.rowptr[lo : hi + 1]))  # [nnz_i] local row
+            j_row = owner[lo + r] % c
+            far = j_col != j_row
+            keys = unique_ids(r[far] * c + j_col[far], (hi - lo) * c)  # distinct (row, multiplying rank)
+            jr = owner[lo + keys // c] % c
+            fold[base : base + c, base : base + c] = np.bincount((keys % c) * c + jr, minlength=c * c).reshape(c, c)
+    return GridExchange(c, expand, fold, nnz, np.diff(off), group_nnz)
+
+
+def grid_loads(csr: GlobalCSR, offsets: np.ndarray, c: int) -> list[RankLoad]:
+    """Per-rank rows of one SpMM forward of the c-replicated grid layout (c = 1: the 1D halo exchange).
+
+    Args:
+        csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
+        offsets: ``[P + 1]`` first new id of each part (``Partition.book.offsets``).
+        c: replication, dividing P.
+    """
+    return grid_exchange(csr, offsets, c).loads()
+
+
+# --- per-rank results of one layout ---------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    """One layout's per-rank loads and bytes for one SpMM (forward + backward) at width F.
+
+    Attributes:
+        strategy, replication: the name and c.
+        loads: rows for the cost model (:func:`gnndist.cost.layout_time`).
+        sent, received: ``[P]`` bytes of one forward + backward SpMM.
+        memory: ``[P]`` bytes (see the module docstring).
+    """
+
+    strategy: str
+    replication: int
+    loads: list[RankLoad]
+    sent: np.ndarray
+    received: np.ndarray
+    memory: np.ndarray
+
+
+def aware_layout(strategy: str, ex: GridExchange, width: int) -> Layout:
+    """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward)."""
+    loads = ex.loads()
+    b = [ld.bytes(width, ELEM) for ld in loads]
+    sent = np.array([d["fwd_sent"] + d["bwd_sent"] for d in b], dtype=np.int64)
+    received = np.array([d["fwd_received"] + d["bwd_received"] for d in b], dtype=np.int64)
+    memory = np.array([8 * ld.nnz + 8 * (ld.rows + ld.fold_send + 1)
+                       + ELEM * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
+                       for ld in loads], dtype=np.int64)
+    return Layout(strategy, ex.replication, loads, sent, received, memory)
+
+
+def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
+               memory, width: int) -> Layout:
+    """Assemble a baseline from words of one SpMM forward; the backward moves the same again."""
+    sent_words = np.asarray(sent_words, dtype=np.float64)
+    recv_words = np.asarray(recv_words, dtype=np.float64)
+    fold_words = np.asarray(fold_words, dtype=np.float64)
+    up = lambda w: int(math.ceil(w / width - 1e-9))  # noqa: E731  words -> rows of width F
+    loads = [RankLoad(expand_send=up(s), expand_recv=up(r), fold_send=up(f), fold_recv=up(f),
+                      messages=int(m), nnz=int(z), rows=int(n))
+             for s, r, f, m, z, n in zip(sent_words, recv_words, fold_words, messages, nnz, rows)]
+    sent = np.rint(2 * ELEM * (sent_words + fold_words)).astype(np.int64)
+    received = np.rint(2 * ELEM * (recv_words + fold_words)).astype(np.int64)
+    return Layout(strategy, c, loads, sent, received, np.rint(np.asarray(memory, dtype=np.float64)).astype(np.int64))
+
+
+def oblivious_1d(ex: GridExchange, width: int) -> Layout:
+    """CAGNET 1D: ring all-gather of X (``ex`` is the c = 1 exchange, for nnz and part sizes)."""
+    n = ex.rows
+    N, P = int(n.sum()), len(n)
+    recv = (N - n) * width
+    sent = (N - np.roll(n, -1)) * width  # rank k forwards every block but rank k+1's own
+    messages = np.full(P, P - 1)
+    memory = 8 * ex.nnz + 8 * (n + 1) + ELEM * width * N
+    return _oblivious("1d-oblivious", 1, sent, recv, np.zeros(P), messages, ex.nnz, n, memory, width)
+
+
+def oblivious_15d(ex: GridExchange, width: int) -> Layout:
+    """CAGNET 1.5D: replicated block rows, slab broadcasts, all-reduce in the replica group."""
+    c = ex.replication
+    P = len(ex.rows)
+    q = P // c
+    R = ex.rows.reshape(q, c).sum(1)  # [q] rows of each row group
+    cut = np.arange(c + 1) * q // c  # slab j = row groups [cut[j], cut[j+1])
+    i = np.arange(P) // c
+    j = np.arange(P) % c
+    cum_R = np.concatenate([[0], np.cumsum(R)])
+    cum_G = np.concatenate([np.zeros((q, 1), np.int64), np.cumsum(ex.group_nnz, axis=1)], axis=1)  # [q, q+1]
+    own_in_slab = (cut[j] <= i) & (i < cut[j + 1])
+    slab_rows = (cum_R[cut[j + 1]] - cum_R[cut[j]]) - np.where(own_in_slab, R[i], 0)
+    nnz = cum_G[i, cut[j + 1]] - cum_G[i, cut[j]]
+    allreduce = 2.0 * (c - 1) / c * R[i]
+    messages = (cut[j + 1] - cut[j]) - own_in_slab + 2 * (c - 1)
+    memory = 8 * nnz + 8 * (R[i] + 1) + ELEM * width * (2 * R[i] + slab_rows)
+    words = slab_rows * width
+    return _oblivious("1.5d-oblivious", c, words, words, allreduce * width, messages, nnz, R[i], memory, width)
+
+
+def oblivious_2d(ex: GridExchange, width: int) -> Layout:
+    """CAGNET 2D (SUMMA on s x s): broadcasts of A blocks along rows and H blocks along columns."""
+    s = ex.replication
+    P = len(ex.rows)
+    R = ex.rows.reshape(s, s).sum(1)  # [s] rows of each block row
+    N = int(R.sum())
+    r = np.arange(P) // s
+    qq = np.arange(P) % s
+    G = ex.group_nnz
+    nnz = G[r, qq]
+    words = 3.0 * (G.sum(1)[r] - nnz) + (N - R[r]) * width / s
+    messages = np.full(P, 2 * (s - 1))
+    memory = 8 * nnz + 8 * (R[r] + 1) + ELEM * words + ELEM * width / s * R[r]
+    rows = -(-R[r] // s)  # dense work of R_r rows x F / s columns
+    return _oblivious("2d-oblivious", s, words, words, np.zeros(P), messages, nnz, rows, memory, width)
+
+
+def square_root(P: int) -> int | None:
+    """s with s * s = P for a square P > 1, else None."""
+    s = math.isqrt(P)
+    return s if P > 1 and s * s == P else None
+
+
+def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8)) -> list[Layout]:
+    """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
+    2d (square P), and their oblivious baselines."""
+    P = len(offsets) - 1
+    s = square_root(P)
+    cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
+    exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
+    out = [aware_layout("1d", exchanges[1], width)]
+    out += [aware_layout("1.5d", exchanges[c], width) for c in cs]
+    if s:
+        out.append(aware_layout("2d", exchanges[s], width))
+    out.append(oblivious_1d(exchanges[1], width))
+    out += [oblivious_15d(exchanges[c], width) for c in cs]
+    if s:
+        out.append(oblivious_2d(exchanges[s], width))
+    return out
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+def max_bytes_per_rank(layout: Layout, layers: int) -> int:
+    """Bytes of one epoch on the busiest rank: max over ranks of max(sent, received)."""
+    return int(np.maximum(layout.sent, layout.received).max()) * layers
+
+
+def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: int) -> dict:
+    """One JSON-able record of a layout over one epoch (``layers`` SpMMs of width ``width``).
+
+    ``base_bytes`` is the 1d layout's ``max_bytes_per_rank`` at the same P (for ``vs_1d``,
+    which is None when the 1d layout moves nothing and this one does).
+    """
+    P = len(layout.loads)
+    max_bytes = max_bytes_per_rank(layout, layers)
+    rows = max(ld.rows for ld in layout.loads)
+    per_layer = cost.layout_time(layout.loads, width, net, ELEM) + cost.dense_time(rows, width, width, net)
+    nnz = np.array([ld.nnz for ld in layout.loads], dtype=np.float64)
+    return {
+        "parts": P,
+        "strategy": layout.strategy,
+        "replication": layout.replication,
+        "feature_dim": width,
+        "layers": layers,
+        "max_bytes_per_rank": max_bytes,
+        "total_bytes": int(layout.sent.sum()) * layers,
+        "max_sent": int(layout.sent.max()) * layers,
+        "max_received": int(layout.received.max()) * layers,
+        "memory_per_rank": int(layout.memory.max()),
+        "model_time_s": layers * per_layer + cost.allreduce_time(width * width * layers, P, net, ELEM),
+        "vs_1d": max_bytes / base_bytes if base_bytes else (1.0 if max_bytes == 0 else None),
+        "max_messages": max(ld.messages for ld in layout.loads),
+        "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
+    }
+
+
+def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 128, layers: int = 2,
+                       replication: Iterable[int] = (2, 4, 8), net: Network | None = None) -> list[dict]:
+    """Records of every layout on one partition (see :func:`layouts`), 1d first.
+
+    Args:
+        csr: renumbered adjacency (``Partition.csr``).
+        offsets: ``[P + 1]`` part boundaries (``Partition.book.offsets``).
+        feature_dim: F, the width of every layer.
+        layers: SpMMs per epoch.
+        replication: candidate c of the 1.5D layouts.
+        net: cost-model constants (default ``cost.NETWORKS["ib"]``).
+    """
+    net = net or cost.NETWORKS["ib"]
+    found = layouts(csr, offsets, feature_dim, replication)
+    base = max_bytes_per_rank(found[0], layers)
+    return [record(lay, feature_dim, layers, net, base) for lay in found]
+
+
+def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2,
+             replication: Iterable[int] = (2, 4, 8), net: Network | None = None, method: str = "metis",
+             objective: str = "vol", seed: int = 0, balance: tuple[str, ...] = ("nodes", "edges", "train"),
+             progress: bool = True) -> list[dict]:
+    """Partition ``data`` into each P of ``parts`` and return the records of every layout.
+
+    Args:
+        data: a ``torch_geometric.data.Data`` (``gnndist.datasets.load``).
+        parts: part counts P, each ``1 <= P <= N``.
+        feature_dim, layers, replication, net: see :func:`simulate_partition`.
+        method, objective, seed, balance: the partitioner's (``gnndist.partition.partition``).
+        progress: a progress bar over P on a terminal.
+    """
+    n = int(data.num_nodes)
+    check_inputs(parts, replication, feature_dim, layers, n)
+    out = []
+    for P in tqdm(parts, desc="simulate", unit="P", disable=None if progress else True):
+        p = partition(data, P, method, objective, seed, balance, progress=progress)
+        for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net):
+            out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
+                        "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
+    return out
+
+
+# --- input checks and the table ------------------------------------------------------------------
+
+
+def parse_ints(text: str, flag: str, minimum: int) -> list[int]:
+    """A comma-separated list of integers ``>= minimum``, or a :class:`UserError` naming ``flag``."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < minimum for v in values):
+        raise UserError(f"{flag} must be a comma-separated list of integers >= {minimum}, got {text!r}")
+    return values
+
+
+def check_inputs(parts: Sequence[int], replication: Iterable[int], feature_dim: int = 1, layers: int = 1,
+                 num_nodes: int | None = None) -> None:
+    """Raise :class:`UserError` on a part count < 1 or > N, a replication < 2, or a width or depth < 1."""
+    if not parts or min(parts) < 1:
+        raise UserError(f"--parts must be integers >= 1, got {list(parts)}")
+    if feature_dim < 1:
+        raise UserError(f"--feature-dim must be >= 1, got {feature_dim}")
+    if layers < 1:
+        raise UserError(f"--layers must be >= 1, got {layers}")
+    if num_nodes is not None and max(parts) > num_nodes:
+        raise UserError(f"--parts {max(parts)} exceeds the number of nodes ({num_nodes})")
+    bad = [c for c in replication if c < 2]
+    if bad:
+        raise UserError(f"--replication must be integers >= 2, got {bad}")
+
+
+def format_table(records: list[dict]) -> str:
+    """One line per record: parts, strategy, c, max MiB/rank, vs 1d, total MiB, memory MiB, model ms, messages."""
+    mib = 1 << 20
+    head = f"{'parts':>6} {'strategy':<15} {'c':>3} {'max MiB/rank':>13} {'vs 1d':>7} {'total MiB':>11} " \
+           f"{'memory MiB':>11} {'model ms':>10} {'messages':>9}"
+    lines = [head, "-" * len(head)]
+    for r in records:
+        vs = f"{r['vs_1d']:.3f}" if r["vs_1d"] is not None else "-"
+        lines.append(
+            f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
+            f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
+            f"{r['model_time_s'] * 1e3:>10.3f} {r['max_messages']:>9}"
+        )
+    return "\n".join(lines)

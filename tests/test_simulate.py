@@ -1,0 +1,150 @@
+"""``gnndist simulate``: grid loads against a brute-force reading of the definitions, the 1D
+halo against the partition's own volumes, conservation, records and the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
+from gnndist.partition.book import csr_from_edge_index, halo_volumes
+
+from gnndist.cli import main
+from gnndist.simulate import RECORD_KEYS, grid_exchange, grid_loads, layouts, simulate_partition
+
+F, LAYERS = 16, 2
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic(120, avg_degree=6, num_classes=3, num_features=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def parts(data):
+    return {P: partition(data, P, progress=False) for P in (4, 8, 16)}
+
+
+def brute_loads(csr, off, c):
+    """The layout definitions with Python sets: one tuple per rank in RankLoad field order."""
+    P = len(off) - 1
+    owner = [int(np.searchsorted(off, v, side="right") - 1) for v in range(csr.num_nodes)]
+    expand, fold, nnz = set(), set(), [0] * P
+    for r, col in zip(csr.rows().tolist(), csr.col.tolist()):
+        blk = (owner[r] // c) * c + owner[col] % c
+        nnz[blk] += 1
+        if owner[col] != blk:
+            expand.add((blk, col))  # blk receives input row col from its owner
+        if owner[r] != blk:
+            fold.add((blk, r))  # blk sends partial output row r to its owner
+    out = []
+    for k in range(P):
+        e_send = {(b, v) for b, v in expand if owner[v] == k}
+        e_recv = {(b, v) for b, v in expand if b == k}
+        f_send = {(b, v) for b, v in fold if b == k}
+        f_recv = {(b, v) for b, v in fold if owner[v] == k}
+        messages = (max(len({b for b, _ in e_send}), len({owner[v] for _, v in e_recv}))
+                    + max(len({owner[v] for _, v in f_send}), len({b for b, _ in f_recv})))
+        out.append((len(e_send), len(e_recv), len(f_send), len(f_recv), messages, nnz[k], int(off[k + 1] - off[k])))
+    return out
+
+
+@pytest.mark.parametrize("P,c", [(4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (16, 4)], ids=lambda v: str(v))
+def test_grid_loads_match_brute_force(parts, P, c):
+    p = parts[P]
+    got = [tuple(ld.as_array().tolist()) for ld in grid_loads(p.csr, p.book.offsets, c)]
+    assert got == brute_loads(p.csr, p.book.offsets, c)
+
+
+@pytest.mark.parametrize("c", [1, 2, 4])
+def test_grid_loads_with_empty_parts(parts, c):
+    csr = parts[4].csr
+    off = np.array([0, 30, 30, 30, 75, 75, 90, 120, 120])  # 8 parts, three of them empty
+    got = [tuple(ld.as_array().tolist()) for ld in grid_loads(csr, off, c)]
+    assert got == brute_loads(csr, off, c)
+
+
+@pytest.mark.parametrize("P", [4, 8, 16])
+def test_1d_expand_is_the_partition_halo(data, parts, P):
+    p = parts[P]
+    loads = grid_loads(p.csr, p.book.offsets, 1)
+    recv, send = halo_volumes(csr_from_edge_index(data.edge_index, data.num_nodes), p.book.assign, P)
+    assert [ld.expand_recv for ld in loads] == recv.tolist()
+    assert [ld.expand_send for ld in loads] == send.tolist()
+    assert sum(ld.expand_recv for ld in loads) == p.report["comm_volume"]
+    assert max(ld.expand_recv for ld in loads) == p.report["max_recv_volume"]
+    assert all(ld.fold_send == ld.fold_recv == 0 for ld in loads)
+
+
+@pytest.mark.parametrize("P,c", [(4, 2), (8, 2), (8, 4), (16, 4), (16, 8)], ids=lambda v: str(v))
+def test_sent_equals_received(parts, P, c):
+    p = parts[P]
+    ex = grid_exchange(p.csr, p.book.offsets, c)
+    loads = ex.loads()
+    assert sum(ld.expand_send for ld in loads) == sum(ld.expand_recv for ld in loads) == ex.expand.sum()
+    assert sum(ld.fold_send for ld in loads) == sum(ld.fold_recv for ld in loads) == ex.fold.sum()
+    assert sum(ld.nnz for ld in loads) == p.csr.nnz
+    for lay in layouts(p.csr, p.book.offsets, F, (2, 4, 8)):
+        assert lay.sent.sum() == lay.received.sum(), lay.strategy
+
+
+def test_1d_oblivious_is_an_all_gather(parts):
+    p = parts[8]
+    n = np.diff(p.book.offsets)
+    rec = next(r for r in simulate_partition(p.csr, p.book.offsets, F, LAYERS) if r["strategy"] == "1d-oblivious")
+    N = int(n.sum())
+    assert rec["max_received"] == LAYERS * 2 * 4 * F * int((N - n).max())
+    assert rec["max_sent"] == LAYERS * 2 * 4 * F * int((N - np.roll(n, -1)).max())
+    assert rec["max_messages"] == 7
+
+
+@pytest.mark.parametrize("P", [4, 8, 16])
+def test_records(parts, P):
+    p = parts[P]
+    recs = simulate_partition(p.csr, p.book.offsets, F, LAYERS, replication=(2, 4, 8))
+    for r in recs:
+        assert set(RECORD_KEYS) <= set(r)
+        assert r["parts"] == P and r["feature_dim"] == F and r["layers"] == LAYERS
+        assert r["max_bytes_per_rank"] == max(r["max_sent"], r["max_received"])
+        assert r["model_time_s"] > 0 and r["memory_per_rank"] > 0
+    names = {(r["strategy"], r["replication"]) for r in recs}
+    cs = [c for c in (2, 4, 8) if c < P and P % c == 0]
+    expected = {("1d", 1), ("1d-oblivious", 1)} | {(s, c) for c in cs for s in ("1.5d", "1.5d-oblivious")}
+    s = int(round(P**0.5))
+    if s * s == P:
+        expected |= {("2d", s), ("2d-oblivious", s)}
+        two_d = next(r for r in recs if r["strategy"] == "2d")
+        if s in cs:  # 2d is 1.5d at c = sqrt(P)
+            same = next(r for r in recs if r["strategy"] == "1.5d" and r["replication"] == s)
+            assert {**same, "strategy": "2d"} == two_d
+    assert names == expected
+    assert next(r for r in recs if r["strategy"] == "1d")["vs_1d"] == 1.0
+
+
+@pytest.fixture()
+def data_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path))
+    return tmp_path
+
+
+def test_cli_json(capsys, data_root):
+    assert main(["simulate", "synthetic-200-d6", "--parts", "2,4", "--feature-dim", "8", "--json"]) == 0
+    recs = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert isinstance(recs, list) and {r["parts"] for r in recs} == {2, 4}
+    assert {r["strategy"] for r in recs} == {"1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious"}
+
+
+def test_cli_table(capsys, data_root):
+    assert main(["simulate", "synthetic-200-d6", "--parts", "4", "--network", "nvlink", "--alpha", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "max MiB/rank" in out and "2d-oblivious" in out and "nvlink" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--parts", "x"], ["--parts", "0,4"], ["--parts", "4,"], ["--parts", "500"],
+    ["--replication", "1"], ["--network", "carrier-pigeon"], ["--feature-dim", "0"],
+], ids=lambda a: " ".join(a))
+def test_cli_errors(capsys, data_root, argv):
+    assert main(["simulate", "synthetic-200-d6", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gnndist: error:")

@@ -1,0 +1,215 @@
+"""1.5D and 2D equal 1D and one process, and every strategy moves exactly the bytes the simulator predicts.
+
+Two spawns per world size: an SpMM-level job (outputs and input gradients of ``sum``,
+``gcn`` and ``mean`` aggregation, bytes per rank per layer) and a training job (per-epoch
+losses with dropout, logits, every gradient and the metrics, for GCN, SAGE-mean and GIN
+with batch norm). References are computed in this process: a dense ``A`` for the SpMMs
+and a one-rank run for training.
+"""
+
+import copy
+
+import pytest
+import torch
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
+
+from gnndist.config import TrainConfig
+from gnndist.graph import DistGraph
+from gnndist.grid import ProcessGrid
+from gnndist.simulate import grid_loads
+from gnndist.strategies import get_strategy
+from gnndist.testing import assert_close, run_distributed
+from gnndist.trainer import Trainer
+
+WIDTH = 5
+EPOCHS = 8
+# world -> strategies as (name, replication); 2d is the square grid, 1.5d c = P has a single block row
+SPMM_CASES = {
+    2: [("1d", None), ("1.5d", 2)],
+    4: [("1d", None), ("1.5d", 2), ("2d", None), ("1.5d", 4)],
+    8: [("1d", None), ("1.5d", 2), ("1.5d", 4)],
+}
+TRAIN_CASES = {  # world -> strategies; models run for each
+    4: [("1.5d", 2), ("2d", None)],
+    8: [("1.5d", 2), ("1.5d", 4)],
+}
+MODELS = [("gcn", "none"), ("sage", "none"), ("gin", "batch")]
+
+
+def _data():
+    data = synthetic(240, avg_degree=7, num_classes=4, num_features=12, seed=3)
+    data.train_mask[:] = False
+    data.train_mask[::3] = True
+    return data
+
+
+def _features(ids: torch.Tensor, width: int, salt: float) -> torch.Tensor:
+    """Partition-invariant test features from dataset ids. ``[n, width]``."""
+    k = torch.arange(1, width + 1, dtype=torch.float64)
+    return torch.sin(ids.double()[:, None] * k * salt + k).float()
+
+
+def _spmm_job(grid, partdir, cases):
+    out = {}
+    for name, c in cases:
+        graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
+        ids = graph.orig_id[: graph.n_owned]
+        res = {"ids": ids, "bytes": {}}
+        for mode in ("sum", "gcn", "mean"):
+            x = _features(ids, WIDTH, 0.37).requires_grad_()
+            y = graph.spmm(x, weight="gcn" if mode == "gcn" else None, reduce="mean" if mode == "mean" else "sum",
+                           tag=mode)
+            (y * _features(ids, WIDTH, 0.11)).sum().backward()
+            res[mode] = (y.detach(), x.grad)
+        res["bytes"] = graph.counter.per_tag()
+        res["replication"] = getattr(graph.strategy, "replication", 1)
+        out[(name, c)] = res
+    return out
+
+
+@pytest.fixture(scope="module")
+def spmm_runs(tmp_path_factory):
+    data = _data()
+    out = {}
+    for world, cases in SPMM_CASES.items():
+        d = tmp_path_factory.mktemp(f"spmm{world}")
+        p = partition(data, world, progress=False)
+        p.save(d, dataset="toy", progress=False)
+        out[world] = (p, run_distributed(_spmm_job, world, str(d), cases))
+    return data, out
+
+
+def _dense_reference(data, mode):
+    n = data.num_nodes
+    A = torch.zeros(n, n, dtype=torch.float64)
+    A[data.edge_index[1], data.edge_index[0]] = 1.0  # row = destination
+    deg = A.sum(1)
+    if mode == "gcn":
+        dinv = (deg + 1).rsqrt()
+        A = dinv[:, None] * (A + torch.eye(n, dtype=torch.float64)) * dinv[None, :]
+    elif mode == "mean":
+        A = A / deg.clamp(min=1)[:, None]
+    ids = torch.arange(n)
+    x = _features(ids, WIDTH, 0.37).double()
+    g = _features(ids, WIDTH, 0.11).double()
+    return A @ x, A.t() @ g
+
+
+@pytest.mark.parametrize("world", sorted(SPMM_CASES))
+@pytest.mark.parametrize("mode", ["sum", "gcn", "mean"])
+def test_spmm_equals_one_process(spmm_runs, world, mode):
+    data, runs = spmm_runs
+    ref_out, ref_grad = _dense_reference(data, mode)
+    _, ranks = runs[world]
+    for case in SPMM_CASES[world]:
+        got_out = torch.zeros_like(ref_out)
+        got_grad = torch.zeros_like(ref_grad)
+        seen = torch.zeros(data.num_nodes, dtype=torch.long)
+        for r in ranks:
+            res = r[case]
+            got_out[res["ids"]] = res[mode][0].double()
+            got_grad[res["ids"]] = res[mode][1].double()
+            seen[res["ids"]] += 1
+        assert torch.all(seen == 1), f"{case}: every node must be owned by exactly one rank"
+        assert_close(f"{case} {mode} output", ref_out, got_out, rtol=1e-5)
+        assert_close(f"{case} {mode} input gradient", ref_grad, got_grad, rtol=1e-5)
+
+
+@pytest.mark.parametrize("world", sorted(SPMM_CASES))
+def test_bytes_equal_simulator(spmm_runs, world):
+    """Measured bytes of every rank, layer and direction equal ``gnndist simulate``'s prediction exactly."""
+    _, runs = spmm_runs
+    p, ranks = runs[world]
+    for case in SPMM_CASES[world]:
+        c = ranks[0][case]["replication"]
+        loads = grid_loads(p.csr, p.book.offsets, c)
+        for rank, r in enumerate(ranks):
+            want = loads[rank].bytes(WIDTH, 4)
+            for mode in ("sum", "gcn", "mean"):
+                got = {k: r[case]["bytes"].get(mode, {}).get(k, 0) for k in want}
+                assert got == want, (case, rank, mode, got, want)
+        if case[0] != "1d":
+            assert sum(ld.fold_send for ld in loads) > 0, f"{case}: a grid layout folds"
+
+
+def _cfg(model, norm, dropout=0.5, epochs=EPOCHS):
+    cfg = TrainConfig()
+    cfg.model.model, cfg.model.norm, cfg.model.dropout, cfg.model.hidden = model, norm, dropout, 8
+    cfg.model.normalize_features = False
+    cfg.optim.epochs = epochs
+    cfg.run.progress = False
+    return cfg
+
+
+def _train_job(grid, partdir, cases):
+    """Per strategy and model: losses of EPOCHS epochs with dropout and the final metrics; one step's grads without."""
+    out = {}
+    for name, c in cases:
+        for model, norm in MODELS:
+            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
+            trainer = Trainer(graph, _cfg(model, norm))
+            summary = trainer.fit()
+            losses = [row["loss"] for row in trainer.history]
+            metrics = {k: summary[k] for k in ("train_acc", "val_acc", "test_acc")}
+
+            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
+            trainer = Trainer(graph, _cfg(model, norm, dropout=0.0))
+            trainer.model.train()
+            logits = trainer.model(graph, graph.x)
+            trainer.loss(logits).backward()
+            trainer.allreduce_grads()
+            grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+            bn = {n: b.clone() for n, b in trainer.model.named_buffers() if "running" in n}
+            out[(name, c, model)] = dict(losses=losses, metrics=metrics, grads=grads, logits=logits.detach(),
+                                         ids=graph.orig_id[: graph.n_owned], bn=bn)
+    return out
+
+
+@pytest.fixture(scope="module")
+def train_runs(tmp_path_factory):
+    data = _data()
+    d1 = tmp_path_factory.mktemp("train1")
+    partition(data, 1, progress=False).save(d1, dataset="toy", progress=False)
+    ref = _train_job(ProcessGrid(), str(d1), [("1d", None)])
+    out = {}
+    for world, cases in TRAIN_CASES.items():
+        d = tmp_path_factory.mktemp(f"train{world}")
+        partition(data, world, progress=False).save(d, dataset="toy", progress=False)
+        out[world] = run_distributed(_train_job, world, str(d), cases)
+    return data, ref, out
+
+
+@pytest.mark.parametrize("world", sorted(TRAIN_CASES))
+@pytest.mark.parametrize("model", [m for m, _ in MODELS])
+def test_training_equals_one_process(train_runs, world, model):
+    data, ref_runs, runs = train_runs
+    ref = ref_runs[("1d", None, model)]
+    ref_logits = torch.zeros(data.num_nodes, ref["logits"].shape[1])
+    ref_logits[ref["ids"]] = ref["logits"]
+    for name, c in TRAIN_CASES[world]:
+        for rank, r in enumerate(runs[world]):
+            got = r[(name, c, model)]
+            label = f"{name} c={c} P={world} rank {rank} {model}"
+            assert_close(f"{label} losses", torch.tensor(ref["losses"], dtype=torch.float64),
+                         torch.tensor(got["losses"], dtype=torch.float64), rtol=1e-5)
+            assert got["metrics"] == pytest.approx(ref["metrics"], abs=1e-12), label  # counts: every node once
+            assert_close(f"{label} logits", ref_logits[got["ids"]], got["logits"], rtol=1e-5)
+            for n, g in ref["grads"].items():
+                assert_close(f"{label} grad {n}", g, got["grads"][n], rtol=1e-5, atol=1e-7)
+            for n, b in ref["bn"].items():
+                assert_close(f"{label} {n}", b, got["bn"][n], rtol=1e-5, atol=1e-7)
+    assert ref["losses"][-1] < ref["losses"][0]  # it trains
+
+
+def test_one_process_refuses_replication():
+    data = _data()
+    p = partition(data, 1, progress=False)
+    arrays = next(p.part_arrays())
+    meta = {"N": data.num_nodes, "classes": 4, "offsets": p.book.offsets.tolist(), "parts": 1}
+    with pytest.raises(Exception, match="--replication 2 must divide"):
+        DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("1.5d", replication=2))
+    with pytest.raises(Exception, match="square number of ranks"):
+        DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("2d"))
+    g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy="1d")
+    assert g.strategy.name == "1d"
