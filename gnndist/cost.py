@@ -6,7 +6,8 @@ layout at any P, no processes) and is meant for the partitioner's balance choice
 One distributed SpMM of width ``F`` on one rank, forward plus backward (the backward is
 the same exchanges reversed and the transposed product over the same nonzeros)::
 
-    T = 2 * (alpha * messages + b * F * (max(expand_send, expand_recv) + max(fold_send, fold_recv)) / beta)
+    T = 2 * (overhead * exchanges + alpha * messages
+             + b * F * (max(expand_send, expand_recv) + max(fold_send, fold_recv)) / beta)
         + 2 * gamma_sparse * nnz * F
 
 where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
@@ -32,10 +33,11 @@ class Network:
 
     Attributes:
         name: preset name, or ``"probe"`` when measured.
-        alpha: seconds per message (latency).
+        alpha: seconds per message (latency per peer).
         beta: bytes per second a rank can send (and receive) at once.
         gamma_sparse: seconds per nonzero per feature column of an SpMM.
         gamma_dense: seconds per dense floating-point operation.
+        overhead: seconds per collective call, whatever its peers (launch and synchronisation).
     """
 
     name: str
@@ -43,16 +45,17 @@ class Network:
     beta: float
     gamma_sparse: float
     gamma_dense: float
+    overhead: float = 0.0
 
 
 # Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
 NETWORKS: dict[str, Network] = {
     # GPUs of one node over NVLink (H100/H200 class: ~150 GB/s per GPU achieved in all-to-all)
-    "nvlink": Network("nvlink", alpha=5e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14),
+    "nvlink": Network("nvlink", alpha=3e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=15e-6),
     # GPUs across nodes, one 200 Gb/s InfiniBand/RoCE port per GPU
-    "ib": Network("ib", alpha=10e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14),
+    "ib": Network("ib", alpha=10e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=20e-6),
     # CPU ranks over 10 Gb/s Ethernet
-    "ethernet": Network("ethernet", alpha=50e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11),
+    "ethernet": Network("ethernet", alpha=50e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11, overhead=100e-6),
 }
 
 
@@ -80,6 +83,7 @@ class RankLoad:
         messages: peers this rank exchanges with, summed over the expand and the fold.
         nnz: nonzeros this rank multiplies.
         rows: output rows this rank owns.
+        exchanges: collective calls of one SpMM direction (1 in 1D: the expand; 2 on a grid).
     """
 
     expand_send: int = 0
@@ -89,10 +93,11 @@ class RankLoad:
     messages: int = 0
     nnz: int = 0
     rows: int = 0
+    exchanges: int = 1
 
     def as_array(self) -> np.ndarray:
         return np.array([self.expand_send, self.expand_recv, self.fold_send, self.fold_recv,
-                         self.messages, self.nnz, self.rows], dtype=np.int64)
+                         self.messages, self.nnz, self.rows, self.exchanges], dtype=np.int64)
 
     @classmethod
     def from_array(cls, a) -> RankLoad:
@@ -111,7 +116,7 @@ class RankLoad:
 def spmm_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one SpMM (forward + backward) of width ``width`` on one rank."""
     rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
-    comm = net.alpha * load.messages + elem * width * rows / net.beta
+    comm = net.overhead * load.exchanges + net.alpha * load.messages + elem * width * rows / net.beta
     return 2.0 * comm + 2.0 * net.gamma_sparse * load.nnz * width
 
 
@@ -135,7 +140,8 @@ def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float
 def probe(grid, csr=None, repeats: int = 5) -> Network:
     """Measure alpha, beta and gamma on the running machine; every rank gets the same values.
 
-    alpha: an all-to-all of one element per peer; beta: one of 256 KiB per peer; gamma_sparse:
+    overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
+    beta: one of 256 KiB per peer; gamma_sparse:
     this rank's SpMM (``csr``, width 32); gamma_dense: a 256x256 matmul. Each is the median
     over ``repeats`` runs; the slowest rank's value is taken (all-reduce of the maximum).
     """
@@ -158,9 +164,16 @@ def probe(grid, csr=None, repeats: int = 5) -> Network:
     small = torch.zeros(P, device=dev)
     big_n = (1 << 16) * P
     big = torch.zeros(big_n, device=dev)
-    alpha = median_time(lambda: grid.all_to_all_single(small, "world")) / max(P - 1, 1)
+    t_world = median_time(lambda: grid.all_to_all_single(small, "world"))  # overhead + (P - 1) alpha
+    if P > 2 and P % 2 == 0:  # a 2-rank axis gives the second point: overhead + alpha
+        pair = grid.axes(2)["row"]
+        t_pair = median_time(lambda: grid.all_to_all_single(small[:2], pair))
+        alpha = max(t_world - t_pair, 0.0) / (P - 2)
+        overhead = max(t_pair - alpha, 0.0)
+    else:
+        alpha, overhead = t_world / max(P - 1, 1), 0.0
     t_big = median_time(lambda: grid.all_to_all_single(big, "world"))
-    beta = (big_n * 4 * (P - 1) / P) / max(t_big - alpha * (P - 1), 1e-9) if P > 1 else float("inf")
+    beta = (big_n * 4 * (P - 1) / P) / max(t_big - t_world, 1e-9) if P > 1 else float("inf")
     if csr is not None and csr.nnz:
         x = torch.randn(csr.num_cols, 32, device=dev)
         gamma_s = median_time(lambda: spmm(csr, x)) / (csr.nnz * 32)
@@ -168,7 +181,7 @@ def probe(grid, csr=None, repeats: int = 5) -> Network:
         gamma_s = NETWORKS["ethernet"].gamma_sparse
     a = torch.randn(256, 256, device=dev)
     gamma_d = median_time(lambda: a @ a) / (2 * 256**3)
-    vals = torch.tensor([alpha, 1.0 / beta, gamma_s, gamma_d], dtype=torch.float64, device=dev)
+    vals = torch.tensor([alpha, 1.0 / beta, gamma_s, gamma_d, overhead], dtype=torch.float64, device=dev)
     grid.all_reduce_(vals, op="max")
-    alpha, inv_beta, gamma_s, gamma_d = vals.tolist()
-    return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d)
+    alpha, inv_beta, gamma_s, gamma_d, overhead = vals.tolist()
+    return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d, overhead)

@@ -108,8 +108,8 @@ class GridExchange:
                     + np.maximum(peers(self.fold, 1), peers(self.fold, 0)))
         table = np.stack([
             self.expand.sum(0), self.expand.sum(1), self.fold.sum(1), self.fold.sum(0),
-            messages, self.nnz, self.rows,
-        ], axis=1)  # [P, 7] in RankLoad field order
+            messages, self.nnz, self.rows, np.full(len(self.rows), 1 if self.replication == 1 else 2),
+        ], axis=1)  # [P, 8] in RankLoad field order (exchanges: the expand, and the fold on a grid)
         return [RankLoad.from_array(row) for row in table]
 
 
@@ -205,15 +205,16 @@ def aware_layout(strategy: str, ex: GridExchange, width: int) -> Layout:
 
 
 def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
-               memory, width: int) -> Layout:
+               memory, width: int, exchanges=None) -> Layout:
     """Assemble a baseline from words of one SpMM forward; the backward moves the same again."""
     sent_words = np.asarray(sent_words, dtype=np.float64)
     recv_words = np.asarray(recv_words, dtype=np.float64)
     fold_words = np.asarray(fold_words, dtype=np.float64)
     up = lambda w: int(math.ceil(w / width - 1e-9))  # noqa: E731  words -> rows of width F
     loads = [RankLoad(expand_send=up(s), expand_recv=up(r), fold_send=up(f), fold_recv=up(f),
-                      messages=int(m), nnz=int(z), rows=int(n))
-             for s, r, f, m, z, n in zip(sent_words, recv_words, fold_words, messages, nnz, rows)]
+                      messages=int(m), nnz=int(z), rows=int(n), exchanges=int(e))
+             for s, r, f, m, z, n, e in zip(sent_words, recv_words, fold_words, messages, nnz, rows,
+                                            np.ones(len(rows)) if exchanges is None else exchanges)]
     sent = np.rint(2 * ELEM * (sent_words + fold_words)).astype(np.int64)
     received = np.rint(2 * ELEM * (recv_words + fold_words)).astype(np.int64)
     return Layout(strategy, c, loads, sent, received, np.rint(np.asarray(memory, dtype=np.float64)).astype(np.int64))
@@ -248,7 +249,9 @@ def oblivious_15d(ex: GridExchange, width: int) -> Layout:
     messages = (cut[j + 1] - cut[j]) - own_in_slab + 2 * (c - 1)
     memory = 8 * nnz + 8 * (R[i] + 1) + ELEM * width * (2 * R[i] + slab_rows)
     words = slab_rows * width
-    return _oblivious("1.5d-oblivious", c, words, words, allreduce * width, messages, nnz, R[i], memory, width)
+    calls = (cut[j + 1] - cut[j]) + 1  # a broadcast per row block of the slab, then the all-reduce
+    return _oblivious("1.5d-oblivious", c, words, words, allreduce * width, messages, nnz, R[i], memory, width,
+                      calls)
 
 
 def oblivious_2d(ex: GridExchange, width: int) -> Layout:
@@ -265,7 +268,8 @@ def oblivious_2d(ex: GridExchange, width: int) -> Layout:
     messages = np.full(P, 2 * (s - 1))
     memory = 8 * nnz + 8 * (R[r] + 1) + ELEM * words + ELEM * width / s * R[r]
     rows = -(-R[r] // s)  # dense work of R_r rows x F / s columns
-    return _oblivious("2d-oblivious", s, words, words, np.zeros(P), messages, nnz, rows, memory, width)
+    return _oblivious("2d-oblivious", s, words, words, np.zeros(P), messages, nnz, rows, memory, width,
+                      np.full(P, 2 * s))  # a broadcast of A and one of H per SUMMA stage
 
 
 def square_root(P: int) -> int | None:

@@ -45,7 +45,8 @@ def brute_loads(csr, off, c):
         f_recv = {(b, v) for b, v in fold if owner[v] == k}
         messages = (max(len({b for b, _ in e_send}), len({owner[v] for _, v in e_recv}))
                     + max(len({owner[v] for _, v in f_send}), len({b for b, _ in f_recv})))
-        out.append((len(e_send), len(e_recv), len(f_send), len(f_recv), messages, nnz[k], int(off[k + 1] - off[k])))
+        out.append((len(e_send), len(e_recv), len(f_send), len(f_recv), messages, nnz[k], int(off[k + 1] - off[k]),
+                    1 if c == 1 else 2))  # collective calls: the expand, and the fold on a grid
     return out
 
 

@@ -76,7 +76,8 @@ class Block:
         fs = self.fold.n_recv if self.fold is not None else 0
         fr = self.fold.n_send if self.fold is not None else 0
         msgs = self.expand.peers + (self.fold.peers if self.fold is not None else 0)
-        return RankLoad(self.expand.n_send, self.expand.n_recv, fs, fr, msgs, self.nnz, self.n_owned)
+        return RankLoad(self.expand.n_send, self.expand.n_recv, fs, fr, msgs, self.nnz, self.n_owned,
+                        1 + (self.fold is not None))
 
 
 class Strategy:
