@@ -213,3 +213,42 @@ def test_one_process_refuses_replication():
         DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("2d"))
     g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy="1d")
     assert g.strategy.name == "1d"
+
+
+@pytest.mark.parametrize("nproc,argv,message", [
+    (2, ["--strategy", "2d"], "square number of ranks"),
+    (2, ["--strategy", "1.5d"], "needs --replication"),
+    (2, ["--strategy", "1.5d", "--replication", "3"], "must divide the number of ranks"),
+    (2, ["--strategy", "1d", "--replication", "2"], "--replication is for"),
+    (4, ["--strategy", "2d", "--replication", "4"], "drop --replication"),
+], ids=["2d-non-square", "1.5d-no-c", "c-not-dividing", "c-with-1d", "2d-wrong-c"])
+def test_layout_that_does_not_fit_is_one_line(tmp_path, nproc, argv, message, capsys):
+    """Checked before any rank starts (the layout is checked before the part count)."""
+    from gnndist.cli import main
+
+    d = tmp_path / "p2"
+    partition(_data(), 2, progress=False).save(d, dataset="toy", progress=False)
+    assert main(["train", str(d), "--epochs", "1", "--no-progress", "--nproc", str(nproc), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_auto_reports_choices_and_predicted_bytes(tmp_path):
+    """``--strategy auto --json``: one strategy per layer, predicted bytes equal the measured ones."""
+    import json
+    import subprocess
+    import sys
+
+    d = tmp_path / "p4"
+    partition(_data(), 4, progress=False).save(d, dataset="toy", progress=False)
+    r = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(d), "--nproc", "4", "--epochs", "2",
+                        "--strategy", "auto", "--network", "ethernet", "--json", "--no-progress"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    chosen = summary["strategies"]
+    assert set(chosen) == {"layer0", "layer1"}
+    for tag, s in chosen.items():
+        assert s["strategy"] in ("1d", "1.5d", "2d") and set(s["candidates"]) == {"1d", "2d(2x2)"}
+        assert summary["predicted_bytes_per_layer"][tag] == summary["comm_bytes_per_layer"][tag]
+    assert sum("auto: layer" in line for line in r.stderr.splitlines()) == 2  # logged once per layer, not per step
