@@ -49,13 +49,15 @@ class Network:
 
 
 # Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
+# An all-to-all posts its messages at once, so a peer costs a per-message overhead (alpha), and
+# the latency and synchronisation of the collective are paid once per call (overhead).
 NETWORKS: dict[str, Network] = {
     # GPUs of one node over NVLink (H100/H200 class: ~150 GB/s per GPU achieved in all-to-all)
-    "nvlink": Network("nvlink", alpha=3e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=15e-6),
+    "nvlink": Network("nvlink", alpha=1e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=15e-6),
     # GPUs across nodes, one 200 Gb/s InfiniBand/RoCE port per GPU
-    "ib": Network("ib", alpha=10e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=20e-6),
+    "ib": Network("ib", alpha=2e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=20e-6),
     # CPU ranks over 10 Gb/s Ethernet
-    "ethernet": Network("ethernet", alpha=50e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11, overhead=100e-6),
+    "ethernet": Network("ethernet", alpha=20e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11, overhead=100e-6),
 }
 
 

@@ -175,6 +175,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 loss = self.train_step(epoch)
                 dt = time.perf_counter() - t0
+                if epoch == self.start_epoch and hasattr(g.strategy, "settle"):
+                    g.strategy.settle()  # auto: every layer has chosen; free the other layouts
                 per_layer = self.global_bytes_per_tag()
                 predicted = self.global_bytes_per_tag(g.predicted_bytes())
                 comm_bytes = sum(v["fwd_sent"] + v.get("bwd_sent", 0) for v in per_layer.values())

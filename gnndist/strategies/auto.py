@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 from torch import Tensor
@@ -16,10 +17,11 @@ log = logging.getLogger("gnndist")
 
 
 def candidates(world: int, overlap: bool = True, max_replication: int = 16) -> list[Strategy]:
-    """``1d``, ``1.5d`` for every ``c`` dividing ``world`` (``1 < c < world``, ``c <= max_replication``), ``2d`` if square."""
+    """``1d``; ``1.5d`` for every ``c`` dividing ``world`` with ``1 < c < world`` and ``c <= max_replication``; ``2d`` if square."""
     out: list[Strategy] = [Halo1D(overlap)]
-    for c in range(2, min(world - 1, max_replication) + 1):
-        if world % c == 0:
+    s = math.isqrt(world)
+    for c in range(2, world):
+        if world % c == 0 and (c <= max_replication or c == s):
             out.append(Grid2D(overlap, c) if c * c == world else Grid15D(overlap, c))
     return out
 
@@ -75,6 +77,12 @@ class Auto(Strategy):
                 log.info("auto: %s (F=%d) -> %s  [%s; network %s]", tag, width, self.options[best].describe(),
                          alts, self.network.name)
         return self.chosen[tag]
+
+    def settle(self) -> None:
+        """Drop the candidate layouts no layer chose (their blocks and plans), once every layer has run."""
+        keep = [k for k, s in enumerate(self.options) if any(s is c for c in self.chosen.values())]
+        self.options = [self.options[k] for k in keep]
+        self.loads = [self.loads[k] for k in keep]
 
     def spmm(self, x: Tensor, tag: str) -> Tensor:
         return self.choose(tag, x.shape[1]).spmm(x, tag)
