@@ -68,7 +68,8 @@ from gnndist import cost
 from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
 from gnndist.partition import partition
-from gnndist.partition.book import GlobalCSR, unique_ids
+from gnndist.partition.book import GlobalCSR
+from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
 
 ELEM = 4  # bytes per feature element (float32)
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
@@ -79,95 +80,6 @@ RECORD_KEYS = (
 
 
 # --- sparsity-aware grid layouts ------------------------------------------------------------
-
-
-@dataclass
-class GridExchange:
-    """Rows every pair of ranks exchanges in one SpMM forward of a c-replicated grid layout.
-
-    Attributes:
-        replication: c (1 = the 1D row layout).
-        expand: ``[P, P]`` rows rank ``dst`` receives from rank ``src``, indexed ``[dst, src]``.
-        fold: ``[P, P]`` partial output rows rank ``src`` sends to their owner ``dst``, ``[src, dst]``.
-        nnz: ``[P]`` nonzeros each rank multiplies.
-        rows: ``[P]`` rows each rank owns.
-        group_nnz: ``[q, q]`` nonzeros with rows in row group i and columns in row group g.
-    """
-
-    replication: int
-    expand: np.ndarray
-    fold: np.ndarray
-    nnz: np.ndarray
-    rows: np.ndarray
-    group_nnz: np.ndarray
-
-    def loads(self) -> list[RankLoad]:
-        """One :class:`~gnndist.cost.RankLoad` per rank."""
-        peers = lambda m, axis: np.count_nonzero(m, axis=axis)  # noqa: E731
-        messages = (np.maximum(peers(self.expand, 0), peers(self.expand, 1))
-                    + np.maximum(peers(self.fold, 1), peers(self.fold, 0)))
-        table = np.stack([
-            self.expand.sum(0), self.expand.sum(1), self.fold.sum(1), self.fold.sum(0),
-            messages, self.nnz, self.rows, np.full(len(self.rows), 1 if self.replication == 1 else 2),
-        ], axis=1)  # [P, 8] in RankLoad field order (exchanges: the expand, and the fold on a grid)
-        return [RankLoad.from_array(row) for row in table]
-
-
-def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int) -> GridExchange:
-    """Count the expand and fold of the c-replicated grid layout (see the module docstring).
-
-    Loops over the q = P / c row groups only: a row group's rows are one contiguous id range,
-    and inside it the rank of an entry depends on its column alone, so the unique
-    (rank, column) pairs of the expand are the group's unique columns.
-
-    Args:
-        csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
-        offsets: ``[P + 1]`` first new id of each part; parts may be empty.
-        c: replication, ``c | P``.
-    """
-    off = np.asarray(offsets, dtype=np.int64)
-    P = len(off) - 1
-    if c < 1 or P % c:
-        raise ValueError(f"replication {c} must divide the number of parts {P}")
-    q, N = P // c, csr.num_nodes
-    owner = np.repeat(np.arange(P, dtype=np.int64), np.diff(off))  # [N]
-    expand = np.zeros((P, P), dtype=np.int64)
-    fold = np.zeros((P, P), dtype=np.int64)
-    nnz = np.zeros(P, dtype=np.int64)
-    group_nnz = np.zeros((q, q), dtype=np.int64)
-    for i in range(q):
-        base = i * c  # first rank of row group i
-        lo, hi = off[base], off[base + c]
-        cols = csr.col[csr.rowptr[lo] : csr.rowptr[hi]]  # [nnz_i]
-        col_owner = owner[cols]
-        j_col = col_owner % c  # [nnz_i] grid column of the rank that multiplies each entry
-        nnz[base : base + c] = np.bincount(j_col, minlength=c)
-        group_nnz[i] = np.bincount(col_owner // c, minlength=q)
-
-        src = owner[unique_ids(cols, N)]  # owner of each distinct column
-        dst = base + src % c
-        far = src != dst
-        expand[base : base + c] = np.bincount((dst[far] - base) * P + src[far], minlength=c * P).reshape(c, P)
-
-        if c > 1:
-            r = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(csr.rowptr[lo : hi + 1]))  # [nnz_i] local row
-            j_row = owner[lo + r] % c
-            far = j_col != j_row
-            keys = unique_ids(r[far] * c + j_col[far], (hi - lo) * c)  # distinct (row, multiplying rank)
-            jr = owner[lo + keys // c] % c
-            fold[base : base + c, base : base + c] = np.bincount((keys % c) * c + jr, minlength=c * c).reshape(c, c)
-    return GridExchange(c, expand, fold, nnz, np.diff(off), group_nnz)
-
-
-def grid_loads(csr: GlobalCSR, offsets: np.ndarray, c: int) -> list[RankLoad]:
-    """Per-rank rows of one SpMM forward of the c-replicated grid layout (c = 1: the 1D halo exchange).
-
-    Args:
-        csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
-        offsets: ``[P + 1]`` first new id of each part (``Partition.book.offsets``).
-        c: replication, dividing P.
-    """
-    return grid_exchange(csr, offsets, c).loads()
 
 
 # --- per-rank results of one layout ---------------------------------------------------------------

@@ -25,6 +25,7 @@ from gnndist.partition.book import (
     renumbered_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
+from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import metis_assign, metis_library, random_assign
 from tqdm import tqdm
 
@@ -36,7 +37,7 @@ BALANCE = ("nodes", "edges", "train")
 __all__ = [
     "BALANCE", "FORMAT_VERSION", "GlobalCSR", "LocalPart", "METHODS", "Partition", "PartitionBook",
     "build_local_parts", "comm_volume", "csr_from_edge_index", "format_report", "load", "metis_assign",
-    "partition", "random_assign", "read_meta", "read_part",
+    "partition", "random_assign", "read_meta", "read_part", "replications",
 ]
 
 
@@ -90,6 +91,8 @@ class Partition:
             "num_train": int(d.train_mask.sum()) if getattr(d, "train_mask", None) is not None else 0,
             "offsets": self.book.offsets.tolist(),
             "report": self.report,
+            # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
+            "layouts": layout_loads(self.csr, self.book.offsets),
         }
         parts = tqdm(self.part_arrays(), total=self.book.parts, desc="write parts", unit="part",
                      disable=None if progress else True, leave=False)

@@ -233,14 +233,24 @@ def test_layout_that_does_not_fit_is_one_line(tmp_path, nproc, argv, message, ca
     assert len(err) == 1 and message in err[0], err
 
 
-def test_auto_reports_choices_and_predicted_bytes(tmp_path):
-    """``--strategy auto --json``: one strategy per layer, predicted bytes equal the measured ones."""
+@pytest.mark.parametrize("stored", [True, False], ids=["layouts-in-meta", "1d-only-partition"])
+def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored):
+    """``--strategy auto --json``: one strategy per layer, predicted bytes equal the measured ones.
+
+    With the layouts' counts in META.json only the chosen layouts are built; a partition
+    without them (as older versions wrote) still loads, and auto gathers the counts itself.
+    """
     import json
     import subprocess
     import sys
 
     d = tmp_path / "p4"
     partition(_data(), 4, progress=False).save(d, dataset="toy", progress=False)
+    meta = json.loads((d / "META.json").read_text())
+    assert set(meta["layouts"]) == {"1", "2"}  # 1d and the 2 x 2 grid
+    if not stored:
+        del meta["layouts"]
+        (d / "META.json").write_text(json.dumps(meta))
     r = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(d), "--nproc", "4", "--epochs", "2",
                         "--strategy", "auto", "--network", "ethernet", "--json", "--no-progress"],
                        capture_output=True, text=True, timeout=240)

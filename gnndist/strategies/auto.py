@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 from torch import Tensor
 
 from gnndist.cost import Network, RankLoad, layout_time, probe
+from gnndist.partition import replications
 from gnndist.strategies.base import Strategy
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
@@ -16,21 +16,20 @@ from gnndist.strategies.halo1d import Halo1D
 log = logging.getLogger("gnndist")
 
 
-def candidates(world: int, overlap: bool = True, max_replication: int = 16) -> list[Strategy]:
-    """``1d``; ``1.5d`` for every ``c`` dividing ``world`` with ``1 < c < world`` and ``c <= max_replication``; ``2d`` if square."""
-    out: list[Strategy] = [Halo1D(overlap)]
-    s = math.isqrt(world)
-    for c in range(2, world):
-        if world % c == 0 and (c <= max_replication or c == s):
-            out.append(Grid2D(overlap, c) if c * c == world else Grid15D(overlap, c))
-    return out
+def candidates(world: int, overlap: bool = True) -> list[Strategy]:
+    """``1d``, ``1.5d`` / ``2d`` for every replication of :func:`gnndist.partition.replications`."""
+    return [Halo1D(overlap) if c == 1 else Grid2D(overlap, c) if c * c == world else Grid15D(overlap, c)
+            for c in replications(world)]
 
 
 class Auto(Strategy):
-    """Prepares every candidate layout, then gives each layer (``tag``) the one with the least modelled time.
+    """Gives each layer (``tag``) the candidate layout with the least modelled time for its width.
 
-    The choice uses every rank's counts (gathered once), so all ranks choose alike; it is
-    logged once per layer with the predicted bytes and time of each candidate.
+    The counts of every rank come from the partition (``META.json`` ``layouts``, written by
+    ``gnndist partition``), so only the chosen layouts are built, on first use; a partition
+    directory without them (older ones) gets every candidate built and the counts gathered.
+    All ranks see the same counts and choose alike; each choice is logged once per layer
+    with the predicted bytes and time of every candidate.
 
     Args:
         network: machine constants (:mod:`gnndist.cost`); ``None`` measures them (:func:`~gnndist.cost.probe`).
@@ -48,13 +47,17 @@ class Auto(Strategy):
         self.report: dict[str, dict] = {}
 
     def prepare(self, graph) -> None:
-        self.grid = graph.grid
+        self.grid, self.graph = graph.grid, graph
         self.options = candidates(graph.grid.world_size, self.overlap)
-        for s in self.options:
-            s.prepare(graph)
-        mine = np.stack([s.load().as_array() for s in self.options])  # [candidates, 7]
-        every = graph.grid.all_gather_object(mine)  # P x [candidates, 7]
-        self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
+        stored = graph.meta.get("layouts") or {}
+        if all(str(s.replication) in stored for s in self.options):
+            self.loads = [[RankLoad.from_array(a) for a in stored[str(s.replication)]] for s in self.options]
+        else:  # a partition without stored layouts: build every candidate, gather the counts
+            for s in self.options:
+                s.prepare(graph)
+            mine = np.stack([s.load().as_array() for s in self.options])  # [candidates, 8]
+            every = graph.grid.all_gather_object(mine)  # P x [candidates, 8]
+            self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
         if self.network is None:
             self.network = probe(graph.grid, graph.csr)
 
@@ -63,6 +66,8 @@ class Auto(Strategy):
         if tag not in self.chosen:
             times = [layout_time(ld, width, self.network) for ld in self.loads]
             best = int(np.argmin(times))
+            if getattr(self.options[best], "block", None) is None:
+                self.options[best].prepare(self.graph)  # collective: every rank chose the same
             self.chosen[tag] = self.options[best]
             per = {}
             for s, ld, t in zip(self.options, self.loads, times):
