@@ -137,22 +137,38 @@ class _GatherWait(torch.autograd.Function):
         return _fold_rows(grad, plan, ctx.n), None
 
 
-class _Fold(torch.autograd.Function):
-    """Forward: send partial rows to their owners, summed there. Backward: gather the owners' gradients."""
+class PendingFold:
+    """A fold in flight: ``wait()`` returns the owners' sums ``[n_out, F]``."""
 
-    @staticmethod
-    def forward(ctx, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str) -> Tensor:
-        ctx.plan, ctx.counter, ctx.tag = plan, counter, tag
+    def __init__(self, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str):
+        self.plan, self.n_out, self.counter, self.tag = plan, n_out, counter, tag
         if counter is not None:
             counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows), plan.n_send * _row_bytes(rows))
-        return _fold_rows(rows, plan, n_out)
+        self.back, self.work = _exchange(rows.detach().contiguous(), plan.send_counts, plan.recv_counts, plan.group,
+                                         async_op=True)  # [n_send, F]
+
+    def wait(self) -> Tensor:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        out = self.back.new_zeros((self.n_out,) + tuple(self.back.shape[1:]))
+        return out.index_add_(0, self.plan.send_idx, self.back)
+
+
+class _FoldWait(torch.autograd.Function):
+    """Forward: finish the pending fold. Backward: gather the owners' gradients to the partial rows."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, pending: PendingFold) -> Tensor:
+        ctx.plan, ctx.counter, ctx.tag = pending.plan, pending.counter, pending.tag
+        return pending.wait()
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         plan: ExchangePlan = ctx.plan
         if ctx.counter is not None:
             ctx.counter.add(ctx.tag, "bwd", plan.n_send * _row_bytes(grad), plan.n_recv * _row_bytes(grad))
-        return _gather_rows(grad.contiguous(), plan), None, None, None, None
+        return _gather_rows(grad.contiguous(), plan), None
 
 
 def gather_start(x: Tensor, plan: ExchangePlan, counter: ByteCounter | None = None, tag: str = "halo") -> PendingGather:
@@ -182,6 +198,25 @@ def gather(x: Tensor, plan: ExchangePlan, counter: ByteCounter | None = None, ta
     return gather_wait(x, gather_start(x, plan, counter, tag))
 
 
+def fold_start(rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None = None,
+               tag: str = "fold") -> PendingFold:
+    """Launch the fold of partial ``rows`` to their owners without blocking (see :func:`fold`).
+
+    Shapes:
+        rows ``[n_recv, *]``
+    """
+    return PendingFold(rows, plan, n_out, counter, tag)
+
+
+def fold_wait(rows: Tensor, pending: PendingFold) -> Tensor:
+    """Finish ``pending``; the sums are differentiable w.r.t. ``rows`` (backward gathers them back).
+
+    Shapes:
+        rows ``[n_recv, *]`` -> ``[n_out, *]``
+    """
+    return _FoldWait.apply(rows, pending)
+
+
 def fold(rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None = None, tag: str = "fold") -> Tensor:
     """Sum partial rows into their owners' rows (the sparse reduce-scatter); adjoint of :func:`gather`.
 
@@ -191,7 +226,7 @@ def fold(rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | No
     Shapes:
         rows ``[n_recv, *]`` -> ``[n_out, *]``
     """
-    return _Fold.apply(rows, plan, n_out, counter, tag)
+    return fold_wait(rows, fold_start(rows, plan, n_out, counter, tag))
 
 
 class AllReduceSum(torch.autograd.Function):

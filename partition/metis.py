@@ -133,8 +133,10 @@ def metis_assign(
         None, None, ctypes.byref(nparts), None, None,
         _options(lib, idx_t, objective, seed), ctypes.byref(edgecut), p(part),
     )
-    if status != METIS_OK:
-        raise RuntimeError(f"METIS_PartGraphKway failed with status {status}")
+    if status != METIS_OK:  # METIS_ERROR (-4) when too many parts for its balance constraints
+        why = {-2: "input error", -3: "out of memory", -4: "could not meet its balance constraints"}.get(status, "error")
+        hint = " (fewer constraints, e.g. --balance nodes, or fewer parts may work)" if ncon.value > 1 else ""
+        raise UserError(f"METIS failed to cut {n:,} nodes into {parts} parts: {why}, status {status}{hint}")
     return part.astype(np.int64, copy=False)
 
 

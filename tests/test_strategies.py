@@ -53,16 +53,18 @@ def _features(ids: torch.Tensor, width: int, salt: float) -> torch.Tensor:
 def _spmm_job(grid, partdir, cases):
     out = {}
     for name, c in cases:
-        graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
-        ids = graph.orig_id[: graph.n_owned]
-        res = {"ids": ids, "bytes": {}}
-        for mode in ("sum", "gcn", "mean"):
-            x = _features(ids, WIDTH, 0.37).requires_grad_()
-            y = graph.spmm(x, weight="gcn" if mode == "gcn" else None, reduce="mean" if mode == "mean" else "sum",
-                           tag=mode)
-            (y * _features(ids, WIDTH, 0.11)).sum().backward()
-            res[mode] = (y.detach(), x.grad)
-        res["bytes"] = graph.counter.per_tag()
+        res = {}
+        for overlap in (True, False):  # the overlapped and the one-shot forward
+            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c, overlap=overlap))
+            ids = graph.orig_id[: graph.n_owned]
+            for mode in ("sum", "gcn", "mean"):
+                x = _features(ids, WIDTH, 0.37).requires_grad_()
+                y = graph.spmm(x, weight="gcn" if mode == "gcn" else None,
+                               reduce="mean" if mode == "mean" else "sum", tag=mode)
+                (y * _features(ids, WIDTH, 0.11)).sum().backward()
+                res[(mode, overlap)] = (y.detach(), x.grad)
+            res[("bytes", overlap)] = graph.counter.per_tag()
+        res["ids"] = ids
         res["replication"] = getattr(graph.strategy, "replication", 1)
         out[(name, c)] = res
     return out
@@ -106,14 +108,16 @@ def test_spmm_equals_one_process(spmm_runs, world, mode):
         got_out = torch.zeros_like(ref_out)
         got_grad = torch.zeros_like(ref_grad)
         seen = torch.zeros(data.num_nodes, dtype=torch.long)
-        for r in ranks:
-            res = r[case]
-            got_out[res["ids"]] = res[mode][0].double()
-            got_grad[res["ids"]] = res[mode][1].double()
-            seen[res["ids"]] += 1
-        assert torch.all(seen == 1), f"{case}: every node must be owned by exactly one rank"
-        assert_close(f"{case} {mode} output", ref_out, got_out, rtol=1e-5)
-        assert_close(f"{case} {mode} input gradient", ref_grad, got_grad, rtol=1e-5)
+        for overlap in (True, False):
+            seen = torch.zeros(data.num_nodes, dtype=torch.long)
+            for r in ranks:
+                res = r[case]
+                got_out[res["ids"]] = res[(mode, overlap)][0].double()
+                got_grad[res["ids"]] = res[(mode, overlap)][1].double()
+                seen[res["ids"]] += 1
+            assert torch.all(seen == 1), f"{case}: every node must be owned by exactly one rank"
+            assert_close(f"{case} overlap={overlap} {mode} output", ref_out, got_out, rtol=1e-5)
+            assert_close(f"{case} overlap={overlap} {mode} input gradient", ref_grad, got_grad, rtol=1e-5)
 
 
 @pytest.mark.parametrize("world", sorted(SPMM_CASES))
@@ -127,8 +131,9 @@ def test_bytes_equal_simulator(spmm_runs, world):
         for rank, r in enumerate(ranks):
             want = loads[rank].bytes(WIDTH, 4)
             for mode in ("sum", "gcn", "mean"):
-                got = {k: r[case]["bytes"].get(mode, {}).get(k, 0) for k in want}
-                assert got == want, (case, rank, mode, got, want)
+                for overlap in (True, False):
+                    got = {k: r[case][("bytes", overlap)].get(mode, {}).get(k, 0) for k in want}
+                    assert got == want, (case, rank, mode, overlap, got, want)
         if case[0] != "1d":
             assert sum(ld.fold_send for ld in loads) > 0, f"{case}: a grid layout folds"
 

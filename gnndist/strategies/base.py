@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter, ExchangePlan, fold, gather, gather_start, gather_wait
+from gnndist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.cost import RankLoad
 from gnndist.kernels import CSR, spmm
 
@@ -43,6 +43,7 @@ class Block:
     expand: ExchangePlan
     fold: ExchangePlan | None = None
     _full: CSR | None = field(default=None, repr=False)
+    _split: tuple[CSR, CSR] | None = field(default=None, repr=False)
 
     @property
     def n_fold(self) -> int:
@@ -62,6 +63,13 @@ class Block:
         csr_bnd = CSR.from_coo(row[~interior], col[~interior] - n_owned, n_out, n_halo)
         return cls(n_owned, csr_int, csr_bnd, expand, fold)
 
+    def boundary_split(self) -> tuple[CSR, CSR]:
+        """``csr_bnd``'s own rows ``[n_owned, n_halo]`` and partial rows ``[n_fold, n_halo]`` (cached)."""
+        if self._split is None:
+            self._split = (_row_slice(self.csr_bnd, 0, self.n_owned),
+                           _row_slice(self.csr_bnd, self.n_owned, self.csr_bnd.n_rows))
+        return self._split
+
     def full_csr(self) -> CSR:
         """All nonzeros at once ``[n_owned + n_fold, n_owned + n_halo]`` (for the non-overlapped path; cached)."""
         if self._full is None:
@@ -78,6 +86,13 @@ class Block:
         msgs = self.expand.peers + (self.fold.peers if self.fold is not None else 0)
         return RankLoad(self.expand.n_send, self.expand.n_recv, fs, fr, msgs, self.nnz, self.n_owned,
                         1 + (self.fold is not None))
+
+
+def _row_slice(csr: CSR, a: int, b: int) -> CSR:
+    """Rows ``[a, b)`` of ``csr`` (views of its arrays)."""
+    rowptr = csr.rowptr[a : b + 1]
+    lo, hi = int(rowptr[0]), int(rowptr[-1])
+    return CSR(rowptr - lo, csr.col[lo:hi], csr.num_cols)
 
 
 class Strategy:
@@ -119,7 +134,8 @@ class BlockStrategy(Strategy):
     """A strategy whose layout is one :class:`Block` per rank (all of ours).
 
     Forward: start the expand, multiply the interior nonzeros while it travels, wait,
-    multiply the boundary nonzeros, fold the partial rows of other owners.
+    finish the partial rows of other owners and start their fold, finish the own rows
+    while it travels, wait and add.
 
     Args:
         overlap: overlap the expand with the interior product (default ``True``); otherwise
@@ -143,15 +159,19 @@ class BlockStrategy(Strategy):
 
     def spmm(self, x: Tensor, tag: str) -> Tensor:
         b = self.block
-        if self.overlap:
-            pending = gather_start(x, b.expand, self.counter, tag)
-            out = spmm(b.csr_int, x)  # [n_owned + n_fold, F] while the halo travels
-            halo = gather_wait(x, pending)  # [n_halo, F]
-            if b.csr_bnd.nnz:
-                out = out + spmm(b.csr_bnd, halo)
-        else:
+        if not self.overlap:
             halo = gather(x, b.expand, self.counter, tag)  # [n_halo, F]
-            out = spmm(b.full_csr(), torch.cat([x, halo])) if b.nnz else x.new_zeros((b.n_owned + b.n_fold, x.shape[1]))
+            out = spmm(b.full_csr(), torch.cat([x, halo]))  # [n_owned + n_fold, F]
+            if b.fold is None:
+                return out
+            return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)
+        pending = gather_start(x, b.expand, self.counter, tag)
+        out = spmm(b.csr_int, x)  # [n_owned + n_fold, F] while the halo travels
+        halo = gather_wait(x, pending)  # [n_halo, F]
         if b.fold is None:
-            return out
-        return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)  # [n_owned, F]
+            return out + spmm(b.csr_bnd, halo) if b.csr_bnd.nnz else out
+        bnd_own, bnd_fold = b.boundary_split()
+        partial = out[b.n_owned :] + spmm(bnd_fold, halo)  # [n_fold, F]: other owners' rows, complete
+        pending_fold = fold_start(partial, b.fold, b.n_owned, self.counter, tag)
+        own = out[: b.n_owned] + spmm(bnd_own, halo)  # [n_owned, F] while the partial rows travel
+        return own + fold_wait(partial, pending_fold)
