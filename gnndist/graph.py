@@ -50,7 +50,8 @@ class DistGraph:
         self.counter = counter if counter is not None else ByteCounter()
         dev = self.grid.device
         t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
-        self.part = t  # the stored part; strategies build their layouts from it
+        rows = ("x", "y", "train_mask", "val_mask", "test_mask")
+        self.part = {k: v for k, v in t.items() if k not in rows}  # the stored structure; strategies build on it
         self.n_owned = int(t["rowptr"].numel() - 1)
         self.n_halo = int(t["halo_gid"].numel())
         self.csr = CSR(t["rowptr"], t["col"], self.n_owned + self.n_halo)  # [n_owned, n_owned + n_halo]
