@@ -9,6 +9,7 @@ printed with every row: on a shared machine, compare rows taken at similar load.
 
     python benchmarks/strategies.py ../shared/data/fb100_cornell5/Cornell5.mat --nproc 4
     python benchmarks/strategies.py cora --nproc 4 --quick
+    python benchmarks/strategies.py coauthor-cs --nproc 4 --network ib    # other flags go to gnndist run
 """
 
 from __future__ import annotations
@@ -38,15 +39,14 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--quick", action="store_true", help="10 epochs")
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="more flags for gnndist run (after --)")
-    args = ap.parse_args()
+    args, extra = ap.parse_known_args()  # unknown flags go to gnndist run as they are
     epochs = 10 if args.quick else args.epochs
     gnndist = [sys.executable, "-m", "gnndist.cli"]
     rows = []
     for flags in strategies(args.nproc):
         cmd = gnndist + ["run", args.dataset, "--nproc", str(args.nproc), "--epochs", str(epochs), "--model",
                          args.model, "--hidden", str(args.hidden), "--json", "--no-progress", *flags,
-                         *[a for a in args.extra if a != "--"]]
+                         *extra]
         load = os.getloadavg()[0]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:

@@ -57,6 +57,8 @@ class DistConfig:
     replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
     network: str = opt("probe", "cost-model constants of --strategy auto: measured here, or a preset",
                        ("probe", "nvlink", "ib", "ethernet"))
+    alpha: float | None = opt(None, "cost model: seconds per message, overriding --network's")
+    beta: float | None = opt(None, "cost model: bytes per second per rank, overriding --network's")
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
@@ -64,6 +66,10 @@ class DistConfig:
     def __post_init__(self) -> None:
         _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
+        _need(self.alpha is None or self.alpha >= 0, f"--alpha must be >= 0, got {self.alpha}")
+        _need(self.beta is None or self.beta > 0, f"--beta must be > 0, got {self.beta}")
+        _need(self.strategy == "auto" or (self.alpha is None and self.beta is None),
+              "--alpha and --beta set the cost model of --strategy auto")
         if self.strategy == "1.5d":
             _need(self.replication is not None, "--strategy 1.5d needs --replication C (C divides the rank count)")
         if self.replication is not None:

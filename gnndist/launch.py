@@ -39,7 +39,8 @@ def make_strategy(cfg: TrainConfig):
     d = cfg.dist
     kw = {"overlap": d.overlap, "replication": d.replication}
     if d.strategy == "auto":
-        kw["network"] = None if d.network == "probe" else network(d.network)
+        kw["network"] = None if d.network == "probe" else network(d.network, d.alpha, d.beta)
+        kw["overrides"] = {"alpha": d.alpha, "beta": d.beta}
     return get_strategy(d.strategy, **kw)
 
 

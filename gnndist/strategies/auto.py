@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 from torch import Tensor
@@ -33,14 +34,17 @@ class Auto(Strategy):
 
     Args:
         network: machine constants (:mod:`gnndist.cost`); ``None`` measures them (:func:`~gnndist.cost.probe`).
+        overrides: ``alpha`` / ``beta`` values that replace the probe's (``--alpha``, ``--beta``).
         overlap: passed to every candidate.
     """
 
     name = "auto"
 
-    def __init__(self, overlap: bool = True, replication: int | None = None, network: Network | None = None):
+    def __init__(self, overlap: bool = True, replication: int | None = None, network: Network | None = None,
+                 overrides: dict | None = None):
         self.overlap = overlap
         self.network = network
+        self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
         self.options: list[Strategy] = []
         self.loads: list[list[RankLoad]] = []
         self.chosen: dict[str, Strategy] = {}
@@ -59,7 +63,7 @@ class Auto(Strategy):
             every = graph.grid.all_gather_object(mine)  # P x [candidates, 8]
             self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
         if self.network is None:
-            self.network = probe(graph.grid, graph.csr)
+            self.network = replace(probe(graph.grid, graph.csr), **self.overrides)
 
     def choose(self, tag: str, width: int) -> Strategy:
         """The layout of layer ``tag`` (decided on its first call, from its width)."""
