@@ -203,5 +203,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def exit_rank(code: int):
+    """End a rank's process at once, after flushing: its work is done and its group destroyed.
+
+    A normal interpreter exit runs C++ static destructors, and gloo's threads can then abort
+    the process ("terminate called without an active exception", SIGABRT) after a run that
+    succeeded; under torchrun that fails the whole job, intermittently and under load.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a rank under torchrun
+        exit_rank(code)
+    sys.exit(code)
