@@ -96,6 +96,11 @@ def _child(rank: int, world: int, port: int, partdir: str, cfg_dict: dict) -> No
         sys.exit(2)
     if rank == 0:
         _report(summary, cfg)
+    # leave at once: a normal exit runs C++ static destructors, and gloo's threads can then
+    # abort the finished rank (SIGABRT, "terminate called without an active exception")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launch(partdir: str, cfg: TrainConfig) -> int:
