@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.nn.message_passing import MessagePassing
-from gnndist.nn.norm import DistBatchNorm
+from gnndist.nn.norm import DistBatchNorm, apply_norm
 
 
 class SoftmaxAggregation(nn.Module):
@@ -79,7 +79,9 @@ class GENConv(MessagePassing):
         x_src = self.lin_src(x) if hasattr(self, "lin_src") else x  # [n_owned, out]
         out = self.propagate(graph, x_src, t=self.aggr_module.t)  # [n_owned, out]
         out = out + (self.lin_dst(x) if hasattr(self, "lin_dst") else x)
-        return self.mlp(out)
+        for m in self.mlp:  # a DistBatchNorm gets the grid: statistics over every node
+            out = apply_norm(m, graph, out)
+        return out
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, aggr=softmax"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from gnndist.comm import AllReduceSum
@@ -35,12 +36,16 @@ class DistBatchNorm(nn.Module):
         """Normalise ``x``; the statistics are summed over ``grid``'s ``world`` axis (every node once).
 
         Every strategy keeps the 1D row layout between layers, so each node is a row of
-        exactly one rank and the world sum counts it once. ``grid=None`` is one process.
+        exactly one rank and the world sum counts it once. Without ``grid`` (a layer that
+        calls ``norm(x)``) the sum runs over the default process group, if any.
         """
         if self.training:
             stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
-            if grid is not None and grid.distributed:
-                stats = AllReduceSum.apply(stats, grid.axis("world").group)  # [2C + 1] global sums
+            if grid is not None:
+                if grid.distributed:
+                    stats = AllReduceSum.apply(stats, grid.axis("world").group)  # [2C + 1] global sums
+            elif dist.is_initialized() and dist.get_world_size() > 1:  # called as norm(x): the default group
+                stats = AllReduceSum.apply(stats, None)
             c = x.shape[1]
             n = stats[-1]
             mean = stats[:c] / n
