@@ -10,9 +10,11 @@ memory), else the 64-bit one inside the ``pymetis`` wheel.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -128,16 +130,36 @@ def metis_assign(
     def p(a: np.ndarray):
         return a.ctypes.data_as(ptr)
 
-    status = lib.METIS_PartGraphKway(
-        ctypes.byref(nvtxs), ctypes.byref(ncon), p(xadj), p(adjncy), p(vwgt),
-        None, None, ctypes.byref(nparts), None, None,
-        _options(lib, idx_t, objective, seed), ctypes.byref(edgecut), p(part),
-    )
+    with _c_stdout_to_stderr():  # METIS prints its warnings with printf: keep stdout for our output (--json)
+        status = lib.METIS_PartGraphKway(
+            ctypes.byref(nvtxs), ctypes.byref(ncon), p(xadj), p(adjncy), p(vwgt),
+            None, None, ctypes.byref(nparts), None, None,
+            _options(lib, idx_t, objective, seed), ctypes.byref(edgecut), p(part),
+        )
     if status != METIS_OK:  # METIS_ERROR (-4) when too many parts for its balance constraints
         why = {-2: "input error", -3: "out of memory", -4: "could not meet its balance constraints"}.get(status, "error")
         hint = " (fewer constraints, e.g. --balance nodes, or fewer parts may work)" if ncon.value > 1 else ""
         raise UserError(f"METIS failed to cut {n:,} nodes into {parts} parts: {why}, status {status}{hint}")
     return part.astype(np.int64, copy=False)
+
+
+@contextlib.contextmanager
+def _c_stdout_to_stderr():
+    """Point file descriptor 1 at standard error while C code runs, flushing C's buffers on both sides."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def random_assign(n: int, parts: int, seed: int = 0) -> np.ndarray:
