@@ -60,7 +60,7 @@ def detect_format(path: str) -> str:
         except OSError:
             continue
     raise UserError(
-        f"{path}: format not recognised; pass format= one of {', '.join(sorted(FORMATS))}"
+        f"{path}: format not recognised; pass --format, one of {', '.join(sorted(FORMATS))}"
     )
 
 
@@ -84,7 +84,7 @@ def load(
     if format is not None:
         if format not in FORMATS:
             raise UserError(
-                f"unknown format {format!r}; known: {', '.join(sorted(FORMATS))}"
+                f"unknown --format {format!r}; known: {', '.join(sorted(FORMATS))}"
             )
         if not osp.exists(dataset):
             raise UserError(f"{dataset}: no such file or folder")

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,14 +40,18 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path
     return Path(data.root or default_root()) / "partitions" / key
 
 
-def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None) -> tuple[Path, dict]:
-    """Load ``dataset``, partition it and save it; returns the directory and the report."""
+def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
+                   say=lambda msg: None) -> tuple[Path, dict]:
+    """Load ``dataset``, partition it and save it; returns the directory and the report (``say`` hears each stage)."""
     from gnndist.datasets import load
     from gnndist.partition import partition
 
+    say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints)
     target = Path(out) if out else partition_dir(dataset, part, dcfg)
+    say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report
 
@@ -84,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launch import launch, under_torchrun
+    from gnndist.launch import launch, stage, under_torchrun
     from gnndist.partition import read_meta
 
     cfg = train_config_from_args(args)
@@ -108,7 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"partition {target} did not appear within {cfg.dist.timeout:g}s (rank 0 failed?)")
             time.sleep(0.5)
     elif not ready():
-        make_partition(args.dataset, part, dcfg, str(target))
+        make_partition(args.dataset, part, dcfg, str(target), say=lambda msg: stage(msg, cfg))
+    else:
+        stage(f"using the cached partition {target}", cfg)
     return launch(str(target), cfg)
 
 
@@ -138,8 +145,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block) that point at ``--help``."""
+
+    def error(self, message: str):
+        if "unrecognized arguments" in message and "--parts" in message:
+            message += ("; --parts is for `gnndist partition`: train and run use one part per rank, "
+                        "so the parts are --nproc N (or torchrun's ranks)")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
+    p = _Parser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("partition", help="partition a dataset and save the parts")
@@ -151,17 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_partition)
 
     si = sub.add_parser("info", help="print the report of a saved partition")
-    si.add_argument("partdir")
-    si.add_argument("--json", action="store_true")
+    si.add_argument("partdir", help="a partition directory (META.json + part-K/), as written by `gnndist partition`")
+    si.add_argument("--json", action="store_true", help="print the report as one JSON object")
     si.set_defaults(func=cmd_info)
 
     st = sub.add_parser("train", help="train on a saved partition (one rank per part)")
-    st.add_argument("partdir")
+    st.add_argument("partdir", help="a partition directory with one part per rank (--nproc N, or torchrun's ranks)")
     add_train_args(st)
     st.set_defaults(func=cmd_train)
 
     sr = sub.add_parser("run", help="partition (cached) and train: the main job")
-    sr.add_argument("dataset")
+    sr.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path; "
+                                    "partitioned into one part per rank, cached under ROOT/partitions")
     add_section(sr, DataConfig)
     add_section(sr, PartitionConfig, skip=("parts",))
     add_train_args(sr)
@@ -191,16 +209,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that clean-ups (a half-written partition) run."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe (`| head`) is caught below, not at exit
+        return code
     except UserError as e:
         print(f"gnndist: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gnndist: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away: stop quietly, as head and grep expect
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except _Terminated:
+        print("gnndist: stopped by SIGTERM", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def exit_rank(code: int):

@@ -63,6 +63,7 @@ class ExchangePlan:
     send_counts: list[int]  # [axis size]
     recv_counts: list[int]  # [axis size]
     group: object = None  # the axis's process group (None: the world)
+    wire: torch.dtype | None = None  # dtype the rows travel in (e.g. bfloat16: half the bytes); None: their own
 
     @property
     def n_send(self) -> int:
@@ -78,8 +79,14 @@ class ExchangePlan:
         return max(sum(1 for c in self.send_counts if c), sum(1 for c in self.recv_counts if c))
 
 
-def _row_bytes(x: Tensor) -> int:
-    return (x.numel() // max(x.shape[0], 1)) * x.element_size() if x.dim() else x.element_size()
+def _row_bytes(x: Tensor, wire: torch.dtype | None = None) -> int:
+    """Bytes of one row of ``x`` on the wire (in ``wire`` when given)."""
+    elem = wire.itemsize if wire is not None and x.is_floating_point() else x.element_size()
+    return (x.numel() // max(x.shape[0], 1)) * elem if x.dim() else elem
+
+
+def _to_wire(rows: Tensor, plan: ExchangePlan) -> Tensor:
+    return rows.to(plan.wire) if plan.wire is not None and rows.is_floating_point() else rows
 
 
 def _exchange(rows: Tensor, out_counts: list[int], in_counts: list[int], group, async_op: bool = False):
@@ -96,29 +103,31 @@ class PendingGather:
 
     def __init__(self, x: Tensor, plan: ExchangePlan, counter: ByteCounter | None, tag: str):
         self.plan, self.counter, self.tag = plan, counter, tag
-        send = x.detach()[plan.send_idx]  # [n_send, F]
+        send = _to_wire(x.detach()[plan.send_idx], plan)  # [n_send, F]
         if counter is not None:
-            counter.add(tag, "fwd", plan.n_send * _row_bytes(x), plan.n_recv * _row_bytes(x))
+            counter.add(tag, "fwd", plan.n_send * _row_bytes(x, plan.wire), plan.n_recv * _row_bytes(x, plan.wire))
+        self.dtype = x.dtype
         self.recv, self.work = _exchange(send, plan.recv_counts, plan.send_counts, plan.group, async_op=True)
 
     def wait(self) -> Tensor:
         if self.work is not None:
             self.work.wait()
             self.work = None
-        return self.recv
+        return self.recv.to(self.dtype)  # arithmetic in the rows' own dtype
 
 
 def _gather_rows(x: Tensor, plan: ExchangePlan) -> Tensor:
     """Forward of a gather, blocking: ``x[send_idx]`` out, ``[n_recv, F]`` in."""
-    out, work = _exchange(x[plan.send_idx].contiguous(), plan.recv_counts, plan.send_counts, plan.group)
-    return out
+    out, work = _exchange(_to_wire(x[plan.send_idx], plan).contiguous(), plan.recv_counts, plan.send_counts,
+                          plan.group)
+    return out.to(x.dtype)
 
 
 def _fold_rows(rows: Tensor, plan: ExchangePlan, n_out: int) -> Tensor:
     """Adjoint of a gather: send ``rows`` (in arrival order) back and sum them into ``send_idx``."""
-    back, _ = _exchange(rows.contiguous(), plan.send_counts, plan.recv_counts, plan.group)  # [n_send, F]
+    back, _ = _exchange(_to_wire(rows, plan).contiguous(), plan.send_counts, plan.recv_counts, plan.group)  # [n_send, F]
     out = rows.new_zeros((n_out,) + tuple(rows.shape[1:]))
-    return out.index_add_(0, plan.send_idx, back)
+    return out.index_add_(0, plan.send_idx, back.to(rows.dtype))  # summed in the rows' own dtype
 
 
 class _GatherWait(torch.autograd.Function):
@@ -133,7 +142,8 @@ class _GatherWait(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         plan: ExchangePlan = ctx.plan
         if ctx.counter is not None:
-            ctx.counter.add(ctx.tag, "bwd", plan.n_recv * _row_bytes(grad), plan.n_send * _row_bytes(grad))
+            ctx.counter.add(ctx.tag, "bwd", plan.n_recv * _row_bytes(grad, plan.wire),
+                            plan.n_send * _row_bytes(grad, plan.wire))
         return _fold_rows(grad, plan, ctx.n), None
 
 
@@ -143,16 +153,17 @@ class PendingFold:
     def __init__(self, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str):
         self.plan, self.n_out, self.counter, self.tag = plan, n_out, counter, tag
         if counter is not None:
-            counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows), plan.n_send * _row_bytes(rows))
-        self.back, self.work = _exchange(rows.detach().contiguous(), plan.send_counts, plan.recv_counts, plan.group,
-                                         async_op=True)  # [n_send, F]
+            counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows, plan.wire), plan.n_send * _row_bytes(rows, plan.wire))
+        self.dtype = rows.dtype
+        self.back, self.work = _exchange(_to_wire(rows.detach(), plan).contiguous(), plan.send_counts,
+                                         plan.recv_counts, plan.group, async_op=True)  # [n_send, F]
 
     def wait(self) -> Tensor:
         if self.work is not None:
             self.work.wait()
             self.work = None
-        out = self.back.new_zeros((self.n_out,) + tuple(self.back.shape[1:]))
-        return out.index_add_(0, self.plan.send_idx, self.back)
+        out = self.back.new_zeros((self.n_out,) + tuple(self.back.shape[1:]), dtype=self.dtype)
+        return out.index_add_(0, self.plan.send_idx, self.back.to(self.dtype))  # summed in the rows' own dtype
 
 
 class _FoldWait(torch.autograd.Function):
@@ -167,7 +178,8 @@ class _FoldWait(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         plan: ExchangePlan = ctx.plan
         if ctx.counter is not None:
-            ctx.counter.add(ctx.tag, "bwd", plan.n_send * _row_bytes(grad), plan.n_recv * _row_bytes(grad))
+            ctx.counter.add(ctx.tag, "bwd", plan.n_send * _row_bytes(grad, plan.wire),
+                            plan.n_recv * _row_bytes(grad, plan.wire))
         return _gather_rows(grad.contiguous(), plan), None
 
 

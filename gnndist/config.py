@@ -62,10 +62,15 @@ class DistConfig:
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
+    comm_dtype: str = opt("fp32", "dtype exchanged rows travel in: bf16 halves the halo bytes (arithmetic stays fp32)",
+                          ("fp32", "bf16"))
+    max_restarts: int = opt(0, "restarts of the whole group of --nproc ranks after one fails; with --checkpoint "
+                            "they resume from the newest checkpoint (under torchrun: its --max-restarts)")
 
     def __post_init__(self) -> None:
         _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
+        _need(self.max_restarts >= 0, f"--max-restarts must be >= 0, got {self.max_restarts}")
         _need(self.alpha is None or self.alpha >= 0, f"--alpha must be >= 0, got {self.alpha}")
         _need(self.beta is None or self.beta > 0, f"--beta must be > 0, got {self.beta}")
         _need(self.strategy == "auto" or (self.alpha is None and self.beta is None),
@@ -89,12 +94,14 @@ class DistConfig:
 
 @dataclass
 class ModelConfig:
-    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, ...)")
+    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, gcn2, resgcn, revgnn, ...)")
     layers: int = opt(2, "number of GNN layers")
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
+    recompute: bool = opt(False, "activation checkpointing: recompute every block in backward, halo exchanges "
+                          "included (gcn2, resgcn)")
 
     def __post_init__(self) -> None:
         from gnndist.nn import MODELS
@@ -127,9 +134,15 @@ class RunConfig:
     seed: int = opt(0, "training seed (weights and dropout masks)")
     log: str | None = opt(None, "write one JSON line per epoch to this file")
     json: bool = opt(False, "print a JSON summary as the last line of standard output")
-    checkpoint: str | None = opt(None, "directory for checkpoints of the best model")
-    resume: bool = opt(False, "resume from --checkpoint")
+    checkpoint: str | None = opt(None, "directory of checkpoints (model, optimiser, epoch, best, RNG) and best.pt")
+    checkpoint_every: int = opt(1, "epochs between checkpoints")
+    keep_checkpoints: int = opt(3, "checkpoints kept in --checkpoint (the newest)")
+    resume: bool = opt(False, "resume from the newest good checkpoint in --checkpoint")
     progress: bool = opt(True, "progress bar on rank 0")
+
+    def __post_init__(self) -> None:
+        _need(self.checkpoint_every >= 1, f"--checkpoint-every must be >= 1, got {self.checkpoint_every}")
+        _need(self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
 
 
 @dataclass
@@ -175,7 +188,7 @@ def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str,
             kw["default"] = default
         else:
             tp = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-            kw.update(type=tp, default=default, metavar=f.name.upper())
+            kw.update(type=tp, default=default, metavar=None if f.metadata.get("choices") else f.name.upper())
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         kw["help"] += f" (default: {default})" if default not in (None, False) else ""

@@ -41,11 +41,15 @@ class DistGraph:
         strategy: aggregation strategy, a name (``1d``, ``1.5d``, ``2d``, ``auto``) or an
             unprepared :class:`~gnndist.strategies.Strategy` (default ``1d``); prepared here,
             on every rank at once.
+        comm_dtype: dtype the exchanged rows travel in, ``"fp32"`` (default: their own) or
+            ``"bf16"`` (half the bytes; cast back on receipt, so arithmetic stays fp32).
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
-                 counter: ByteCounter | None = None, strategy: Strategy | str | None = None):
+                 counter: ByteCounter | None = None, strategy: Strategy | str | None = None,
+                 comm_dtype: str = "fp32"):
         self.grid = grid or ProcessGrid()
+        self.comm_dtype = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
         self.meta = meta
         self.counter = counter if counter is not None else ByteCounter()
         dev = self.grid.device
@@ -72,6 +76,8 @@ class DistGraph:
         self._dinv: Tensor | None = None
         self._said: set[str] = set()
         self.calls: dict[str, tuple[int, int]] = {}  # tag -> (width, SpMMs since reset_counters)
+        self.forward_only: dict[str, int] = {}  # tag -> those of the SpMMs whose backward never runs
+        self.recomputing = False  # a checkpointed block is being recomputed (its SpMMs have no backward)
         s = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
         s.prepare(self)
         self.strategy = s
@@ -149,6 +155,8 @@ class DistGraph:
         """
         width, n = self.calls.get(tag, (x.shape[1], 0))
         self.calls[tag] = (x.shape[1], n + 1)
+        if self.recomputing or not (torch.is_grad_enabled() and x.requires_grad):
+            self.forward_only[tag] = self.forward_only.get(tag, 0) + 1
         if weight == "gcn":
             dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
             return dinv * self.strategy.spmm(dinv * x, tag) + (dinv * dinv) * x
@@ -170,13 +178,15 @@ class DistGraph:
         """Forget the bytes and SpMM calls counted so far (once per epoch)."""
         self.counter.reset()
         self.calls = {tag: (w, 0) for tag, (w, _) in self.calls.items()}
+        self.forward_only = {}
 
     def predicted_bytes(self) -> dict[str, dict[str, int]]:
         """This rank's bytes per layer as its strategies predict them for the SpMMs since :meth:`reset_counters`."""
         out = {}
         for tag, (width, n) in self.calls.items():
-            b = self.strategy_of(tag).bytes(width, 4)
-            out[tag] = {k: v * n for k, v in b.items()}
+            b = self.strategy_of(tag).bytes(width, self.comm_dtype.itemsize if self.comm_dtype else 4)
+            m = n - self.forward_only.get(tag, 0)  # SpMMs with a backward exchange
+            out[tag] = {k: v * (m if k.startswith("bwd") else n) for k, v in b.items()}
         return out
 
     # ------------------------------------------------------------------ randomness

@@ -202,8 +202,15 @@ def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
             if var not in env:
                 raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --nproc")
         try:
-            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=timeout))
+            store = None
+            if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+                # the elastic agent's store outlives a restart with the last attempt's addresses in it
+                # (pytorch#167288): give every attempt keys of its own
+                base = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, is_master=False,
+                                     timeout=timedelta(seconds=timeout))
+                store = dist.PrefixStore(f"gnndist/attempt{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+            dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
+                                    world_size=world, timeout=timedelta(seconds=timeout))
             dist.barrier()
         except (RuntimeError, dist.DistError) as e:
             raise UserError(

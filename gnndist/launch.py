@@ -1,23 +1,41 @@
-"""Start the ranks: in this process (one rank or under ``torchrun``) or ``--nproc N`` spawned locally.
+"""Start the ranks: in this process (one rank, or one rank of ``torchrun``) or ``--nproc N`` local ranks.
 
-Spawned ranks get the same environment ``torchrun`` would give them, so the training
-code path is identical either way.
+``--nproc N`` starts the ranks through PyTorch's own elastic launcher
+(``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs), so the
+training code path is the one ``torchrun`` gives, and:
+
+* SIGINT / SIGTERM to the launcher stop every rank (the agent forwards the signal, then
+  kills what is left) and the launcher exits 130 / 143 with one line; a rank also dies
+  with its launcher (``PR_SET_PDEATHSIG``), so none is orphaned;
+* when ranks fail together the launcher prints one line, the root cause: the earliest
+  error of a rank that failed on its own, before any "a peer failed" of the others;
+* ``--max-restarts R`` restarts the group after a failure; with ``--checkpoint`` the
+  restarted ranks resume from the newest good checkpoint (as they do under ``torchrun
+  --max-restarts``).
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import json
 import logging
-import multiprocessing as mp
 import os
+import re
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 import time
+import traceback
+import uuid
+from pathlib import Path
 
 import torch
 
 from gnndist.config import TrainConfig
-from gnndist.errors import UserError
+from gnndist.errors import PeerFailed, UserError
 
 
 def under_torchrun() -> bool:
@@ -25,10 +43,20 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def restart_count() -> int:
+    """How many times the elastic agent (``torchrun`` or ``--nproc``) restarted this group."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stage(msg: str, cfg: TrainConfig) -> None:
+    """Say which stage the run is in, terminal or not (to standard error under ``--json``, whose stdout is data)."""
+    print(f"gnndist: {msg}", file=sys.stderr if cfg.run.json else sys.stdout, flush=True)
 
 
 def make_strategy(cfg: TrainConfig):
@@ -44,8 +72,36 @@ def make_strategy(cfg: TrainConfig):
     return get_strategy(d.strategy, **kw)
 
 
+def collective_error(e: BaseException, rank: int, timeout: float) -> PeerFailed | None:
+    """A one-line :class:`PeerFailed` for an exception raised by a collective, naming it; else None.
+
+    The collective is the innermost ``torch.distributed`` call in the traceback, the
+    operation the gnndist function that called it.
+    """
+    op = caller = None
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        if frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            op = op or frame.f_code.co_name
+        elif op is None and "gnndist" in frame.f_code.co_filename and not frame.f_code.co_filename.endswith("grid.py"):
+            caller = name
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is typically")[0]  # gloo's source location, advice
+    peer_words = ("gloo", "connection", "timed out", "timeout", "peer", "socket", "nccl", "broken pipe")
+    if op is None and not any(w in text.lower() for w in peer_words):
+        return None
+    where = f"{op or 'a collective'}" + (f" in {caller}" if caller else "")
+    return PeerFailed(f"rank {rank}: {where} failed: a peer rank died or did not answer within "
+                      f"--timeout {timeout:g}s ({text})")
+
+
 def run_rank(partdir: str, cfg: TrainConfig) -> dict:
-    """Body of one rank: join the grid, load the part, train; returns the summary."""
+    """Body of one rank: join the grid, load the part, train; returns the summary.
+
+    After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
+    """
+    import torch.distributed as dist
+
     from gnndist.graph import DistGraph
     from gnndist.grid import init
     from gnndist.trainer import Trainer
@@ -59,17 +115,24 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
         cfg.dist.check_world(grid.world_size)
         error, graph = None, None
         try:
-            graph = DistGraph.load(partdir, grid, strategy=make_strategy(cfg))
+            graph = DistGraph.load(partdir, grid, strategy=make_strategy(cfg), comm_dtype=cfg.dist.comm_dtype)
         except UserError as e:
             error = e
         failed = grid.all_reduce_(torch.tensor([float(error is not None)]))  # fail together, not in a hang
         if error is not None:
             raise error
         if failed.item() > 0:
-            raise UserError(f"rank {grid.rank}: another rank could not load its part (see its error)")
-        summary = Trainer(graph, cfg).fit()
+            raise PeerFailed(f"rank {grid.rank}: another rank could not load its part (see its error)")
+        if grid.is_main:
+            stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs", cfg)
+        summary = Trainer(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0).fit()
         grid.barrier()
         return summary
+    except (RuntimeError, dist.DistError) as e:
+        peer = collective_error(e, grid.rank, cfg.dist.timeout)
+        if peer is None:
+            raise
+        raise peer from None
     finally:
         grid.destroy()
 
@@ -85,26 +148,124 @@ def _report(summary: dict, cfg: TrainConfig) -> None:
               flush=True)
 
 
-def _child(rank: int, world: int, port: int, partdir: str, cfg_dict: dict) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    cfg = TrainConfig.from_dict(cfg_dict)
+# ---------------------------------------------------------------------- spawned ranks
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its launcher dies, whatever the cause (no orphans)."""
     try:
-        summary = run_rank(partdir, cfg)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _error_path(errdir: str, rank: int) -> Path:
+    return Path(errdir) / f"attempt{restart_count()}-rank{rank}.json"
+
+
+def _worker(partdir: str, cfg_dict: dict, errdir: str) -> dict | None:
+    """Entry point of one ``--nproc`` rank (run by the elastic agent); rank 0 returns the summary.
+
+    A signal from the launcher ends the rank at once, without a traceback; a user error is
+    written to ``errdir`` for the launcher to report once, and the rank exits 2.
+    """
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    rank = int(os.environ["RANK"])
+    try:
+        summary = run_rank(partdir, TrainConfig.from_dict(cfg_dict))
     except UserError as e:
-        print(f"gnndist: error: {e}", file=sys.stderr, flush=True)
+        record = {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed)}
+        _error_path(errdir, rank).write_text(json.dumps(record))
         sys.exit(2)
-    if rank == 0:
-        _report(summary, cfg)
-    # leave at once: a normal exit runs C++ static destructors, and gloo's threads can then
-    # abort the finished rank (SIGABRT, "terminate called without an active exception")
+    atexit.register(_leave_now)  # after the agent has read the summary: skip C++ teardown
+    return summary if rank == 0 else None
+
+
+def _leave_now() -> None:
+    """End a finished rank at the start of interpreter exit, after flushing.
+
+    A normal exit runs C++ static destructors, and gloo's threads can then abort a rank
+    that finished well (SIGABRT, "terminate called without an active exception"), which
+    the agent would report as a failed group.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
+def _stop_resource_tracker() -> None:
+    """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
+    """The line and exit code for a failed group: the earliest own error, else a killed rank, else a peer's error."""
+    records = []
+    for path in errdir.glob("attempt*-rank*.json"):
+        attempt, rank = (int(s) for s in path.stem.removeprefix("attempt").split("-rank"))
+        records.append((attempt, json.loads(path.read_text()), rank))
+    last = max((a for a, _, _ in records), default=0)
+    errors = sorted((r["time"], r["message"]) for a, r, _ in records if a == last and not r["secondary"])
+    if errors:
+        return errors[0][1], 2
+    killed = sorted((f.timestamp, rank, -f.exitcode) for rank, f in failures.items() if (f.exitcode or 0) < 0)
+    if killed:
+        _, rank, sig = killed[0]
+        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
+    peers = sorted((r["time"], r["message"]) for a, r, _ in records if a == last)
+    if peers:
+        return peers[0][1], 2
+    rank, f = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    return f"rank {rank} failed with exit code {f.exitcode} (its output is above)", 1
+
+
+def _elastic(partdir: str, cfg: TrainConfig) -> int:
+    """Run ``cfg.dist.nproc`` ranks under the elastic agent; returns the exit code."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    n = cfg.dist.nproc
+    tmp = Path(tempfile.mkdtemp(prefix="gnndist-launch-"))
+    errdir = tmp / "errors"
+    errdir.mkdir()
+    lc = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        rdzv_configs={"timeout": int(max(cfg.dist.timeout, 1))},
+        max_restarts=cfg.dist.max_restarts, monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")), shutdown_timeout=5,
+    )
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    stage(f"starting {n} ranks", cfg)
+    logging.disable(logging.CRITICAL)  # the agent's own logs; we print one line of our own
+    try:
+        results = elastic_launch(lc, _worker)(partdir, cfg.to_dict(), str(errdir))
+    except SignalException as e:
+        sig = signal.Signals(e.sigval)
+        print(f"gnndist: {'interrupted' if sig == signal.SIGINT else f'stopped by {sig.name}'}; "
+              f"all {n} ranks stopped", file=sys.stderr, flush=True)
+        return 128 + int(sig)
+    except ChildFailedError as e:
+        line, code = _root_cause(errdir, e.failures)
+        print(f"gnndist: error: {line}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        logging.disable(logging.NOTSET)
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        shutil.rmtree(tmp, ignore_errors=True)
+        _stop_resource_tracker()
+    _report(results[0], cfg)
+    return 0
+
+
 def launch(partdir: str, cfg: TrainConfig) -> int:
-    """Train on ``partdir`` with one rank per part; returns the exit code (0, 2 for user errors)."""
+    """Train on ``partdir`` with one rank per part; returns the exit code (0; 2 for user errors; 130/143 on signals)."""
     from gnndist.partition import read_meta
 
     if under_torchrun() or cfg.dist.nproc == 1:
@@ -116,25 +277,7 @@ def launch(partdir: str, cfg: TrainConfig) -> int:
     cfg.dist.check_world(cfg.dist.nproc)
     if parts != cfg.dist.nproc:
         raise UserError(f"{partdir} has {parts} parts but --nproc is {cfg.dist.nproc}: they must match")
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_child, args=(r, cfg.dist.nproc, port, partdir, cfg.to_dict()), daemon=False)
-             for r in range(cfg.dist.nproc)]
-    for p in procs:
-        p.start()
-    # a rank that fails makes its peers wait in a collective: stop them after a grace period
-    failed_at = None
-    while any(p.is_alive() for p in procs):
-        time.sleep(0.2)
-        if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > 10:
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-    for p in procs:
-        p.join()
-    codes = [p.exitcode for p in procs]
-    if all(c == 0 for c in codes):
-        return 0
-    return 2 if 2 in codes else 1
+    if cfg.dist.backend == "nccl" and torch.cuda.device_count() < cfg.dist.nproc:
+        raise UserError(f"--backend nccl needs one GPU per rank ({cfg.dist.nproc} ranks, "
+                        f"{torch.cuda.device_count()} GPUs); use --backend gloo")
+    return _elastic(partdir, cfg)

@@ -6,7 +6,9 @@ Weights are replicated; the loss is the sum over a rank's training nodes divided
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -16,9 +18,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnndist.config import TrainConfig
-from gnndist.errors import UserError
+from gnndist.errors import PeerFailed, UserError
 from gnndist.graph import DistGraph
 from gnndist.nn import build_model
+
+log = logging.getLogger("gnndist")
+CHECKPOINT_FORMAT = 1
 
 
 class Trainer:
@@ -27,9 +32,11 @@ class Trainer:
     Args:
         graph: this rank's :class:`DistGraph`.
         cfg: the training config tree.
+        resume_if_any: resume from the newest good checkpoint in ``--checkpoint`` when there is
+            one (an elastic restart); ``--resume`` requires one.
     """
 
-    def __init__(self, graph: DistGraph, cfg: TrainConfig):
+    def __init__(self, graph: DistGraph, cfg: TrainConfig, resume_if_any: bool = False):
         self.graph, self.cfg, self.grid = graph, cfg, graph.grid
         if graph.num_train == 0:
             raise UserError("the partition has no training nodes (train_mask is empty)")
@@ -41,12 +48,14 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         m = cfg.model
         out = graph.y.shape[1] if graph.y.dim() > 1 else graph.num_classes
-        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm)
+        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute)
         self.model.to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optim = torch.optim.Adam(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        groups = getattr(self.model, "param_groups", None)  # a model's own weight decay per group (GCNII)
+        self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params, lr=cfg.optim.lr,
+                                      weight_decay=cfg.optim.weight_decay)
         self.start_epoch = 0
         self.ogb_evaluator = None
         name = str(graph.meta.get("dataset") or "")
@@ -59,8 +68,10 @@ class Trainer:
                 self.ogb_evaluator = None
         self.metric = self.ogb_evaluator.eval_metric if self.ogb_evaluator else "acc"
         self.best = {"val_acc": -1.0, "epoch": -1, "train_acc": 0.0, "test_acc": 0.0}
-        if cfg.run.resume:
-            self._resume()
+        if cfg.run.checkpoint:
+            self._agree(self._prepare_checkpoint_dir, "could not be created")
+        if cfg.run.resume or (resume_if_any and cfg.run.checkpoint):
+            self._resume(required=cfg.run.resume)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -93,8 +104,9 @@ class Trainer:
         loss = self.loss(self.model(self.graph, self.graph.x))
         loss.backward()
         self.allreduce_grads()
-        self.optim.step()
         total = self.grid.all_reduce_(loss.detach().clone())
+        self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
+        self.optim.step()
         return float(total)
 
     @torch.no_grad()
@@ -216,27 +228,159 @@ class Trainer:
             "dataset": g.meta.get("dataset"),
         }
 
-    # ------------------------------------------------------------------ checkpoints
-    def _save(self, epoch: int) -> None:
-        if not self.grid.is_main:
+    # ------------------------------------------------------------------ numerical guard
+    def _check_finite(self, epoch: int, loss: Tensor) -> None:
+        """Stop (one line) when the global loss or a gradient is NaN/Inf, before the optimiser step spoils the weights."""
+        grads = [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
+        finite = bool(torch.isfinite(loss)) and bool(torch.stack([g.isfinite().all() for _, g in grads]).all()
+                                                        if grads else True)
+        if finite:
             return
+        what = f"the loss is {float(loss)}"
+        if bool(torch.isfinite(loss)):
+            name = next(n for n, g in grads if not bool(g.isfinite().all()))
+            what = f"the gradient of {name} is not finite"
+        kept = self._checkpoints()
+        where = f"; the last good checkpoint is {kept[-1]}" if kept else ""
+        raise UserError(f"epoch {epoch}: {what}; training stopped before the optimiser step{where} "
+                        f"(lower --lr, or check the features)")
+
+    # ------------------------------------------------------------------ checkpoints
+    def _agree(self, action, what: str) -> None:
+        """Run ``action`` on rank 0 and fail on every rank together if it raised ``OSError``."""
+        error = None
+        if self.grid.is_main:
+            try:
+                action()
+            except OSError as e:
+                error = e
+        failed = self.grid.all_reduce_(torch.tensor([float(error is not None)]))
+        if error is not None:
+            path = error.filename or self.cfg.run.checkpoint
+            why = "it is a file, not a directory" if isinstance(error, (FileExistsError, NotADirectoryError)) \
+                else error.strerror or error
+            raise UserError(f"checkpoint {path} {what}: {why}") from None
+        if failed.item() > 0:
+            raise PeerFailed(f"rank {self.grid.rank}: rank 0 could not write the checkpoint")
+
+    def _prepare_checkpoint_dir(self) -> None:
         d = Path(self.cfg.run.checkpoint)
         d.mkdir(parents=True, exist_ok=True)
-        state = {"model": self.model.state_dict(), "optim": self.optim.state_dict(), "epoch": epoch,
-                 "best": self.best, "config": self.cfg.to_dict()}
-        tmp = d / "last.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, d / "last.pt")
-        if self.best["epoch"] == epoch:
-            torch.save(self.model.state_dict(), d / "best.tmp")
-            os.replace(d / "best.tmp", d / "best.pt")
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied", str(d))
+        for stale in d.glob(".*.pt.tmp*"):  # left by a run killed mid-write
+            stale.unlink(missing_ok=True)
 
-    def _resume(self) -> None:
-        path = Path(self.cfg.run.checkpoint) / "last.pt"
-        if not path.is_file():
-            raise UserError(f"--resume: no checkpoint at {path}")
-        state = torch.load(path, map_location=self.grid.device, weights_only=True)
+    def _checkpoints(self) -> list[Path]:
+        """The checkpoints in ``--checkpoint``, oldest first."""
+        d = self.cfg.run.checkpoint
+        return sorted(Path(d).glob("ckpt-*.pt")) if d else []
+
+    def _save(self, epoch: int) -> None:
+        """Checkpoint every ``--checkpoint-every`` epochs (and the last), and ``best.pt`` when val improves.
+
+        Written to a temporary file, flushed to disk and renamed, so a kill or a full disk
+        never leaves a partial file under a checkpoint's name; the newest ``--keep-checkpoints`` stay.
+        """
+        run = self.cfg.run
+        due = (epoch + 1) % run.checkpoint_every == 0 or epoch == self.cfg.optim.epochs - 1
+        improved = self.best["epoch"] == epoch
+        if not (due or improved):
+            return
+        d = Path(run.checkpoint)
+
+        def write() -> None:
+            if due:
+                state = {"format": CHECKPOINT_FORMAT, "model": self.model.state_dict(),
+                         "optim": self.optim.state_dict(), "epoch": epoch, "best": dict(self.best),
+                         "rng": torch.get_rng_state(), "config": self.cfg.to_dict()}
+                _atomic_save({**state, "sha256": _digest(state)}, d / f"ckpt-{epoch:06d}.pt")
+                for old in self._checkpoints()[: -run.keep_checkpoints]:
+                    old.unlink(missing_ok=True)
+            if improved:
+                _atomic_save(self.model.state_dict(), d / "best.pt")
+
+        self._agree(write, "could not be written")
+
+    def _resume(self, required: bool) -> None:
+        """Load the newest readable checkpoint (skipping corrupt or truncated ones); every rank reads the same file."""
+        d = Path(self.cfg.run.checkpoint)
+        found = self._checkpoints()
+        if not found:
+            if required:
+                raise UserError(f"--resume: no checkpoint in {d} (ckpt-*.pt); train with --checkpoint {d} first")
+            return
+        state, skipped = None, []
+        for path in reversed(found):
+            try:
+                state = torch.load(path, map_location=self.grid.device, weights_only=True)
+                if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+                    raise ValueError(f"not a gnndist checkpoint of format {CHECKPOINT_FORMAT}")
+                if state.pop("sha256", None) != _digest(state):
+                    raise ValueError("checksum mismatch")  # a flipped bit loads without complaint otherwise
+                break
+            except Exception as e:  # truncated, bit-flipped or foreign: try the one before
+                state = None
+                skipped.append(f"{path} ({(str(e).strip() or type(e).__name__).splitlines()[0].split('. ')[0]})")
+        if state is None:
+            raise UserError(f"no readable checkpoint in {d}: all {len(found)} are corrupt, e.g. {skipped[0]}")
+        for line in skipped if self.grid.is_main else ():
+            log.warning(f"skipped the unreadable checkpoint {line}")
+        self._check_shapes(path, state)
         self.model.load_state_dict(state["model"])
         self.optim.load_state_dict(state["optim"])
+        torch.set_rng_state(state["rng"].cpu())
         self.start_epoch = int(state["epoch"]) + 1
-        self.best = state["best"]
+        self.best = dict(state["best"])
+        if self.grid.is_main:
+            log.info(f"resumed from {path} (epoch {self.start_epoch} of {self.cfg.optim.epochs})")
+
+    def _check_shapes(self, path: Path, state: dict) -> None:
+        """One line when the checkpoint holds another model (names or shapes differ)."""
+        mine = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        theirs = {k: tuple(v.shape) for k, v in state["model"].items()}
+        if mine == theirs:
+            return
+        m = state.get("config", {}).get("model", {})
+        wrote = " ".join(f"--{k} {m[k]}" for k in ("model", "layers", "hidden") if k in m)
+        diff = next((f"{k} is {list(theirs[k])} there, {list(mine[k])} here" for k in mine
+                     if k in theirs and mine[k] != theirs[k]), None)
+        diff = diff or f"parameters {sorted(set(mine) ^ set(theirs))[:3]} are in one model only"
+        raise UserError(f"{path} holds a different model ({wrote}): {diff}; use the same model flags or another "
+                        f"--checkpoint DIR")
+
+
+def _digest(obj) -> str:
+    """sha256 of a checkpoint's contents (tensor bytes, keys, values), independent of how torch lays out the file."""
+    h = hashlib.sha256()
+
+    def walk(o) -> None:
+        if isinstance(o, Tensor):
+            h.update(f"{o.dtype}{tuple(o.shape)}".encode())
+            h.update(o.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(o, dict):
+            for k in sorted(o, key=str):
+                h.update(repr(k).encode())
+                walk(o[k])
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+        else:
+            h.update(repr(o).encode())
+
+    walk(obj)
+    return h.hexdigest()
+
+
+def _atomic_save(obj, path: Path) -> None:
+    """``torch.save`` to a temporary sibling, fsync, rename: ``path`` is the old file or the new, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

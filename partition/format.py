@@ -40,8 +40,12 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         parts: one dict of arrays per rank, in rank order (a generator keeps memory low).
     """
     out = Path(out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+        raise UserError(f"cannot write the partition to {out}: {why or e}") from None
     try:
         files: dict[str, str] = {}
         for k, arrays in enumerate(parts):
@@ -61,6 +65,9 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, out)
+    except OSError as e:  # a full disk or a permission: nothing is left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"cannot write the partition to {out}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -74,13 +81,18 @@ def read_meta(root: str | Path) -> dict:
         raise UserError(f"{root} is not a gnndist partition directory (no {META}); create one with `gnndist partition`")
     try:
         meta = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is corrupt: {e}") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path} is corrupt: not a JSON object")
     if meta.get("format_version") != FORMAT_VERSION:
         raise UserError(
             f"{path}: partition format version {meta.get('format_version')} is not supported "
             f"(this gnndist reads version {FORMAT_VERSION}); re-run `gnndist partition`"
         )
+    missing = [k for k in ("parts", "N", "F", "classes", "sha256") if k not in meta]
+    if missing:
+        raise UserError(f"{path} is corrupt: it lacks {', '.join(missing)}; re-run `gnndist partition`")
     return meta
 
 

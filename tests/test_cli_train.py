@@ -118,7 +118,7 @@ def test_checkpoint_resume_continues_exactly(tmp_path, capsys):
     straight = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert main(base + ["--epochs", "3"]) == 0
     capsys.readouterr()
-    assert (tmp_path / "ck" / "last.pt").is_file() and (tmp_path / "ck" / "best.pt").is_file()
+    assert (tmp_path / "ck" / "ckpt-000002.pt").is_file() and (tmp_path / "ck" / "best.pt").is_file()
     assert main(base + ["--epochs", "6", "--resume"]) == 0
     resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert resumed["final_loss"] == straight["final_loss"]

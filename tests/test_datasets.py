@@ -100,7 +100,7 @@ def test_missing_path(tmp_path):
 def test_unknown_format(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("0 1\n")
-    with pytest.raises(UserError, match="unknown format 'xml'"):
+    with pytest.raises(UserError, match="unknown --format 'xml'"):
         load(str(path), format="xml")
 
 

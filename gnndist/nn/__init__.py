@@ -1,6 +1,8 @@
 """Layers and models; every layer takes ``(graph, x)`` and knows nothing about distribution."""
 
+from gnndist.nn.deep import GCNII, ResGCN
 from gnndist.nn.gat_conv import GATConv
+from gnndist.nn.gcn2_conv import GCN2Conv
 from gnndist.nn.gcn_conv import GCNConv
 from gnndist.nn.gen_conv import GENConv
 from gnndist.nn.gin_conv import GINConv
@@ -8,9 +10,11 @@ from gnndist.nn.message_passing import LocalEdges, MessagePassing, local_edges
 from gnndist.nn.models import GNN, MODELS, build_model, register_model
 from gnndist.nn.norm import DistBatchNorm
 from gnndist.nn.pyg_adapter import NotDistributable, PyGAdapter, from_pyg
+from gnndist.nn.rev_gnn import GroupAddRev, RevGNN
 from gnndist.nn.sage_conv import SAGEConv
 
 __all__ = [
-    "GNN", "MODELS", "DistBatchNorm", "GATConv", "GCNConv", "GENConv", "GINConv", "LocalEdges", "MessagePassing",
-    "NotDistributable", "PyGAdapter", "SAGEConv", "build_model", "from_pyg", "local_edges", "register_model",
+    "GCNII", "GNN", "MODELS", "DistBatchNorm", "GATConv", "GCN2Conv", "GCNConv", "GENConv", "GINConv", "GroupAddRev",
+    "LocalEdges", "MessagePassing", "NotDistributable", "PyGAdapter", "ResGCN", "RevGNN", "SAGEConv", "build_model",
+    "from_pyg", "local_edges", "register_model",
 ]

@@ -91,11 +91,46 @@ register_model("gen", partial(GNN, _gen))
 register_model("gat", _gat, preset={"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}})
 
 
+def _gcn2(*args) -> nn.Module:
+    from gnndist.nn.deep import GCNII
+
+    return GCNII(*args)
+
+
+def _resgcn(*args) -> nn.Module:
+    from gnndist.nn.deep import ResGCN
+
+    return ResGCN(*args)
+
+
+def _revgnn(*args) -> nn.Module:
+    from gnndist.nn.rev_gnn import RevGNN
+
+    return RevGNN(*args)
+
+
+# deep models: GCNII's preset is the paper's Cora recipe; ResGCN+ and RevGNN: a recipe for Coauthor-size graphs
+register_model("gcn2", _gcn2, preset={"model": {"layers": 64, "hidden": 64, "dropout": 0.6},
+                                      "optim": {"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000}})
+# (layer norm: batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to reach the
+# ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile)
+register_model("resgcn", _resgcn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
+                                          "optim": {"lr": 0.005, "weight_decay": 5e-4}})
+register_model("revgnn", _revgnn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.5, "norm": "layer"},
+                                          "optim": {"lr": 0.005, "weight_decay": 5e-4}})
+
+
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
-                dropout: float, norm: str = "none") -> GNN:
-    """The model ``--model name`` with the given widths and depth."""
+                dropout: float, norm: str = "none", recompute: bool = False) -> nn.Module:
+    """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block."""
     from gnndist.errors import UserError
 
     if name not in MODELS:
         raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
-    return MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm)
+    model = MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm)
+    if recompute:
+        if not hasattr(model, "recompute"):
+            raise UserError(f"--recompute is for the deep models (gcn2, resgcn); --model {name} has no blocks to "
+                            f"recompute")
+        model.recompute = True
+    return model

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from gnndist.comm import AllReduceSum
+
+_FROZEN = [0]  # > 0 while a forward is being recomputed: running statistics are left alone
+
+
+@contextmanager
+def frozen_statistics() -> Iterator[None]:
+    """Inside, :class:`DistBatchNorm` normalises as usual but does not update its running statistics.
+
+    Recomputation (``--recompute``, reversible blocks) repeats a forward that already
+    updated them once; a second update would make evaluation depend on recomputation.
+    """
+    _FROZEN[0] += 1
+    try:
+        yield
+    finally:
+        _FROZEN[0] -= 1
 
 
 class DistBatchNorm(nn.Module):
@@ -50,10 +69,11 @@ class DistBatchNorm(nn.Module):
             n = stats[-1]
             mean = stats[:c] / n
             var = (stats[c : 2 * c] / n - mean * mean).clamp(min=0)
-            with torch.no_grad():
-                unbiased = var * n / (n - 1).clamp(min=1)
-                self.running_mean.lerp_(mean.detach(), self.momentum)
-                self.running_var.lerp_(unbiased.detach(), self.momentum)
+            if not _FROZEN[0]:
+                with torch.no_grad():
+                    unbiased = var * n / (n - 1).clamp(min=1)
+                    self.running_mean.lerp_(mean.detach(), self.momentum)
+                    self.running_var.lerp_(unbiased.detach(), self.momentum)
         else:
             mean, var = self.running_mean, self.running_var
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
@@ -62,3 +82,8 @@ class DistBatchNorm(nn.Module):
 def apply_norm(norm: nn.Module, graph, x: Tensor) -> Tensor:
     """``norm(x)``, passing the graph's grid to a :class:`DistBatchNorm` (global statistics)."""
     return norm(x, graph.grid) if isinstance(norm, DistBatchNorm) else norm(x)
+
+
+def make_norm(norm: str, channels: int) -> nn.Module:
+    """The module of ``--norm``: ``"none"`` (identity), ``"batch"`` (:class:`DistBatchNorm`) or ``"layer"``."""
+    return {"none": nn.Identity, "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm](channels)

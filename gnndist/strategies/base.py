@@ -150,6 +150,9 @@ class BlockStrategy(Strategy):
     def prepare(self, graph) -> None:
         self.counter = graph.counter
         self.block = self.build(graph)
+        for plan in (self.block.expand, self.block.fold):  # rows travel in the graph's communication dtype
+            if plan is not None:
+                plan.wire = graph.comm_dtype
 
     def build(self, graph) -> Block:
         raise NotImplementedError

@@ -1,0 +1,215 @@
+"""Bad inputs: each gives exactly one clear line on standard error and exit 2, no traceback, no partial output.
+
+One case per kind of mistake a user makes (names, paths, files, data, flags, checkpoints);
+each case builds what it needs under ``tmp_path`` and returns the argv and the words its
+line must hold.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
+
+from gnndist.cli import main
+
+
+@pytest.fixture(scope="module")
+def part2(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p2")
+    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
+    return d
+
+
+@pytest.fixture(scope="module")
+def part1(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p1")
+    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
+    return d
+
+
+def _graph_file(tmp, **change):
+    """A small saved graph (``torch.save`` of a dict) with ``change`` applied, e.g. a NaN feature."""
+    n = 30
+    g = {"x": torch.rand(n, 4), "y": torch.arange(n) % 3, "num_classes": 3,
+         "edge_index": torch.stack([torch.arange(n), (torch.arange(n) + 1) % n]),
+         "train_mask": torch.arange(n) < 10, "val_mask": (torch.arange(n) >= 10) & (torch.arange(n) < 20),
+         "test_mask": torch.arange(n) >= 20}
+    for key, fn in change.items():
+        g[key] = fn(g[key])
+    path = tmp / "graph.pt"
+    torch.save(g, path)
+    return str(path)
+
+
+def _copy(src, tmp, name="copy"):
+    dst = tmp / name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _set(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+def _meta(d, **change):
+    meta = json.loads((d / "META.json").read_text())
+    meta.update(change)
+    (d / "META.json").write_text(json.dumps(meta))
+    return d
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def _checkpoint(part1, tmp, hidden="16"):
+    ck = tmp / "ck"
+    assert main(["train", str(part1), "--epochs", "2", "--no-progress", "--hidden", hidden,
+                 "--checkpoint", str(ck)]) == 0
+    return ck
+
+
+def _corrupt_all(ck):
+    for p in ck.glob("ckpt-*.pt"):
+        p.write_bytes(p.read_bytes()[:500])
+    return ck
+
+
+def _full_disk(monkeypatch):
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", no_space)
+
+
+TRAIN1 = ["--epochs", "2", "--no-progress"]
+
+CASES = {
+    # names and paths
+    "unknown-dataset": lambda t, p1, p2, mp: (["run", "no-such-graph", "--root", str(t)], "unknown dataset"),
+    "missing-path": lambda t, p1, p2, mp: (["partition", str(t / "nope" / "g.npz"), "--parts", "2"],
+                                           "no such file or folder"),
+    "empty-file": lambda t, p1, p2, mp: ((t / "e.txt").write_text("") and None
+                                         or ["partition", str(t / "e.txt"), "--parts", "2"],
+                                         "format not recognised; pass --format"),
+    "text-file": lambda t, p1, p2, mp: ((t / "n.txt").write_text("hello\nworld\n") and None
+                                        or ["partition", str(t / "n.txt"), "--parts", "2"],
+                                        "format not recognised; pass --format"),
+    "unknown-format": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "2", "--format", "xml"],
+                                             "unknown --format 'xml'"),
+    "not-a-partition-dir": lambda t, p1, p2, mp: (["train", str(t)] + TRAIN1, "not a gnndist partition directory"),
+    "info-not-a-partition": lambda t, p1, p2, mp: (["info", str(t)], "not a gnndist partition directory"),
+    # partition files
+    "missing-part-file": lambda t, p1, p2, mp: (
+        (_copy(p1, t) / "part-0" / "x.npy").unlink() or ["train", str(t / "copy")] + TRAIN1,
+        "missing partition file"),
+    "truncated-part-file": lambda t, p1, p2, mp: (
+        (_copy(p2, t) / "part-0" / "col.npy").write_bytes(b"\x93NUMPY") and None
+        or ["train", str(t / "copy"), "--nproc", "2"] + TRAIN1, "checksum mismatch"),
+    "bit-flipped-part-file": lambda t, p1, p2, mp: (
+        _flip_byte(_copy(p1, t) / "part-0" / "x.npy") or ["train", str(t / "copy")] + TRAIN1, "checksum mismatch"),
+    "meta-other-format-version": lambda t, p1, p2, mp: (
+        ["train", str(_meta(_copy(p1, t), format_version=99))] + TRAIN1, "partition format version 99 is not supported"),
+    "meta-not-json": lambda t, p1, p2, mp: (
+        (_copy(p1, t) / "META.json").write_text("{half") and None or ["train", str(t / "copy")] + TRAIN1,
+        "META.json is corrupt"),
+    "world-size-not-parts": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "3"] + TRAIN1,
+                                                   "has 2 parts but --nproc is 3"),
+    # data
+    "parts-above-nodes": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "31"],
+                                                "--parts 31 exceeds the number of nodes (30)"),
+    "parts-zero": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "0"], "--parts must be >= 1"),
+    "negative-edge-id": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t, edge_index=lambda e: _set(e, (0, 3), -4)), "--parts", "2"], "out of range"),
+    "edge-id-above-n": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t, edge_index=lambda e: _set(e, (1, 3), 30)), "--parts", "2"], "out of range"),
+    "nan-features": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t, x=lambda x: _set(x, (2, 1), float("nan"))), "--parts", "2"], "NaN or Inf"),
+    "labels-out-of-range": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t, y=lambda y: _set(y, 5, 7)), "--parts", "2"], "labels out of range"),
+    "no-training-nodes": lambda t, p1, p2, mp: (
+        ["run", _graph_file(t, train_mask=lambda m: m & False), "--root", str(t / "root")] + TRAIN1,
+        "no training nodes"),
+    # outputs
+    "unwritable-output-dir": lambda t, p1, p2, mp: (
+        (t / "file").write_text("x") and None or ["partition", _graph_file(t), "--parts", "2", "--out",
+                                                  str(t / "file" / "out")], "cannot write the partition to"),
+    "checkpoint-dir-is-a-file": lambda t, p1, p2, mp: (
+        (t / "f").write_text("x") and None or ["train", str(p1), "--checkpoint", str(t / "f")] + TRAIN1,
+        "could not be created: it is a file, not a directory"),
+    "full-disk-during-checkpoint": lambda t, p1, p2, mp: (
+        _full_disk(mp) or ["train", str(p1), "--checkpoint", str(t / "ck")] + TRAIN1,
+        "could not be written: No space left on device"),
+    # checkpoints
+    "checkpoint-of-another-model": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--checkpoint", str(_checkpoint(p1, t)), "--resume", "--hidden", "32", "--epochs", "4",
+         "--no-progress"], "holds a different model (--model gcn --layers 2 --hidden 16)"),
+    "resume-without-checkpoint": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--checkpoint", str(t / "empty"), "--resume"] + TRAIN1, "--resume: no checkpoint in"),
+    "resume-all-checkpoints-corrupt": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--checkpoint", str(_corrupt_all(_checkpoint(p1, t))), "--resume", "--epochs", "4",
+         "--no-progress"], "no readable checkpoint"),
+    # flags
+    "strategy-2d-non-square": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "2", "--strategy", "2d"] + TRAIN1,
+                                                     "--strategy 2d needs a square number of ranks >= 4, got 2"),
+    "backend-nccl-without-gpu": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "2", "--backend", "nccl"]
+                                                       + TRAIN1, "--backend nccl needs one GPU per rank"),
+    "run-with-parts": lambda t, p1, p2, mp: (["run", "cora", "--parts", "4"], "the parts are --nproc N"),
+    "invalid-choice": lambda t, p1, p2, mp: (["train", str(p1), "--strategy", "3d"], "invalid choice: '3d'"),
+    "epochs-zero": lambda t, p1, p2, mp: (["train", str(p1), "--epochs", "0"], "--epochs must be >= 1"),
+    "checkpoint-every-zero": lambda t, p1, p2, mp: (["train", str(p1), "--checkpoint", str(t / "ck"),
+                                                     "--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
+    "timeout-zero": lambda t, p1, p2, mp: (["train", str(p1), "--timeout", "0"], "--timeout must be > 0"),
+    "not-a-number": lambda t, p1, p2, mp: (["train", str(p1), "--hidden", "wide"], "invalid int value: 'wide'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_and_exit_2(case, part1, part2, tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    argv, words = CASES[case](work, part1, part2, monkeypatch)
+    capsys.readouterr()
+    before = {p for p in work.rglob("*") if p.is_file()}
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's errors
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("gnndist") and ": error: " in lines[0] and words in lines[0], lines[0]
+    new = {p for p in work.rglob("*") if p.is_file()} - before
+    assert not [p for p in new if ".tmp" in p.name], new  # no partial file left behind
+    if "--out" in argv:
+        assert not (work / "file" / "out").exists()
+
+
+def test_info_json_into_a_closed_pipe(part2):
+    r = subprocess.run(f"{sys.executable} -m gnndist.cli info {part2} --json | head -c 0", shell=True,
+                       capture_output=True, text=True, timeout=60)
+    assert r.stderr == "", r.stderr  # head exits at once: every write meets a closed pipe
+
+
+def test_help_lists_choices_defaults_and_positionals():
+    from gnndist.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices
+    for name, parser in sub.items():
+        text = parser.format_help()
+        for action in parser._actions:
+            if action.option_strings and action.choices:
+                assert all(str(c) in text for c in action.choices), (name, action.dest)
+            if not action.option_strings and action.dest != "help":
+                assert action.help, f"gnndist {name}: positional {action.dest} has no help"
+    assert "(default: 1d)" in sub["train"].format_help()

@@ -1,0 +1,217 @@
+"""Deep residual models (GCNII, ResGCN+, RevGNN) on P ranks equal one process; recomputation is exact and counted.
+
+One spawn per world size runs every case; each rank trains every deep model (8 layers,
+dropout on) with and without recomputation and returns what the parent compares:
+per-epoch losses, metrics, batch-norm running statistics, measured and predicted bytes
+per layer, RevGNN's stored and recomputed block inputs and its gradients with and
+without reversibility. The same job also measures the halo bytes of ``--comm-dtype bf16``.
+"""
+
+import pytest
+import torch
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
+
+from gnndist.config import TrainConfig
+from gnndist.graph import DistGraph
+from gnndist.strategies import get_strategy
+from gnndist.testing import assert_close, run_distributed
+from gnndist.trainer import Trainer
+
+EPOCHS = 4
+LAYERS = 8
+MODELS = [("gcn2", "none"), ("resgcn", "batch"), ("revgnn", "batch")]
+WORLDS = (1, 2, 4)
+
+
+def _data():
+    data = synthetic(240, avg_degree=6, num_classes=4, num_features=12, seed=7)
+    data.train_mask[:] = False
+    data.train_mask[::3] = True  # 80 training nodes spread over every part
+    return data
+
+
+def _cfg(model, norm, recompute=False, dropout=0.3, epochs=EPOCHS, layers=LAYERS, comm_dtype="fp32"):
+    cfg = TrainConfig()
+    m = cfg.model
+    m.model, m.norm, m.dropout, m.hidden, m.layers, m.recompute = model, norm, dropout, 8, layers, recompute
+    m.normalize_features = False
+    cfg.optim.epochs = epochs
+    cfg.run.progress = False
+    cfg.dist.comm_dtype = comm_dtype
+    return cfg
+
+
+def _train(grid, partdir, cfg, strategy="1d", reversible=True):
+    graph = DistGraph.load(partdir, grid, strategy=get_strategy(strategy), comm_dtype=cfg.dist.comm_dtype)
+    trainer = Trainer(graph, cfg)
+    if not reversible:
+        trainer.model.reversible = False  # RevGNN as plain autograd: the same function
+    summary = trainer.fit()
+    return dict(losses=[row["loss"] for row in trainer.history],
+                metrics={k: summary[k] for k in ("train_acc", "val_acc", "test_acc")},
+                running={n: b.clone() for n, b in trainer.model.named_buffers() if "running" in n},
+                measured=summary["comm_bytes_per_layer"], predicted=summary["predicted_bytes_per_layer"])
+
+
+def _revgnn_step(grid, partdir, reversible):
+    """One training step of RevGNN with dropout: the block inputs it stored and recomputed, every gradient."""
+    graph = DistGraph.load(partdir, grid)
+    trainer = Trainer(graph, _cfg("revgnn", "batch"))
+    model = trainer.model
+    model.reversible = reversible
+    model.trace = {"stored": [], "recomputed": []}
+    model.train()
+    graph.epoch = 3
+    trainer.loss(model(graph, graph.x)).backward()
+    trainer.allreduce_grads()
+    return dict(grads={n: p.grad.clone() for n, p in model.named_parameters()}, trace=model.trace)
+
+
+def _rank_job(grid, partdir):
+    out = {}
+    for model, norm in MODELS:
+        for recompute in (False, True):
+            if model == "revgnn" and recompute:
+                continue  # reversible: no checkpointing
+            out[(model, "1d", recompute)] = _train(grid, partdir, _cfg(model, norm, recompute))
+    out[("revgnn", "1d", "autograd")] = _train(grid, partdir, _cfg("revgnn", "batch"), reversible=False)
+    if grid.world_size == 4:
+        out[("gcn2", "2d", True)] = _train(grid, partdir, _cfg("gcn2", "none", recompute=True), "2d")
+    out["rev_step"] = _revgnn_step(grid, partdir, reversible=True)
+    out["plain_step"] = _revgnn_step(grid, partdir, reversible=False)
+    for dtype in ("fp32", "bf16"):
+        out[("gcn", dtype)] = _train(grid, partdir, _cfg("gcn", "none", dropout=0.0, epochs=3, layers=2,
+                                                         comm_dtype=dtype))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    data = _data()
+    results = {}
+    for world in WORLDS:
+        d = tmp_path_factory.mktemp(f"deep{world}")
+        partition(data, world, progress=False).save(d, dataset="toy", progress=False)
+        results[world] = run_distributed(_rank_job, world, str(d))
+    return results
+
+
+def _losses(run) -> torch.Tensor:
+    return torch.tensor(run["losses"], dtype=torch.float64)
+
+
+TRAIN_CASES = [("gcn2", False), ("gcn2", True), ("resgcn", False), ("resgcn", True),
+               ("revgnn", False), ("revgnn", "autograd")]  # (model, recompute); RevGNN: reversible or plain autograd
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("model,recompute", TRAIN_CASES,
+                         ids=["gcn2", "gcn2-recompute", "resgcn", "resgcn-recompute", "revgnn", "revgnn-autograd"])
+def test_losses_equal_one_process(runs, world, model, recompute):
+    ref = runs[1][0][(model, "1d", recompute)]
+    assert len(ref["losses"]) == EPOCHS
+    for rank, r in enumerate(runs[world]):
+        got = r[(model, "1d", recompute)]
+        assert_close(f"{model} P={world} rank {rank} losses", _losses(ref), _losses(got), rtol=1e-5)
+        assert got["metrics"] == pytest.approx(ref["metrics"], abs=1e-12)
+    assert ref["losses"][-1] < ref["losses"][0], f"{model} does not train"
+
+
+def test_gcn2_2d_equals_one_process(runs):
+    """GCNII with --recompute on the 2 x 2 grid: the recomputation repeats the expand and the fold."""
+    ref = runs[1][0][("gcn2", "1d", False)]
+    for rank, r in enumerate(runs[4]):
+        got = r[("gcn2", "2d", True)]
+        assert_close(f"gcn2 2d rank {rank} losses", _losses(ref), _losses(got), rtol=1e-5)
+        for tag, b in got["measured"].items():
+            if tag.startswith("layer"):
+                assert b == got["predicted"][tag], (tag, b, got["predicted"][tag])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("model", ["gcn2", "resgcn"])
+def test_recompute_gives_the_same_training(runs, world, model):
+    """Same losses, metrics and running statistics (updated once per step, not again by the recomputation)."""
+    for rank, r in enumerate(runs[world]):
+        plain, again = r[(model, "1d", False)], r[(model, "1d", True)]
+        assert_close(f"{model} P={world} rank {rank} losses", _losses(plain), _losses(again), rtol=1e-6)
+        assert again["metrics"] == plain["metrics"]
+        assert set(plain["running"]) == set(again["running"])
+        for n, b in plain["running"].items():
+            assert_close(f"{model} {n}", b, again["running"][n], rtol=1e-5, atol=1e-7)
+    if model == "resgcn":
+        assert plain["running"], "resgcn has batch norms"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("model", ["gcn2", "revgnn"])
+def test_recomputation_repeats_the_halo_exchange_and_counts_it(runs, world, model):
+    """The repeated forward exchange is counted (forward bytes double, backward bytes do not) and predicted."""
+    for r in runs[world]:
+        if model == "gcn2":
+            once, twice = r[("gcn2", "1d", False)]["measured"], r[("gcn2", "1d", True)]["measured"]
+            predicted = r[("gcn2", "1d", True)]["predicted"]
+        else:  # RevGNN's forward runs without grad; backward runs every block again
+            once, twice = r[("revgnn", "1d", "autograd")]["measured"], None
+            predicted = r[("revgnn", "1d", False)]["predicted"]
+            twice = r[("revgnn", "1d", False)]["measured"]
+        tags = [t for t in once if t.startswith("layer")]
+        assert len(tags) >= LAYERS
+        assert sum(once[t]["fwd_sent"] for t in tags) > 0
+        for t in tags:
+            assert twice[t]["fwd_sent"] == 2 * once[t]["fwd_sent"], t
+            assert twice[t]["fwd_received"] == 2 * once[t]["fwd_received"], t
+            assert twice[t]["bwd_sent"] == once[t]["bwd_sent"], t
+            assert predicted[t] == twice[t], (t, predicted[t], twice[t])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_revgnn_recomputes_its_inputs(runs, world):
+    for rank, r in enumerate(runs[world]):
+        trace = r["rev_step"]["trace"]
+        assert len(trace["stored"]) == len(trace["recomputed"]) == LAYERS
+        for i, (a, b) in enumerate(zip(trace["stored"], trace["recomputed"])):
+            assert_close(f"P={world} rank {rank} block {i} input", a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_revgnn_gradients_equal_plain_autograd(runs, world):
+    for rank, r in enumerate(runs[world]):
+        rev, plain = r["rev_step"]["grads"], r["plain_step"]["grads"]
+        assert set(rev) == set(plain)
+        assert not r["plain_step"]["trace"]["recomputed"]  # plain autograd recomputes nothing
+        for n, g in plain.items():
+            assert_close(f"P={world} rank {rank} grad {n}", g, rev[n], rtol=1e-5, atol=1e-7)
+        rev_run, plain_run = r[("revgnn", "1d", False)], r[("revgnn", "1d", "autograd")]
+        assert_close("revgnn losses", _losses(plain_run), _losses(rev_run), rtol=1e-5)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_bf16_halves_the_halo_bytes(runs, world):
+    """``--comm-dtype bf16``: every exchanged row costs half; the losses barely move (bf16 has 8 mantissa bits)."""
+    ranks = runs[world]
+    for r in ranks:
+        fp32, bf16 = r[("gcn", "fp32")], r[("gcn", "bf16")]
+        for tag in ("layer0", "layer1"):
+            assert fp32["measured"][tag]["fwd_sent"] > 0
+            assert {k: 2 * v for k, v in bf16["measured"][tag].items()} == fp32["measured"][tag]
+            assert bf16["predicted"][tag] == bf16["measured"][tag]
+        assert_close("bf16 losses", _losses(fp32), _losses(bf16), rtol=2e-2)
+        assert _losses(fp32).tolist() != _losses(bf16).tolist(), "bf16 rows were not rounded"
+    one = runs[1][0]
+    assert one[("gcn", "fp32")]["losses"] == one[("gcn", "bf16")]["losses"]  # one rank: nothing travels
+
+
+@pytest.mark.parametrize("args,message", [
+    (("revgnn", 12, 8, 4, 2, 0.5, "layer", True), "revgnn recomputes its blocks already"),
+    (("gcn", 12, 8, 4, 2, 0.5, "none", True), "--recompute is for the deep models"),
+    (("gcn2", 12, 8, 4, 2, 0.5, "batch"), "drop --norm batch"),
+    (("revgnn", 12, 9, 4, 2, 0.5, "layer"), "not divisible by 2"),
+], ids=["revgnn-recompute", "gcn-recompute", "gcn2-norm", "revgnn-odd-hidden"])
+def test_settings_that_do_not_apply_are_one_line_errors(args, message):
+    from gnndist.errors import UserError
+    from gnndist.nn import build_model
+
+    with pytest.raises(UserError, match=message):
+        build_model(*args)
