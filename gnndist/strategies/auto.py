@@ -52,6 +52,7 @@ class Auto(Strategy):
 
     def prepare(self, graph) -> None:
         self.grid, self.graph = graph.grid, graph
+        self.elem = graph.comm_dtype.itemsize if getattr(graph, "comm_dtype", None) else 4  # bytes per element sent
         self.options = candidates(graph.grid.world_size, self.overlap)
         stored = graph.meta.get("layouts") or {}
         if all(str(s.replication) in stored for s in self.options):
@@ -68,14 +69,14 @@ class Auto(Strategy):
     def choose(self, tag: str, width: int) -> Strategy:
         """The layout of layer ``tag`` (decided on its first call, from its width)."""
         if tag not in self.chosen:
-            times = [layout_time(ld, width, self.network) for ld in self.loads]
+            times = [layout_time(ld, width, self.network, self.elem) for ld in self.loads]
             best = int(np.argmin(times))
             if getattr(self.options[best], "block", None) is None:
                 self.options[best].prepare(self.graph)  # collective: every rank chose the same
             self.chosen[tag] = self.options[best]
             per = {}
             for s, ld, t in zip(self.options, self.loads, times):
-                b = [x.bytes(width) for x in ld]
+                b = [x.bytes(width, self.elem) for x in ld]
                 per[s.describe()] = {"model_time_s": t, "max_bytes_per_rank": max(max(v["fwd_sent"] + v["bwd_sent"],
                                      v["fwd_received"] + v["bwd_received"]) for v in b)}
             self.report[tag] = {"strategy": self.options[best].name, "replication": self.options[best].replication,
