@@ -29,22 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from memory import proc_status  # the same RSS reading as benchmarks/memory.py
+
 CONFIGS = [  # (label, model, layers, recompute)
     ("revgnn-4", "revgnn", 4, False),
     ("revgnn-64", "revgnn", 64, False),
     ("resgcn-28", "resgcn", 28, False),
     ("resgcn-28 --recompute", "resgcn", 28, True),
 ]
-
-
-def proc_status() -> dict[str, int]:
-    """VmRSS / VmHWM of this process in bytes."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(rest.split()[0]) * 1024
-    return out
 
 
 def one(partdir: str, model: str, layers: int, recompute: bool, hidden: int, epochs: int) -> dict:

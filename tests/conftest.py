@@ -7,6 +7,8 @@ kernel is defined: set it here, before any test module can import a kernel.
 import os
 
 import pytest
+from gnndist.datasets import synthetic
+from gnndist.partition import partition
 
 from gnndist.testing import HAS_CUDA, HAS_TRITON
 
@@ -22,3 +24,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_cuda)
         if "triton" in item.keywords and not HAS_TRITON:
             item.add_marker(skip_triton)
+
+
+@pytest.fixture(scope="module")
+def part2(tmp_path_factory):
+    """A 2-part partition of a 300-node synthetic graph (the CLI tests' default)."""
+    d = tmp_path_factory.mktemp("p2")
+    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
+    return d
+
+
+@pytest.fixture(scope="module")
+def part1(tmp_path_factory):
+    """A 1-part partition of a 200-node synthetic graph."""
+    d = tmp_path_factory.mktemp("p1")
+    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
+    return d

@@ -12,24 +12,8 @@ import sys
 
 import pytest
 import torch
-from gnndist.datasets import synthetic
-from gnndist.partition import partition
 
 from gnndist.cli import main
-
-
-@pytest.fixture(scope="module")
-def part2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p2")
-    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
-    return d
-
-
-@pytest.fixture(scope="module")
-def part1(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p1")
-    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
-    return d
 
 
 def _graph_file(tmp, **change):

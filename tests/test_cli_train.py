@@ -29,13 +29,6 @@ def _run(args, env=None, timeout=240):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=e)
 
 
-@pytest.fixture(scope="module")
-def part2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p2")
-    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
-    return d
-
-
 def test_run_cora_json_and_log(tmp_path):
     log = tmp_path / "log.jsonl"
     r = _run(GNNDIST + ["run", "cora", "--nproc", "2", "--epochs", "5", "--json", "--no-progress",

@@ -59,20 +59,6 @@ def _losses(log: Path) -> dict[int, float]:
     return {row["epoch"]: row["loss"] for row in map(json.loads, log.read_text().splitlines())}
 
 
-@pytest.fixture(scope="module")
-def part2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p2")
-    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
-    return d
-
-
-@pytest.fixture(scope="module")
-def part1(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p1")
-    partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
-    return d
-
-
 # ---------------------------------------------------------------------- signals
 @pytest.mark.parametrize("sig, to_group, code, line", [
     (signal.SIGTERM, False, 143, "gnndist: stopped by SIGTERM; all 2 ranks stopped"),
