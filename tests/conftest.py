@@ -7,8 +7,6 @@ kernel is defined: set it here, before any test module can import a kernel.
 import os
 
 import pytest
-from gnndist.datasets import synthetic
-from gnndist.partition import partition
 
 from gnndist.testing import HAS_CUDA, HAS_TRITON
 
@@ -29,6 +27,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def part2(tmp_path_factory):
     """A 2-part partition of a 300-node synthetic graph (the CLI tests' default)."""
+    from gnndist.datasets import synthetic  # imported here: TRITON_INTERPRET must be set first
+    from gnndist.partition import partition
+
     d = tmp_path_factory.mktemp("p2")
     partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
     return d
@@ -37,6 +38,9 @@ def part2(tmp_path_factory):
 @pytest.fixture(scope="module")
 def part1(tmp_path_factory):
     """A 1-part partition of a 200-node synthetic graph."""
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
     d = tmp_path_factory.mktemp("p1")
     partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
     return d
