@@ -89,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launch import launch, stage, under_torchrun
+    from gnndist.launch import launch, make_strategy, stage, under_torchrun
     from gnndist.partition import read_meta
 
     cfg = train_config_from_args(args)
@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
     part = build_section(PartitionConfig, args)
     part = dataclasses.replace(part, parts=world)
-    cfg.dist.check_world(world)  # before partitioning: a layout that cannot fit fails in one line, at once
+    make_strategy(cfg).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
     target = partition_dir(args.dataset, part, dcfg)
 
     def ready() -> bool:

@@ -81,16 +81,6 @@ class DistConfig:
             _need(self.strategy in ("1.5d", "2d"), f"--replication is for --strategy 1.5d or 2d, not {self.strategy}")
             _need(self.replication >= 2, f"--replication must be >= 2, got {self.replication} (1 is --strategy 1d)")
 
-    def check_world(self, world: int) -> None:
-        """One-line errors for a rank count that does not fit the layout."""
-        if self.strategy == "1.5d" and world % self.replication:
-            raise UserError(f"--replication {self.replication} must divide the number of ranks ({world})")
-        if self.strategy == "2d":
-            s = int(round(world**0.5))
-            _need(s * s == world and world >= 4, f"--strategy 2d needs a square number of ranks >= 4, got {world}")
-            _need(self.replication in (None, s), f"--strategy 2d on {world} ranks is a {s} x {s} grid; "
-                  f"drop --replication {self.replication}")
-
 
 @dataclass
 class ModelConfig:

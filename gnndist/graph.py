@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter
+from gnndist.comm import ByteCounter, gather
 from gnndist.dropout import apply_dropout, cell_bits, hash_bits, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
@@ -111,8 +111,6 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_halo, F]``
         """
-        from gnndist.comm import gather
-
         if self.strategy.name != "1d":
             self.say_once(f"edge:{tag.split('/')[0]}", f"{tag.split('/')[0]}: per-edge messages run on the 1d layout")
         return gather(x, self.layout1d.block.expand, self.counter, tag)

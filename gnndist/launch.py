@@ -112,7 +112,6 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
     try:
-        cfg.dist.check_world(grid.world_size)
         error, graph = None, None
         try:
             graph = DistGraph.load(partdir, grid, strategy=make_strategy(cfg), comm_dtype=cfg.dist.comm_dtype)
@@ -274,7 +273,7 @@ def launch(partdir: str, cfg: TrainConfig) -> int:
             _report(summary, cfg)
         return 0
     parts = read_meta(partdir)["parts"]
-    cfg.dist.check_world(cfg.dist.nproc)
+    make_strategy(cfg).grid_shape(cfg.dist.nproc)  # a layout that cannot fit: one line, before any rank starts
     if parts != cfg.dist.nproc:
         raise UserError(f"{partdir} has {parts} parts but --nproc is {cfg.dist.nproc}: they must match")
     if cfg.dist.backend == "nccl" and torch.cuda.device_count() < cfg.dist.nproc:

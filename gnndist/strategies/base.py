@@ -110,6 +110,10 @@ class Strategy:
         """Build this rank's layout from the graph's part (collective: every rank calls it)."""
         raise NotImplementedError
 
+    def grid_shape(self, world: int) -> int:
+        """The replication this layout uses on ``world`` ranks; a one-line ``UserError`` if it cannot."""
+        return 1
+
     def spmm(self, x: Tensor, tag: str) -> Tensor:
         """Sum over every owned row's neighbours; bytes are counted under ``tag``.
 
