@@ -5,11 +5,11 @@
     ops.py          the public functions below (shape checks, then dispatch)
     <op>/reference.py   plain PyTorch, the ground truth
     <op>/triton.py      Triton kernel, launchers, autograd.Function
-    <op>/sparse.py      torch.sparse.mm path (spmm, gcn_aggregate): the CPU default
+    <op>/sparse.py      torch.sparse.mm path (spmm): the CPU default
 """
 
 from .csr import CSR
 from .dispatch import NoKernelError
-from .ops import gcn_aggregate, sddmm, segment_max, segment_softmax, spmm
+from .ops import sddmm, segment_max, segment_softmax, spmm
 
-__all__ = ["CSR", "NoKernelError", "gcn_aggregate", "sddmm", "segment_max", "segment_softmax", "spmm"]
+__all__ = ["CSR", "NoKernelError", "sddmm", "segment_max", "segment_softmax", "spmm"]

@@ -9,12 +9,20 @@ calls the first that fits; if none does, it raises one error listing every reaso
     cpu:  sparse, reference          (triton only when forced, under TRITON_INTERPRET=1)
 
 ``GNNDIST_KERNEL=reference|sparse|triton`` (or ``impl=`` on a call) forces one path.
+
+**Measured selection.** On CUDA, when more than one implementation of a :data:`MEASURED`
+op fits, the first call times each of them once on the real inputs (forward, plus the
+backward when the inputs need gradients) and caches the fastest on the CSR, per dtype,
+width bucket (next power of two), reduction and weight kind. So dispatch never keeps a
+path that is slower than another on this graph and device (e.g. Triton vs cuSPARSE);
+:func:`choices` lists what was decided and the times.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 from collections.abc import Callable
 
@@ -32,9 +40,11 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "sddmm": ("triton", "reference"),
     "segment_softmax": ("triton", "reference"),
     "segment_max": ("triton", "reference"),
-    "gcn_aggregate": ("triton", "sparse", "reference"),
 }
 KNOWN = ("triton", "sparse", "reference")
+MEASURED = ("spmm",)  # ops whose paths are chosen by timing them on first use ...
+MEASURE_ON = ("cuda",)  # ... on these devices
+log = logging.getLogger(__name__)
 ORDER: dict[str, tuple[str, ...]] = {
     "cuda": ("triton", "sparse", "reference"),
     "cpu": ("sparse", "reference"),
@@ -83,14 +93,79 @@ def select(op: str, csr: CSR, *args, impl: str | None = None) -> tuple[str, Call
     """The implementation that will run ``op`` on these inputs: ``(name, function)``."""
     forced = impl or os.environ.get(ENV_VAR) or None
     names = (forced,) if forced else ORDER.get(csr.device.type, ("reference",))
-    reasons = []
+    reasons, fits = [], []
     for name in names:
         reason = why_not(op, name, csr, *args)
         if reason is None:
-            return name, getattr(_module(op, name), op)
-        reasons.append(f"{name}: {reason}")
+            fits.append(name)
+            if forced or op not in MEASURED or csr.device.type not in MEASURE_ON:
+                break
+        else:
+            reasons.append(f"{name}: {reason}")
+    fits = [n for n in fits if n != "reference"] or fits  # the reference is the last resort, never timed
+    if len(fits) > 1:
+        name = _measured(op, csr, args, fits)
+        return name, getattr(_module(op, name), op)
+    if fits:
+        return fits[0], getattr(_module(op, fits[0]), op)
     how = f"forced by impl={impl!r}" if impl else f"forced by {ENV_VAR}={forced}" if forced else "tried"
     raise NoKernelError(f"no {op} kernel fits ({how}) — " + "; ".join(reasons))
+
+
+def _key(op: str, args: tuple) -> tuple:
+    """What a measured choice depends on besides the graph: dtypes, width bucket, flags, grad."""
+    parts: list[object] = [op, torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args)]
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            width = a[0].numel() if a.dim() > 1 and a.shape[0] else 1
+            parts.append((a.dtype, a.dim(), 1 << max(0, width - 1).bit_length()))
+        else:
+            parts.append(a if a is None or isinstance(a, (bool, int, str)) else type(a).__name__)
+    return tuple(parts)
+
+
+def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
+    """The fastest of ``names`` for ``op`` on these inputs, timed once and cached on ``csr``."""
+    key = ("dispatch",) + _key(op, args)
+    hit = csr._cache.get(key)
+    if hit is not None:
+        return hit[0]
+    times = {name: _time(getattr(_module(op, name), op), csr, args, grad=key[2]) for name in names}
+    best = min(times, key=times.get)
+    csr._cache[key] = (best, times)
+    log.info("%s on %s, %s: %s", op, csr, key[3:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
+    return best
+
+
+def _time(fn: Callable, csr: CSR, args: tuple, grad: bool, reps: int = 5) -> float:
+    """Median seconds of ``fn(csr, *args)`` (forward + backward when ``grad``) on the device, after 2 warm-ups."""
+    inputs = [a.detach().requires_grad_(grad and a.requires_grad) if isinstance(a, torch.Tensor) else a
+              for a in args]
+    leaves = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
+
+    def once() -> None:
+        with torch.enable_grad() if leaves else torch.no_grad():
+            out = fn(csr, *inputs)
+            if leaves:
+                torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    for _ in range(2):
+        once()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        once()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[reps // 2]
+
+
+def choices(csr: CSR) -> dict[tuple, tuple[str, dict[str, float]]]:
+    """Measured choices made on ``csr``: key -> (implementation, seconds per implementation)."""
+    return {k[1:]: v for k, v in csr._cache.items() if isinstance(k, tuple) and k[:1] == ("dispatch",)}
 
 
 def run(op: str, csr: CSR, *args, impl: str | None = None):

@@ -89,30 +89,3 @@ def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
     _check(csr, "x", x, csr.num_cols, "num_cols")
     return dispatch.run("segment_max", csr, x, impl=impl)
 
-
-def gcn_aggregate(csr: CSR, x: Tensor, dinv: Tensor, bias: Tensor | None = None, relu: bool = False,
-                  add_self_loops: bool = True, *, impl: str | None = None) -> Tensor:
-    """Fused GCN aggregation (Kipf & Welling, https://arxiv.org/abs/1609.02907).
-
-    ``out[i] = dinv[i] * (sum_{e in row i} dinv[col e] x[col e] + dinv[i] x[i]) + bias``,
-    then ReLU if asked. Row ``i`` is column ``i`` for ``i < n_rows`` (owned rows come first
-    among the columns). Differentiable in ``x`` and ``bias``; ``dinv`` is a constant.
-
-    Args:
-        csr: the adjacency without self loops.
-        x: source features.
-        dinv: ``deg^-1/2`` of every column, self loop counted.
-        bias: added after the aggregation (default none).
-        relu: apply ReLU at the end (default False).
-        add_self_loops: add ``dinv[i]^2 x[i]`` (default True).
-
-    Shapes:
-        x ``[n_cols, F]``, dinv ``[n_cols]``, bias ``[F]`` -> ``[n_rows, F]``
-    """
-    _check(csr, "x", x, csr.num_cols, "num_cols")
-    _check(csr, "dinv", dinv, csr.num_cols, "num_cols")
-    if csr.n_rows > csr.num_cols:
-        raise ValueError(f"gcn_aggregate needs n_rows <= num_cols, got {csr.n_rows} > {csr.num_cols}")
-    if bias is not None and bias.shape != x.shape[1:]:
-        raise ValueError(f"bias {tuple(bias.shape)} does not match the feature dims {tuple(x.shape[1:])}")
-    return dispatch.run("gcn_aggregate", csr, x, dinv, bias, relu, add_self_loops, impl=impl)

@@ -30,6 +30,11 @@ def _inputs(csr, width, dtype, heads, device):
     return {"a": leaf((csr.n_rows, *feat), dtype, device, 0), "b": leaf((csr.num_cols, *feat), dtype, device, 1)}
 
 
+def _terms(csr, width, op):
+    """Terms per element: the dot's width (or one sum), a row's edges (grad a), a column's edges (grad b)."""
+    return {"out": width if op == "dot" else 1, "a": csr.in_degree(), "b": csr.out_degree()}
+
+
 @pytest.mark.parametrize("name", GRAPHS)
 def test_reference_matches_dense(name):
     csr = graph(name)
@@ -49,7 +54,8 @@ def test_triton_matches_reference(name, width, dtype, variant):
     csr = graph(name, DEVICE)
     op, heads = VARIANTS[variant]
     check(f"sddmm triton {variant}", lambda **t: sddmm(csr, op=op, impl="triton", **t),
-          lambda **t: sddmm(csr, op=op, impl="reference", **t), _inputs(csr, width, DTYPES[dtype], heads, DEVICE))
+          lambda **t: sddmm(csr, op=op, impl="reference", **t), _inputs(csr, width, DTYPES[dtype], heads, DEVICE),
+          _terms(csr, width, op))
 
 
 @pytest.mark.triton
@@ -68,4 +74,5 @@ def test_cuda_large(width, dtype, variant):
     csr = power_law_graph(30_000, 40_000, 12.0, seed=3, empty_fraction=0.05, index_dtype=torch.int32, device="cuda")
     op, heads = VARIANTS[variant]
     check(f"sddmm cuda {variant}", lambda **t: sddmm(csr, op=op, impl="triton", **t),
-          lambda **t: sddmm(csr, op=op, impl="reference", **t), _inputs(csr, width, DTYPES[dtype], heads, "cuda"))
+          lambda **t: sddmm(csr, op=op, impl="reference", **t), _inputs(csr, width, DTYPES[dtype], heads, "cuda"),
+          _terms(csr, width, op))

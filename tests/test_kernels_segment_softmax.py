@@ -15,6 +15,7 @@ from gnndist.kernels.testing import (
     graph,
     leaf,
     power_law_graph,
+    softmax_magnitude,
 )
 from torch_geometric.utils import softmax
 
@@ -22,6 +23,13 @@ from gnndist.testing import assert_close
 
 CASES = [pytest.param(g, f, "fp32", id=f"{g}-H{f}-fp32") for g in GRAPHS for f in WIDTHS]
 CASES += [pytest.param(g, 37, "bf16", id=f"{g}-H37-bf16") for g in GRAPHS]
+
+
+def _check(name, csr, scores):
+    lengths = csr.in_degree()[csr.row.long()]  # [nnz]: every edge's row length
+    check(name, lambda **t: segment_softmax(csr, impl="triton", **t),
+          lambda **t: segment_softmax(csr, impl="reference", **t), {"scores": scores},
+          {"out": lengths, "scores": lengths}, softmax_magnitude(csr))
 
 
 @pytest.mark.parametrize("name", GRAPHS)
@@ -46,17 +54,14 @@ def test_reference_is_stable_for_large_scores():
 @pytest.mark.parametrize("name, heads, dtype", CASES)
 def test_triton_matches_reference(name, heads, dtype):
     csr = graph(name, DEVICE)
-    check("softmax triton", lambda **t: segment_softmax(csr, impl="triton", **t),
-          lambda **t: segment_softmax(csr, impl="reference", **t),
-          {"scores": leaf((csr.nnz, heads), DTYPES[dtype], DEVICE, 0)})
+    _check("softmax triton", csr, leaf((csr.nnz, heads), DTYPES[dtype], DEVICE, 0))
 
 
 @pytest.mark.triton
 def test_triton_1d_scores_and_large_values():
     csr = graph("power-law-int32", DEVICE)
     scores = (torch.randn(csr.nnz) * 1e4).to(DEVICE).requires_grad_()
-    check("softmax triton 1-d", lambda **t: segment_softmax(csr, impl="triton", **t),
-          lambda **t: segment_softmax(csr, impl="reference", **t), {"scores": scores})
+    _check("softmax triton 1-d", csr, scores)
 
 
 @pytest.mark.cuda
@@ -64,6 +69,4 @@ def test_triton_1d_scores_and_large_values():
 @pytest.mark.parametrize("heads", [1, 8, 37])
 def test_cuda_large(heads, dtype):
     csr = power_law_graph(30_000, 40_000, 12.0, seed=3, empty_fraction=0.05, device="cuda")
-    check("softmax cuda", lambda **t: segment_softmax(csr, impl="triton", **t),
-          lambda **t: segment_softmax(csr, impl="reference", **t),
-          {"scores": leaf((csr.nnz, heads), DTYPES[dtype], "cuda", 0)})
+    _check("softmax cuda", csr, leaf((csr.nnz, heads), DTYPES[dtype], "cuda", 0))

@@ -6,7 +6,7 @@ DEVICE = use_interpreter()  # before any Triton kernel is imported
 
 import pytest
 import torch
-from gnndist.kernels import spmm
+from gnndist.kernels import CSR, spmm
 from gnndist.kernels.testing import (
     DTYPES,
     GRAPHS,
@@ -31,6 +31,11 @@ def _inputs(csr, width, dtype, weighted, device):
     if weighted:
         inputs["edge_weight"] = leaf((csr.nnz,), dtype, device, 1)
     return inputs
+
+
+def _terms(csr, width):
+    """Terms per element: a row's edges (output), a column's edges (grad x), the features (grad w)."""
+    return {"out": csr.in_degree(), "x": csr.out_degree(), "edge_weight": width}
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
@@ -77,7 +82,7 @@ def test_sparse_matches_reference(name, width, dtype, variant):
     reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
     check(f"spmm sparse {variant}", lambda **t: spmm(csr, reduce=reduce, impl="sparse", **t),
           lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
-          _inputs(csr, width, DTYPES[dtype], weighted, "cpu"))
+          _inputs(csr, width, DTYPES[dtype], weighted, "cpu"), _terms(csr, width))
 
 
 @pytest.mark.triton
@@ -88,7 +93,7 @@ def test_triton_matches_reference(name, width, dtype, variant):
     reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
     check(f"spmm triton {variant}", lambda **t: spmm(csr, reduce=reduce, impl="triton", **t),
           lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
-          _inputs(csr, width, DTYPES[dtype], weighted, DEVICE))
+          _inputs(csr, width, DTYPES[dtype], weighted, DEVICE), _terms(csr, width))
 
 
 @pytest.mark.triton
@@ -97,7 +102,42 @@ def test_triton_per_head_weights():
     inputs = {"x": leaf((csr.num_cols, 2, 9), torch.float32, DEVICE, 0),
               "edge_weight": leaf((csr.nnz, 2), torch.float32, DEVICE, 1)}
     check("spmm triton per head", lambda **t: spmm(csr, impl="triton", **t),
-          lambda **t: spmm(csr, impl="reference", **t), inputs)
+          lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 9))
+
+
+def _long_row_graph():
+    """Row 0 has 2000 edges, rows 1-3 one each."""
+    row = torch.cat([torch.zeros(2000, dtype=torch.int64), torch.arange(1, 4)])
+    col = torch.cat([torch.arange(2000) % 500, torch.arange(3)])
+    return CSR.from_coo(row, col, 4, 500)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_check_catches_a_dropped_edge_on_a_long_row(dtype):
+    csr = _long_row_graph()
+    keep = torch.ones(csr.nnz, dtype=torch.bool)
+    keep[1234] = False  # one edge of row 0
+    dropped = CSR.from_coo(csr.row[keep], csr.col[keep], csr.n_rows, csr.num_cols)
+    inputs = {"x": leaf((csr.num_cols, 37), DTYPES[dtype], "cpu", 0)}
+    check("spmm long row", lambda **t: spmm(csr, impl="reference", **t),
+          lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 37))
+    with pytest.raises(AssertionError, match=r"output: \d+ of .* worst at \(0, "):
+        check("spmm one edge dropped", lambda **t: spmm(dropped, impl="reference", **t),
+              lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 37))
+
+
+def test_check_catches_a_100_ulp_error():
+    csr = _long_row_graph()
+    inputs = {"x": leaf((csr.num_cols, 37), torch.float32, "cpu", 0)}
+
+    def perturbed(**t):
+        out = spmm(csr, impl="reference", **t)
+        bump = torch.zeros_like(out)
+        bump[2, 5] = 100 * torch.finfo(torch.float32).eps / 2 * out[2, 5].detach().abs()  # 100 ulp, a 1-edge row
+        return out + bump
+
+    with pytest.raises(AssertionError, match=r"output: 1 of .* worst at \(2, 5\)"):
+        check("spmm 100 ulp off", perturbed, lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 37))
 
 
 @pytest.mark.parametrize("impl", ["reference", "sparse", pytest.param("triton", marks=pytest.mark.triton)])
@@ -119,4 +159,4 @@ def test_cuda_large(width, dtype, variant):
     reduce, weighted = variant.split("-")[0], variant.endswith("weighted")
     check(f"spmm cuda {variant}", lambda **t: spmm(csr, reduce=reduce, impl="triton", **t),
           lambda **t: spmm(csr, reduce=reduce, impl="reference", **t),
-          _inputs(csr, width, DTYPES[dtype], weighted, "cuda"))
+          _inputs(csr, width, DTYPES[dtype], weighted, "cuda"), _terms(csr, width))

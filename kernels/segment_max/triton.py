@@ -1,9 +1,11 @@
 """Segment max in Triton: one program per row and block of features, keeping the max and its edge.
 
-A tile's max beats the running max only if strictly greater, and ``tl.argmax`` takes
-the first index, so the arg-max is the row's first edge reaching the max (as in the
-reference). The kernel returns the arg-max's source node; backward scatters the
-gradient there.
+The arg-max is the row's first edge reaching the max, as in the reference, whatever the
+tile size: values are compared as stored (their exact fp32 upcast), a tile's arg-max is
+the smallest edge index among its entries equal to the tile max, and a later tile
+replaces the running max only if strictly greater. The first tile is always taken, so
+a row of ``-inf`` gives ``-inf``. The kernel returns the arg-max's source node; backward
+scatters the gradient there, accumulating in fp32.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ def _segment_max_kernel(ROWPTR, COL, ROW_ORDER, X, OUT, ARG, F, BLOCK_E: tl.cons
         src = tl.load(COL + e, mask=e_mask, other=0).to(tl.int64)  # [BLOCK_E]
         mask = e_mask[:, None] & f_mask[None, :]
         v = tl.load(X + src[:, None] * F + f[None, :], mask=mask, other=float("-inf")).to(tl.float32)
-        tile_best, tile_arg = tl.max(v, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        tile_src = tl.sum(tl.where(tl.arange(0, BLOCK_E)[:, None] == tile_arg[None, :], src[:, None], 0), axis=0)
-        better = tile_best > best
+        tile_best = tl.max(v, axis=0)  # [BLOCK_F]
+        hit = (v == tile_best[None, :]) & mask  # [BLOCK_E, BLOCK_F]
+        tile_e = tl.min(tl.where(hit, e[:, None], end), axis=0)  # first edge reaching the tile max
+        tile_src = tl.sum(tl.where(e[:, None] == tile_e[None, :], src[:, None], 0), axis=0)
+        better = (tile_best > best) | (arg < 0)  # strict: an earlier tile keeps its tie
         best = tl.where(better, tile_best, best)
         arg = tl.where(better, tile_src, arg)
     found = arg >= 0
@@ -70,9 +74,9 @@ class TritonSegmentMax(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (arg,) = ctx.saved_tensors
         found = arg >= 0
-        grad_x = grad.new_zeros((ctx.n_cols, grad.shape[1]))  # [n_cols, F]
-        grad_x.scatter_add_(0, arg.clamp(min=0), torch.where(found, grad, 0))
-        return None, grad_x
+        grad_x = grad.new_zeros((ctx.n_cols, grad.shape[1]), dtype=torch.float32)  # [n_cols, F]
+        grad_x.scatter_add_(0, arg.clamp(min=0), torch.where(found, grad.float(), 0))
+        return None, grad_x.to(grad.dtype)
 
 
 def why_not(csr: CSR, x: Tensor) -> str | None:

@@ -1,1 +1,0 @@
-"""Fused GCN aggregation kernels: reference.py (plain PyTorch), triton.py, sparse.py (torch.sparse.mm)."""
