@@ -81,6 +81,26 @@ def dropout_mask(ids: Tensor, width: int, p: float, seed: int, epoch: int, key: 
     return hash_bits(ids, width, seed, epoch, key) >= int(p * 2**31)
 
 
+def hash_dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
+    """Dropout of ``x [n, F]`` with the mask of ``cell_bits(keys[i], j) < p * 2**31``.
+
+    On CUDA one fused Triton pass (``gnndist.kernels.dropout``: same bits, the mask is
+    recomputed in the backward instead of stored); elsewhere the torch ops below.
+    """
+    if x.is_cuda and _fused_available():
+        from gnndist.kernels.dropout.triton import HashDropout
+
+        return HashDropout.apply(x, keys, p)
+    cols = torch.arange(x.shape[1], device=x.device, dtype=torch.int32)  # [F]
+    return apply_dropout(x, cell_bits(keys[:, None], cols[None, :]) < int(p * 2**31), p)
+
+
+def _fused_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:
     """``x`` with the cells of ``drop`` zeroed and the rest scaled by ``1 / (1 - p)``."""
     return (x * (1.0 / (1.0 - p))).masked_fill_(drop, 0.0)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from gnndist.comm import ByteCounter, gather
-from gnndist.dropout import apply_dropout, cell_bits, hash_bits, node_keys
+from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
@@ -207,8 +207,7 @@ class DistGraph:
             out = torch.zeros_like(x)
             out[rows, cols] = apply_dropout(vals, drop, p)
             return out
-        drop = hash_bits(ids, x.shape[1], self.seed, self.epoch, key) < int(p * 2**31)  # [n_owned, F]
-        return apply_dropout(x, drop, p)
+        return hash_dropout(x, node_keys(ids, self.seed, self.epoch, key), p)  # fused on CUDA
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """Cached nonzero pattern of the input features when under half of them are nonzero."""
