@@ -13,8 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
+
+from gnndist.grid import Axis, ProcessGrid
 
 
 @dataclass
@@ -57,12 +58,14 @@ class ExchangePlan:
     A *gather* (the halo exchange) sends ``x[send_idx]`` to the ranks that need the rows and
     returns the arriving rows grouped by source; its adjoint, the *fold*, sends rows the
     other way and sums them into ``send_idx``. Counts are indexed by position on the axis.
+    The rows travel through ``grid``'s collectives on ``axis`` (no grid: one process, nothing travels).
     """
 
     send_idx: Tensor  # [sum send_counts] local row ids, grouped by destination
     send_counts: list[int]  # [axis size]
     recv_counts: list[int]  # [axis size]
-    group: object = None  # the axis's process group (None: the world)
+    grid: ProcessGrid | None = None  # the collectives' grid (None: one process)
+    axis: Axis | str = "world"  # the grid axis the rows travel on
     wire: torch.dtype | None = None  # dtype the rows travel in (e.g. bfloat16: half the bytes); None: their own
 
     @property
@@ -89,11 +92,13 @@ def _to_wire(rows: Tensor, plan: ExchangePlan) -> Tensor:
     return rows.to(plan.wire) if plan.wire is not None and rows.is_floating_point() else rows
 
 
-def _exchange(rows: Tensor, out_counts: list[int], in_counts: list[int], group, async_op: bool = False):
-    """All-to-all of ``rows`` (grouped by destination, ``in_counts``) on ``group``; ``(out, work)``."""
-    out = rows.new_empty((sum(out_counts),) + tuple(rows.shape[1:]))
-    if len(in_counts) > 1 and dist.is_initialized() and dist.get_world_size() > 1:
-        work = dist.all_to_all_single(out, rows, out_counts, in_counts, group=group, async_op=async_op)
+def _exchange(rows: Tensor, out_counts: list[int], in_counts: list[int], plan: ExchangePlan,
+              async_op: bool = False):
+    """All-to-all of ``rows`` (grouped by destination, ``in_counts``) on ``plan``'s axis; ``(out, work)``."""
+    grid = plan.grid
+    if len(in_counts) > 1 and grid is not None and grid.distributed:
+        out = rows.new_empty((sum(out_counts),) + tuple(rows.shape[1:]))
+        work = grid.all_to_all_single(out, rows, out_counts, in_counts, plan.axis, async_op=async_op)
         return out, work
     return rows, None  # an axis of one rank: nothing leaves (plans never send to self)
 
@@ -107,7 +112,7 @@ class PendingGather:
         if counter is not None:
             counter.add(tag, "fwd", plan.n_send * _row_bytes(x, plan.wire), plan.n_recv * _row_bytes(x, plan.wire))
         self.dtype = x.dtype
-        self.recv, self.work = _exchange(send, plan.recv_counts, plan.send_counts, plan.group, async_op=True)
+        self.recv, self.work = _exchange(send, plan.recv_counts, plan.send_counts, plan, async_op=True)
 
     def wait(self) -> Tensor:
         if self.work is not None:
@@ -119,13 +124,13 @@ class PendingGather:
 def _gather_rows(x: Tensor, plan: ExchangePlan) -> Tensor:
     """Forward of a gather, blocking: ``x[send_idx]`` out, ``[n_recv, F]`` in."""
     out, work = _exchange(_to_wire(x[plan.send_idx], plan).contiguous(), plan.recv_counts, plan.send_counts,
-                          plan.group)
+                          plan)
     return out.to(x.dtype)
 
 
 def _fold_rows(rows: Tensor, plan: ExchangePlan, n_out: int) -> Tensor:
     """Adjoint of a gather: send ``rows`` (in arrival order) back and sum them into ``send_idx``."""
-    back, _ = _exchange(_to_wire(rows, plan).contiguous(), plan.send_counts, plan.recv_counts, plan.group)  # [n_send, F]
+    back, _ = _exchange(_to_wire(rows, plan).contiguous(), plan.send_counts, plan.recv_counts, plan)  # [n_send, F]
     out = rows.new_zeros((n_out,) + tuple(rows.shape[1:]))
     return out.index_add_(0, plan.send_idx, back.to(rows.dtype))  # summed in the rows' own dtype
 
@@ -156,7 +161,7 @@ class PendingFold:
             counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows, plan.wire), plan.n_send * _row_bytes(rows, plan.wire))
         self.dtype = rows.dtype
         self.back, self.work = _exchange(_to_wire(rows.detach(), plan).contiguous(), plan.send_counts,
-                                         plan.recv_counts, plan.group, async_op=True)  # [n_send, F]
+                                         plan.recv_counts, plan, async_op=True)  # [n_send, F]
 
     def wait(self) -> Tensor:
         if self.work is not None:
@@ -242,24 +247,18 @@ def fold(rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | No
 
 
 class AllReduceSum(torch.autograd.Function):
-    """Differentiable sum over a group: forward all-reduces; backward all-reduces the gradient.
+    """Differentiable sum over a grid axis: forward all-reduces; backward all-reduces the gradient.
 
     Each rank's loss is its share of the global loss, so the gradient of a globally
-    reduced quantity is the sum over ranks of the per-rank gradients. ``group`` is the
-    axis's process group (``None``: the world).
+    reduced quantity is the sum over ranks of the per-rank gradients. Called as
+    ``AllReduceSum.apply(x, grid, axis)`` (``axis`` default ``"world"``).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, group=None) -> Tensor:
-        ctx.group = group
-        x = x.clone()
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(x, group=group)
-        return x
+    def forward(ctx, x: Tensor, grid: ProcessGrid, axis: Axis | str = "world") -> Tensor:
+        ctx.grid, ctx.axis = grid, axis
+        return grid.all_reduce_(x.clone(), axis)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        grad = grad.clone()
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(grad, group=ctx.group)
-        return grad, None
+        return ctx.grid.all_reduce_(grad.clone(), ctx.axis), None, None

@@ -1,7 +1,8 @@
 """The one cost model: alpha-beta per exchange plus compute per nonzero and per dense FLOP.
 
 It serves ``--strategy auto`` (per-layer choice at run time), ``gnndist simulate`` (every
-layout at any P, no processes) and is meant for the partitioner's balance choice.
+layout at any P, no processes) and the partitioner's balance choice (:func:`epoch_time`,
+``gnndist partition --balance auto``).
 
 One distributed SpMM of width ``F`` on one rank, forward plus backward (the backward is
 the same exchanges reversed and the transposed product over the same nonzeros)::
@@ -139,6 +140,36 @@ def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float
     return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
 
 
+def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network, elem: int = 4) -> np.ndarray:
+    """Modelled seconds of one GCN-like layer (``X @ W`` on the owned rows, then one SpMM of width
+    ``f_out``), forward + backward, on every rank.
+
+    Shapes:
+        loads ``[P]`` -> ``[P]`` seconds.
+    """
+    return np.array([spmm_time(ld, f_out, net, elem) + dense_time(ld.rows, f_in, f_out, net) for ld in loads])
+
+
+def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, elem: int = 4) -> float:
+    """Modelled seconds of one training epoch of a GCN-like model on a partition (the partitioner's objective).
+
+    Layer ``l`` maps width ``widths[l]`` to ``widths[l + 1]``: each rank multiplies its owned
+    rows by ``W`` (per-row cost), exchanges its halo and aggregates its nonzeros at width
+    ``widths[l + 1]`` (alpha-beta per exchange, per-edge cost). The halo exchange synchronises
+    the ranks, so a layer lasts as long as its slowest rank; the epoch is the sum over layers
+    plus the all-reduce of the weight gradients::
+
+        T = sum_l max_r [spmm_time(r, widths[l+1]) + dense_time(rows_r, widths[l], widths[l+1])]
+            + allreduce_time(sum_l widths[l] * widths[l+1], P)
+    """
+    if len(widths) < 2:
+        raise ValueError(f"widths needs an input and an output width, got {widths}")
+    layers = sum(rank_layer_times(loads, f_in, f_out, net, elem).max(initial=0.0)
+                 for f_in, f_out in zip(widths[:-1], widths[1:]))
+    weights = sum(f_in * f_out for f_in, f_out in zip(widths[:-1], widths[1:]))
+    return float(layers + allreduce_time(weights, len(loads), net, elem))
+
+
 def probe(grid, csr=None, repeats: int = 5) -> Network:
     """Measure alpha, beta and gamma on the running machine; every rank gets the same values.
 
@@ -163,18 +194,18 @@ def probe(grid, csr=None, repeats: int = 5) -> Network:
             ts.append(time.perf_counter() - t0)
         return float(np.median(ts))
 
-    small = torch.zeros(P, device=dev)
+    small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
     big_n = (1 << 16) * P
-    big = torch.zeros(big_n, device=dev)
-    t_world = median_time(lambda: grid.all_to_all_single(small, "world"))  # overhead + (P - 1) alpha
+    big, big_out = torch.zeros(big_n, device=dev), torch.empty(big_n, device=dev)
+    t_world = median_time(lambda: grid.all_to_all_single(small_out, small))  # overhead + (P - 1) alpha
     if P > 2 and P % 2 == 0:  # a 2-rank axis gives the second point: overhead + alpha
         pair = grid.axes(2)["row"]
-        t_pair = median_time(lambda: grid.all_to_all_single(small[:2], pair))
+        t_pair = median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair))
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
         overhead = max(t_pair - alpha, 0.0)
     else:
         alpha, overhead = t_world / max(P - 1, 1), 0.0
-    t_big = median_time(lambda: grid.all_to_all_single(big, "world"))
+    t_big = median_time(lambda: grid.all_to_all_single(big_out, big))
     beta = (big_n * 4 * (P - 1) / P) / max(t_big - t_world, 1e-9) if P > 1 else float("inf")
     if csr is not None and csr.nnz:
         x = torch.randn(csr.num_cols, 32, device=dev)

@@ -4,6 +4,10 @@
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), which ``gnndist train --nproc N``
 also sets for the ranks it spawns. A single process with no such environment gets a
 solo grid whose collectives are no-ops.
+
+Every collective of the package goes through :class:`ProcessGrid`, which checks that its
+tensors are on ``grid.device`` (what NCCL requires; a CPU run catches the mistake too) and,
+when ranks share a GPU under gloo, stages them through host memory.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from gnndist.errors import UserError
+
+_CURRENT: list = []  # [the grid init() built], for a layer called without one
 
 
 @dataclass
@@ -28,7 +35,9 @@ class ProcessGrid:
     block row ``i`` (the replica group, where partial products are folded) and ``col`` —
     the ``q`` ranks of column slab ``j`` (where input rows are exchanged). 2D is the square
     case ``c = sqrt(P)``; 1D is ``c = 1`` (``col`` is the world). Every collective takes
-    the axis it runs on; tensors live on ``grid.device``.
+    the axis it runs on; tensors live on ``grid.device`` (checked by every collective).
+    ``staged``: the backend cannot take ``device`` tensors (gloo with ranks sharing a GPU),
+    so collectives copy them to host memory and the results back.
     """
 
     rank: int = 0
@@ -38,7 +47,13 @@ class ProcessGrid:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backend: str = "none"
     timeout: float = 600.0
+    staged: bool = False
     _axes: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.device = torch.device(self.device)
+        if self.device.type == "cuda" and self.device.index is None:  # tensors report cuda:k, never "cuda"
+            self.device = torch.device("cuda", torch.cuda.current_device())
 
     @property
     def distributed(self) -> bool:
@@ -47,6 +62,18 @@ class ProcessGrid:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def describe(self) -> str:
+        """How this job communicates, in one line (rank 0 logs it once)."""
+        if not self.distributed:
+            return f"one rank on {self.device}"
+        if self.backend == "nccl":
+            return f"nccl on {self.device} (one GPU per local rank)"
+        if self.staged:
+            gpus = torch.cuda.device_count()
+            return (f"gloo, tensors staged through host memory ({self.local_world_size} ranks share "
+                    f"{gpus} GPU{'s' * (gpus != 1)})")
+        return f"gloo on {self.device}"
 
     # ------------------------------------------------------------------ groups
     def check_replication(self, c: int) -> None:
@@ -85,17 +112,47 @@ class ProcessGrid:
         return self.axes(c)[name]
 
     # ------------------------------------------------------------------ collectives
-    def all_reduce_(self, t: torch.Tensor, axis: str | Axis = "world", op: str = "sum") -> torch.Tensor:
-        """Reduce ``t`` in place over ``axis`` (``sum`` or ``max``); no-op on one rank."""
-        ax = self.axis(axis) if isinstance(axis, str) else axis
-        if self.distributed and ax.size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=ax.group)
-        return t
+    def check_devices(self, name: str, *tensors: Tensor) -> None:
+        """Raise unless every tensor is on ``grid.device`` (NCCL needs it; checked on every backend)."""
+        for t in tensors:
+            if t.device != self.device:
+                raise RuntimeError(f"grid.{name}: a tensor on {t.device} was handed to a collective on a grid "
+                                   f"whose device is {self.device}; create it with device=grid.device")
 
-    def broadcast_(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
+    def _run(self, op, args: list[tuple[Tensor, str]], async_op: bool):
+        """``op(*tensors)`` for ``args`` of ``(tensor, "in" | "out" | "inout")``; its work or ``None``.
+
+        Staged: ``op`` runs on host copies (an ``"out"`` tensor gets an empty one) and the
+        ``"out"`` / ``"inout"`` tensors are copied back on the work's ``wait()``.
+        """
+        if not self.staged:
+            return op(*(t for t, _ in args))
+        host = [to_host(t, copy=mode != "out") for t, mode in args]
+        work = StagedWork(op(*host), [(t, h) for (t, mode), h in zip(args, host) if mode != "in"])
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def all_reduce_(self, t: Tensor, axis: str | Axis = "world", op: str = "sum", async_op: bool = False):
+        """Reduce ``t`` in place over ``axis`` (``sum`` or ``max``); no-op on one rank.
+
+        Returns ``t``, or with ``async_op`` the work to ``wait()`` on (``None`` on one rank).
+        """
+        self.check_devices("all_reduce_", t)
+        ax = self.axis(axis) if isinstance(axis, str) else axis
+        if not (self.distributed and ax.size > 1):
+            return None if async_op else t
+        red = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+        work = self._run(lambda h: dist.all_reduce(h, op=red, group=ax.group, async_op=async_op), [(t, "inout")],
+                         async_op)
+        return work if async_op else t
+
+    def broadcast_(self, t: Tensor, src: int = 0) -> Tensor:
         """Copy rank ``src``'s ``t`` to every rank of the world."""
+        self.check_devices("broadcast_", t)
         if self.distributed:
-            dist.broadcast(t, src)
+            self._run(lambda h: dist.broadcast(h, src), [(t, "inout")], False)
         return t
 
     def all_gather_object(self, obj) -> list:
@@ -106,14 +163,25 @@ class ProcessGrid:
         dist.all_gather_object(out, obj)
         return out
 
-    def all_to_all_single(self, t: torch.Tensor, axis: str | Axis = "world") -> torch.Tensor:
-        """Equal-split all-to-all of ``t`` over ``axis`` (used by the network probe)."""
+    def all_to_all_single(self, out: Tensor, inp: Tensor, out_splits: list[int] | None = None,
+                          in_splits: list[int] | None = None, axis: str | Axis = "world", async_op: bool = False):
+        """All-to-all of ``inp`` into ``out`` over ``axis``, with rows per member (equal parts when ``None``).
+
+        ``inp`` sends ``in_splits[k]`` rows to member ``k``; ``out`` receives ``out_splits[k]``
+        rows from it. On one rank ``out`` is a copy of ``inp``.
+
+        Returns the work to ``wait()`` on with ``async_op`` (``None`` on one rank), else ``None``.
+
+        Shapes:
+            inp ``[sum(in_splits), *]``, out ``[sum(out_splits), *]``
+        """
+        self.check_devices("all_to_all_single", out, inp)
         ax = self.axis(axis) if isinstance(axis, str) else axis
         if not self.distributed or ax.size == 1:
-            return t.clone()
-        out = torch.empty_like(t)
-        dist.all_to_all_single(out, t, group=ax.group)
-        return out
+            out.copy_(inp)
+            return None
+        return self._run(lambda o, i: dist.all_to_all_single(o, i, out_splits, in_splits, group=ax.group,
+                                                             async_op=async_op), [(out, "out"), (inp, "in")], async_op)
 
     def synchronize(self) -> None:
         """Wait for the device (for timers); a no-op on CPU."""
@@ -128,6 +196,40 @@ class ProcessGrid:
         if dist.is_initialized():
             dist.destroy_process_group()
         self._axes.clear()
+        if _CURRENT and _CURRENT[0] is self:
+            _CURRENT.clear()
+
+
+def current() -> ProcessGrid:
+    """The grid :func:`init` built (a solo grid if none): for a layer called without one."""
+    return _CURRENT[-1] if _CURRENT else ProcessGrid()
+
+
+def to_host(t: Tensor, copy: bool = True) -> Tensor:
+    """A host tensor for staging ``t``: a copy of it, or (``copy=False``, an output) an empty one of its shape."""
+    if copy:
+        return t.detach().to("cpu", copy=True)
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu")
+
+
+class StagedWork:
+    """A collective on host copies: ``wait()`` finishes it, then copies each host result into its device tensor.
+
+    Args:
+        work: the collective's work (``None`` if it already finished).
+        pairs: ``(device tensor, host tensor)`` of every tensor the collective writes.
+    """
+
+    def __init__(self, work, pairs: list[tuple[Tensor, Tensor]]):
+        self.work, self.pairs = work, pairs
+
+    def wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        for dst, src in self.pairs:
+            dst.copy_(src)
+        self.pairs = []
 
 
 @dataclass(frozen=True)
@@ -171,12 +273,42 @@ def pin_mmap_threshold(threshold: int = 1 << 20) -> bool:
     return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD
 
 
-def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
+def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
+                   device: str = "auto") -> tuple[str, torch.device, bool]:
+    """One decision for the whole job: ``(backend, device, staged)`` of this rank.
+
+    NCCL only when every local rank has a GPU of its own (``gpus >= local_world``), a rule
+    every rank of a machine evaluates alike (a per-rank choice mixes NCCL and gloo and
+    hangs); otherwise gloo for all ranks. Under gloo with a GPU, ranks still compute on
+    it (``cuda:local_rank % gpus``) and their collectives are staged through host memory.
+
+    Args:
+        backend: ``"auto"``, ``"gloo"`` or ``"nccl"`` (``--backend``).
+        local_rank, local_world: this rank on its machine, and the ranks on it.
+        gpus: GPUs this process sees.
+        device: ``"auto"`` (a GPU when there is one) or ``"cpu"`` (never a GPU).
+    """
+    if device == "cpu":
+        gpus = 0
+    own = gpus > 0 and gpus >= local_world
+    if backend == "auto":
+        backend = "nccl" if own else "gloo"
+    if backend == "nccl" and not own:
+        raise UserError(f"--backend nccl needs one GPU per rank ({local_world} ranks on this machine, {gpus} GPUs); "
+                        f"use --backend gloo")
+    if gpus == 0:
+        return backend, torch.device("cpu"), False
+    return backend, torch.device("cuda", local_rank % gpus), backend == "gloo"
+
+
+def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto") -> ProcessGrid:
     """Build the :class:`ProcessGrid` from the environment (torchrun or ``--nproc``).
 
     Args:
-        backend: ``"auto"`` (NCCL when every rank has a GPU, gloo otherwise), ``"gloo"`` or ``"nccl"``.
+        backend: ``"auto"`` (NCCL when every local rank has a GPU of its own, gloo otherwise),
+            ``"gloo"`` or ``"nccl"``; see :func:`choose_backend`.
         timeout: seconds a rank waits for missing peers or a collective before failing.
+        device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
     """
     env = os.environ
     world = int(env.get("WORLD_SIZE", "1"))
@@ -185,19 +317,14 @@ def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
     local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
     split_threads(local_world)
     pin_mmap_threshold()
-    # one decision for the whole job: NCCL only when every local rank has its own GPU, which
-    # every rank of a machine computes alike (a per-rank choice mixes NCCL and gloo and hangs)
-    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
-    if backend == "auto":
-        backend = "nccl" if use_cuda else "gloo"
-    if backend == "nccl" and not use_cuda:
-        raise UserError(f"--backend nccl needs one GPU per local rank ({local_world} ranks, "
-                        f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} GPUs); use --backend gloo")
-    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    grid = ProcessGrid(rank, world, local_rank, local_world, device, backend if world > 1 else "none", timeout)
-    if world > 1 and not dist.is_initialized():
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend, dev, staged = choose_backend(backend, local_rank, local_world, gpus, device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    distributed = world > 1
+    grid = ProcessGrid(rank, world, local_rank, local_world, dev, backend if distributed else "none", timeout,
+                       staged and distributed)
+    if distributed and not dist.is_initialized():
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in env:
                 raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --nproc")
@@ -209,12 +336,14 @@ def init(backend: str = "auto", timeout: float = 600.0) -> ProcessGrid:
                 base = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, is_master=False,
                                      timeout=timedelta(seconds=timeout))
                 store = dist.PrefixStore(f"gnndist/attempt{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+            extra = {"device_id": dev} if backend == "nccl" else {}
             dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
-                                    world_size=world, timeout=timedelta(seconds=timeout))
+                                    world_size=world, timeout=timedelta(seconds=timeout), **extra)
             dist.barrier()
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
                 f"(a peer never joined?): {str(e).splitlines()[0]}"
             ) from None
+    _CURRENT[:] = [grid]
     return grid

@@ -48,6 +48,14 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
+def _supported(cls, **kwargs) -> dict:
+    """The keyword arguments ``cls`` (a dataclass) accepts: options newer torch versions added."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -117,13 +125,14 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
             graph = DistGraph.load(partdir, grid, strategy=make_strategy(cfg), comm_dtype=cfg.dist.comm_dtype)
         except UserError as e:
             error = e
-        failed = grid.all_reduce_(torch.tensor([float(error is not None)]))  # fail together, not in a hang
+        failed = grid.all_reduce_(torch.tensor([float(error is not None)], device=grid.device))  # fail together
         if error is not None:
             raise error
         if failed.item() > 0:
             raise PeerFailed(f"rank {grid.rank}: another rank could not load its part (see its error)")
         if grid.is_main:
-            stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs", cfg)
+            stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
+                  f"{grid.describe()}", cfg)  # the backend and device, once
         summary = Trainer(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0).fit()
         grid.barrier()
         return summary
@@ -237,7 +246,8 @@ def _elastic(partdir: str, cfg: TrainConfig) -> int:
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}",
         rdzv_configs={"timeout": int(max(cfg.dist.timeout, 1))},
         max_restarts=cfg.dist.max_restarts, monitor_interval=0.1, start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")), shutdown_timeout=5,
+        logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")),
+        **_supported(LaunchConfig, shutdown_timeout=5),  # not in every torch (2.11 lacks it)
     )
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     stage(f"starting {n} ranks", cfg)
@@ -265,6 +275,7 @@ def _elastic(partdir: str, cfg: TrainConfig) -> int:
 
 def launch(partdir: str, cfg: TrainConfig) -> int:
     """Train on ``partdir`` with one rank per part; returns the exit code (0; 2 for user errors; 130/143 on signals)."""
+    from gnndist.grid import choose_backend
     from gnndist.partition import read_meta
 
     if under_torchrun() or cfg.dist.nproc == 1:
@@ -276,7 +287,6 @@ def launch(partdir: str, cfg: TrainConfig) -> int:
     make_strategy(cfg).grid_shape(cfg.dist.nproc)  # a layout that cannot fit: one line, before any rank starts
     if parts != cfg.dist.nproc:
         raise UserError(f"{partdir} has {parts} parts but --nproc is {cfg.dist.nproc}: they must match")
-    if cfg.dist.backend == "nccl" and torch.cuda.device_count() < cfg.dist.nproc:
-        raise UserError(f"--backend nccl needs one GPU per rank ({cfg.dist.nproc} ranks, "
-                        f"{torch.cuda.device_count()} GPUs); use --backend gloo")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    choose_backend(cfg.dist.backend, 0, cfg.dist.nproc, gpus)  # --backend nccl without a GPU per rank: one line, now
     return _elastic(partdir, cfg)

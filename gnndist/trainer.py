@@ -42,7 +42,7 @@ class Trainer:
             raise UserError("the partition has no training nodes (train_mask is empty)")
         graph.seed = cfg.run.seed
         if cfg.model.normalize_features:  # per-node, so exact across partitions
-            negative = self.grid.all_reduce_(torch.tensor([float((graph.x < 0).any())]))
+            negative = self.grid.all_reduce_((graph.x < 0).any().double().view(1))  # [1] on grid.device
             if negative.item() == 0:  # row sums of signed features are no scale: leave those alone
                 graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)
         torch.manual_seed(cfg.run.seed)
@@ -122,8 +122,7 @@ class Trainer:
             correct = ((logits > 0) == g.y.bool()).all(dim=1)
         else:
             correct = logits.argmax(dim=1) == g.y
-        counts = torch.tensor([float((correct & m).sum()) for m in masks] + [float(m.sum()) for m in masks],
-                              dtype=torch.float64)
+        counts = torch.stack([(correct & m).sum() for m in masks] + [m.sum() for m in masks]).double()  # [6]
         self.grid.all_reduce_(counts)
         acc = [float(counts[i] / counts[i + 3]) if counts[i + 3] > 0 else 0.0 for i in range(3)]
         return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
@@ -152,7 +151,8 @@ class Trainer:
         local = self.graph.counter.per_tag() if local is None else local
         tags = sorted(local)
         keys = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
-        vec = torch.tensor([float(local[t].get(k, 0)) for t in tags for k in keys], dtype=torch.float64)
+        vec = torch.tensor([float(local[t].get(k, 0)) for t in tags for k in keys], dtype=torch.float64,
+                           device=self.grid.device)
         self.grid.all_reduce_(vec)  # every rank runs the same model, so the tags agree
         vals = vec.view(len(tags), len(keys)).long().tolist() if tags else []
         return {t: dict(zip(keys, row)) for t, row in zip(tags, vals)}
@@ -254,7 +254,7 @@ class Trainer:
                 action()
             except OSError as e:
                 error = e
-        failed = self.grid.all_reduce_(torch.tensor([float(error is not None)]))
+        failed = self.grid.all_reduce_(torch.tensor([float(error is not None)], device=self.grid.device))
         if error is not None:
             path = error.filename or self.cfg.run.checkpoint
             why = "it is a file, not a directory" if isinstance(error, (FileExistsError, NotADirectoryError)) \

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from gnndist.comm import AllReduceSum
+from gnndist.grid import current
 
 _FROZEN = [0]  # > 0 while a forward is being recomputed: running statistics are left alone
 
@@ -56,15 +56,13 @@ class DistBatchNorm(nn.Module):
 
         Every strategy keeps the 1D row layout between layers, so each node is a row of
         exactly one rank and the world sum counts it once. Without ``grid`` (a layer that
-        calls ``norm(x)``) the sum runs over the default process group, if any.
+        calls ``norm(x)``) the sum runs over the grid :func:`gnndist.grid.init` built, if any.
         """
         if self.training:
             stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
-            if grid is not None:
-                if grid.distributed:
-                    stats = AllReduceSum.apply(stats, grid.axis("world").group)  # [2C + 1] global sums
-            elif dist.is_initialized() and dist.get_world_size() > 1:  # called as norm(x): the default group
-                stats = AllReduceSum.apply(stats, None)
+            grid = grid if grid is not None else current()
+            if grid.distributed:
+                stats = AllReduceSum.apply(stats, grid, "world")  # [2C + 1] global sums
             c = x.shape[1]
             n = stats[-1]
             mean = stats[:c] / n

@@ -29,7 +29,6 @@ import math
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from gnndist.comm import ExchangePlan
@@ -37,14 +36,15 @@ from gnndist.errors import UserError
 from gnndist.strategies.base import Block, BlockStrategy
 
 
-def _all_to_all_v(rows: Tensor, counts: Tensor, axis) -> tuple[Tensor, Tensor]:
-    """Send ``rows`` (grouped by destination, ``counts`` per axis member); returns (received, counts received)."""
-    if axis.size == 1 or not dist.is_initialized():
+def _all_to_all_v(grid, rows: Tensor, counts: Tensor, axis) -> tuple[Tensor, Tensor]:
+    """Send ``rows`` (grouped by destination, ``counts`` per axis member) over ``grid``'s ``axis``;
+    returns (received, counts received)."""
+    if axis.size == 1 or not grid.distributed:
         return rows, counts
     recv_counts = torch.empty_like(counts)
-    dist.all_to_all_single(recv_counts, counts, group=axis.group)
+    grid.all_to_all_single(recv_counts, counts, axis=axis)
     out = rows.new_empty((int(recv_counts.sum()),) + tuple(rows.shape[1:]))
-    dist.all_to_all_single(out, rows, recv_counts.tolist(), counts.tolist(), group=axis.group)
+    grid.all_to_all_single(out, rows, recv_counts.tolist(), counts.tolist(), axis)
     return out, recv_counts
 
 
@@ -102,7 +102,7 @@ class Grid15D(BlockStrategy):
                            graph.halo_gid[(local_col - n_owned).clamp(min=0)])  # [nnz]
         grow = csr.row.long() + lo  # [nnz]
         counts, grow, gcol = _group_by(owner(gcol) % c, c, grow, gcol)
-        pairs, _ = _all_to_all_v(torch.stack([grow, gcol], 1), counts, row_ax)  # [nnz_block, 2]: A[R_i, S_j]
+        pairs, _ = _all_to_all_v(grid, torch.stack([grow, gcol], 1), counts, row_ax)  # [nnz_block, 2]: A[R_i, S_j]
         grow, gcol = pairs[:, 0], pairs[:, 1]
         mine_r = (grow >= lo) & (grow < lo + n_owned)
         mine_c = (gcol >= lo) & (gcol < lo + n_owned)
@@ -113,26 +113,26 @@ class Grid15D(BlockStrategy):
         out_row[mine_r] = grow[mine_r] - lo
         out_row[~mine_r] = n_owned + row_local
         fold_to = owner(fold_gid) % c  # position on the row axis
-        fold_plan = self._plan(fold_gid, fold_to, row_ax, lo)
+        fold_plan = self._plan(grid, fold_gid, fold_to, row_ax, lo)
 
         # 3. expand: gathered columns (owners on my column axis), grouped by owner
         halo_gid, col_local = torch.unique(gcol[~mine_c], return_inverse=True)
         in_col = torch.empty_like(gcol)
         in_col[mine_c] = gcol[mine_c] - lo
         in_col[~mine_c] = n_owned + col_local
-        expand_plan = self._plan(halo_gid, owner(halo_gid) // c, col_ax, lo)
+        expand_plan = self._plan(grid, halo_gid, owner(halo_gid) // c, col_ax, lo)
         return Block.from_local(n_owned, out_row, in_col, len(fold_gid), len(halo_gid), expand_plan, fold_plan)
 
     @staticmethod
-    def _plan(ids: Tensor, dest: Tensor, axis, lo: int) -> ExchangePlan:
+    def _plan(grid, ids: Tensor, dest: Tensor, axis, lo: int) -> ExchangePlan:
         """Plan for rows ``ids`` (sorted global ids) that live on axis members ``dest``.
 
         This rank receives (gather) or sends (fold) them in this order; each owner learns
         which of its rows are involved by one exchange of the ids.
         """
         recv_counts = torch.bincount(dest, minlength=axis.size)  # [axis size], ids already grouped
-        asked, send_counts = _all_to_all_v(ids, recv_counts, axis)
-        return ExchangePlan(asked - lo, send_counts.tolist(), recv_counts.tolist(), axis.group)
+        asked, send_counts = _all_to_all_v(grid, ids, recv_counts, axis)
+        return ExchangePlan(asked - lo, send_counts.tolist(), recv_counts.tolist(), grid, axis)
 
 
 class Grid2D(Grid15D):

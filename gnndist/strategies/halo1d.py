@@ -26,6 +26,6 @@ class Halo1D(BlockStrategy):
 
     def build(self, graph) -> Block:
         part = graph.part
-        expand = ExchangePlan(part["send_idx"], part["send_counts"].tolist(), part["recv_counts"].tolist())
+        expand = ExchangePlan(part["send_idx"], part["send_counts"].tolist(), part["recv_counts"].tolist(), graph.grid)
         csr = graph.csr
         return Block.from_local(graph.n_owned, csr.row.long(), csr.col.long(), 0, graph.n_halo, expand, None)

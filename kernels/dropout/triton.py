@@ -14,8 +14,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-GOLDEN = 0x9E3779B9  # the column multiplier of cell_bits
-M1, M2 = 0x7FEB352D, 0x846CA68B  # the finaliser's multipliers
+# compiled kernels may read module globals only when they are constexpr
+GOLDEN = tl.constexpr(0x9E3779B9)  # the column multiplier of cell_bits
+M1 = tl.constexpr(0x7FEB352D)  # the finaliser's multipliers
+M2 = tl.constexpr(0x846CA68B)
 
 
 @triton.jit
@@ -55,7 +57,7 @@ def dropout_launch(x: Tensor, keys: Tensor, p: float) -> Tensor:
     if out.numel() == 0:
         return out
     block_f = min(128, max(16, triton.next_power_of_2(width)))
-    block_r = max(1, 4096 // block_f)
+    block_r = max(1, 2048 // block_f)  # 16 values per thread: the hash needs registers
     grid = (triton.cdiv(n, block_r), triton.cdiv(width, block_f))
     _dropout_kernel[grid](x, keys.contiguous(), out, n, width, int(p * 2**31), 1.0 / (1.0 - p),
                           BLOCK_R=block_r, BLOCK_F=block_f, num_warps=4)

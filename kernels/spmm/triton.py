@@ -21,10 +21,13 @@ once (bf16 / fp16 are loaded at half the bytes and accumulated in fp32). Offsets
 int32 unless ``rows * F`` needs int64. Grouping ``R`` short rows per program shares the
 per-program latency chain (segment table -> indices -> features) across rows.
 
+Status: correct compiled on an H200 (the kernel tests) but not yet timed against cuSPARSE
+there; ``gnndist.kernels.dispatch`` times both on first use and keeps the faster, so the
+model never runs the slower path while the tiles are untuned.
+
 The plan (segment table, class boundaries) is built once per CSR on the device and
 cached on it; ``A^T`` (the backward) has its own plan on the cached transpose. Tiles
-per width are in :data:`TILES` (chosen by measurement on an H200, see
-``benchmarks/README.md``); :func:`spmm_launch` takes ``tiles=`` to try others.
+per width are in :data:`TILES`; :func:`spmm_launch` takes ``tiles=`` to try others.
 Backward: ``grad_x`` is the same kernel on ``A^T`` with the edge weights permuted
 (cached for ``mean``); ``grad_w`` is an SDDMM.
 """
@@ -41,12 +44,16 @@ from torch import Tensor
 from .. import triton_common
 from ..csr import CSR
 
-# BLOCK_F -> (C, (R_L, D_L), (R_M, D_M), (R_S, D_S), num_warps, stages)
+# BLOCK_F -> (C, (R_L, D_L), (R_M, D_M), (R_S, D_S), num_warps, stages). Chosen by a register
+# budget, not yet by timing: the largest tile holds ~32 fp32 values per thread, which keeps the
+# unweighted sum at <= 64 registers on sm_90 (>= 8 resident 4-warp programs per SM for the
+# gathers' latency) -- `python -m gnndist.kernels.compile_check` prints them. Retune with
+# `benchmarks/spmm_tiles.py --sweep` on a GPU.
 TILES: dict[int, tuple] = {
-    16: (512, (8, 32), (8, 32), (32, 8), 4, 1),
-    32: (512, (4, 32), (4, 32), (16, 8), 4, 1),
-    64: (512, (2, 32), (2, 32), (16, 8), 4, 1),
-    128: (512, (1, 32), (1, 32), (8, 8), 4, 1),
+    16: (512, (4, 32), (4, 32), (16, 8), 4, 1),
+    32: (512, (2, 32), (2, 32), (8, 8), 4, 1),
+    64: (512, (1, 32), (1, 32), (8, 8), 4, 1),
+    128: (512, (1, 32), (1, 32), (4, 8), 4, 1),
     256: (512, (1, 32), (1, 32), (4, 8), 8, 1),
 }
 INTERPRETER_TILES = (8, (2, 4), (2, 4), (4, 4), 4, 1)  # small C so the tests exercise chunks
