@@ -9,7 +9,8 @@
 #
 #   bash scripts/gpu_check.sh                  # everything; logs under $OUT (or ./gpu_check.out)
 #   STEPS="1 5" bash scripts/gpu_check.sh      # a subset
-#   SWEEP=1 bash scripts/gpu_check.sh          # + the tile sweep in step 5
+#   SWEEP=1 PROFILE=1 bash scripts/gpu_check.sh   # + the tile sweep (step 5), profiler tables (step 4)
+#   ALLOW_CPU=1 STEPS=3 bash scripts/gpu_check.sh  # dry run of the plumbing on a machine without a GPU
 #
 # The image needs torch (CUDA build), Triton and PyG. pymetis and ogb may be missing there:
 # put their wheels in .whl/ (see benchmarks/README.md, "GPU") and they are installed to
@@ -31,8 +32,8 @@ step() { echo; echo "== [$((SECONDS - START)) s] $*"; }
 fail() { echo "!! $*"; status=1; }
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; else echo "(.whl/ not installed)"; fi
 fi
 if ! "$PY" -c "import gnndist.kernels" 2>/dev/null; then
     "$PY" -c "import torch" 2>/dev/null || { echo "torch is not importable by $PY" >&2; exit 1; }
@@ -40,8 +41,10 @@ if ! "$PY" -c "import gnndist.kernels" 2>/dev/null; then
     "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . || exit 1
 fi
 "$PY" - <<'PY' || exit 1
-import torch, triton, torch_geometric
-assert torch.cuda.is_available(), "no CUDA device visible"
+import os, torch, triton, torch_geometric
+assert torch.cuda.is_available() or os.environ.get("ALLOW_CPU"), "no CUDA device visible"
+if not torch.cuda.is_available():
+    raise SystemExit(print(f"torch {torch.__version__}, triton {triton.__version__}: no GPU (ALLOW_CPU dry run)"))
 p = torch.cuda.get_device_properties(0)
 print(f"torch {torch.__version__}, triton {triton.__version__}, PyG {torch_geometric.__version__}, "
       f"{p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB")
