@@ -131,7 +131,16 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     hit = csr._cache.get(key)
     if hit is not None:
         return hit[0]
-    times = {name: _time(getattr(_module(op, name), op), csr, args, grad=key[2]) for name in names}
+    times, errors = {}, {}
+    for name in names:
+        try:
+            times[name] = _time(getattr(_module(op, name), op), csr, args, grad=key[2])
+        except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
+            errors[name] = e
+            log.warning("%s: the %s path failed while being timed, not used: %s", op, name,
+                        str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
+    if not times:
+        raise next(iter(errors.values()))
     best = min(times, key=times.get)
     csr._cache[key] = (best, times)
     log.info("%s on %s, %s: %s", op, csr, key[3:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))

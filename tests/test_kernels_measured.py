@@ -44,3 +44,22 @@ def test_forced_path_is_not_timed(monkeypatch):
     monkeypatch.setenv(dispatch.ENV_VAR, "sparse")
     csr = graph("power-law-int32")
     assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4), None, "sum")[0] == "sparse"
+
+
+@pytest.mark.triton
+def test_a_path_that_fails_while_timed_is_skipped(monkeypatch):
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
+    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
+
+    def fake_time(fn, csr, args, grad, reps=5):
+        if fn.__module__.endswith("triton"):
+            raise RuntimeError("no kernel image for this GPU")
+        return 1.0
+
+    monkeypatch.setattr(dispatch, "_time", fake_time)
+    csr = graph("power-law-int32", DEVICE)
+    assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")[0] == "sparse"
+    monkeypatch.setattr(dispatch, "_time", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("all broken")))
+    with pytest.raises(RuntimeError, match="all broken"):
+        dispatch.select("spmm", graph("empty-rows-int64", DEVICE), torch.randn(40, 4, device=DEVICE), None, "sum")
