@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from gnndist.kernels import CSR, dispatch, spmm
-from gnndist.kernels.spmm.sparse import sparse_matrix
+from gnndist.kernels import CSR, dispatch
 
-PEERS = ("torch.sparse.mm", "pyg", "index_add_")
+from gnndist.bench.kernels import PEERS, copy_bandwidth, power_law, providers, symmetric_csr, timed
 
 
 def load_coauthor_cs(data: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -53,67 +50,6 @@ def load_snap_astroph(data: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
         header = f.readline().split(",")
         edges = np.loadtxt(f, delimiter=",", dtype=np.int64).reshape(-1, 2) - 1  # 1-based ids
     return torch.from_numpy(edges[:, 0]), torch.from_numpy(edges[:, 1]), int(header[0])
-
-
-def power_law(n: int, avg_degree: float = 16.0, exponent: float = 2.1, seed: int = 0):
-    """Chung-Lu graph: both endpoints drawn with probability ``~ i^(-1/(exponent-1))``."""
-    g = torch.Generator().manual_seed(seed)
-    weight = (torch.arange(n, dtype=torch.float64) + 1.0) ** (-1.0 / (exponent - 1.0))  # [n]
-    m = int(n * avg_degree / 2)
-    src = torch.multinomial(weight, m, replacement=True, generator=g)
-    dst = torch.multinomial(weight, m, replacement=True, generator=g)
-    perm = torch.randperm(n, generator=g)  # hubs anywhere in the id range
-    return perm[src], perm[dst], n
-
-
-def symmetric_csr(src: torch.Tensor, dst: torch.Tensor, n: int, index_dtype: torch.dtype) -> CSR:
-    """Both directions of every edge, no self loops, no duplicates."""
-    row, col = torch.cat([src, dst]), torch.cat([dst, src])
-    keep = row != col
-    key = torch.unique(row[keep] * n + col[keep])
-    return CSR.from_coo((key // n).to(index_dtype), (key % n).to(index_dtype), n, n)
-
-
-def timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
-    """Fastest of ``reps`` calls after one warm-up call, in seconds (the least disturbed run on a shared machine)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def copy_bandwidth(device: torch.device, nbytes: int, reps: int) -> float:
-    """GB/s of ``dst.copy_(src)`` counting the read and the write."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
-    dst = torch.empty_like(src)
-    return 2 * nbytes / timed(lambda: dst.copy_(src), device, reps) / 1e9
-
-
-def providers(csr: CSR, device: torch.device) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    from torch_geometric.nn import SimpleConv
-
-    matrix = sparse_matrix(csr, torch.ones(csr.nnz, device=device))
-    edge_index = torch.stack([csr.col.long(), csr.row.long()])  # PyG: [source, target]
-    conv = SimpleConv(aggr="add").to(device)
-    row, col = csr.row, csr.col
-    out = {"gnndist": lambda x: spmm(csr, x)}
-    if device.type == "cuda":
-        out["triton"] = lambda x: spmm(csr, x, impl="triton")
-    out["torch.sparse.mm"] = lambda x: torch.sparse.mm(matrix.to(x.dtype) if x.dtype != matrix.dtype else matrix, x)
-    out["pyg"] = lambda x: conv(x, edge_index)
-    out["index_add_"] = lambda x: x.new_zeros(csr.n_rows, x.shape[1]).index_add_(0, row, x[col])
-    return out
 
 
 def bench_graph(name: str, csr: CSR, widths: list[int], device: torch.device, dtype: torch.dtype, reps: int,

@@ -2,6 +2,7 @@
 
     python benchmarks/partition.py quality                 # Cora, Amazon Photo, Coauthor CS at 4 and 8 parts
     python benchmarks/partition.py scale --graph synthetic-2m --parts 8   # time + peak RSS, end to end
+    python benchmarks/partition.py --balance-table         # plain METIS vs the old default vs --balance auto
 
 Peak RSS is the process high-water mark (``ru_maxrss``), so run ``scale`` in its own process.
 """
@@ -9,7 +10,9 @@ Peak RSS is the process high-water mark (``ru_maxrss``), so run ``scale`` in its
 from __future__ import annotations
 
 import argparse
+import json
 import resource
+import sys
 import tempfile
 import time
 
@@ -35,6 +38,39 @@ def quality(args: argparse.Namespace) -> None:
                   f"{vol['imbalance']['nodes']:>10.3f}{vol['imbalance']['train']:>10.3f}")
 
 
+def balance_table(args: argparse.Namespace) -> None:
+    """Plain METIS (nodes), the old default (nodes,edges,train) and auto + refinement: one markdown table."""
+    print(f"cost model: network {args.network}, GCN widths (F, 16, classes)\n")
+    print("| dataset | P | setting | volume | max send / mean | edge imbalance | modelled epoch ms | chosen |")
+    print("|---|---:|---|---:|---:|---:|---:|---|")
+    aims = []
+    for name in args.datasets.split(","):
+        data = load(name, root=args.root)
+        label = getattr(data, "name", None) or name
+        for parts in (int(p) for p in args.parts.split(",")):
+            t0 = time.perf_counter()
+            runs = {
+                "plain METIS (nodes)": partition(data, parts, balance="nodes", refine=False, progress=False,
+                                                 cost_network=args.network).report,
+                "old default (nodes,edges,train)": partition(data, parts, balance="nodes,edges,train", refine=False,
+                                                             progress=False, cost_network=args.network).report,
+                "auto + refinement": partition(data, parts, progress=False, cost_network=args.network).report,
+            }
+            for setting, r in runs.items():
+                chosen = r["auto"]["chosen"] if "auto" in r else ""
+                print(f"| {label} | {parts} | {setting} | {r['comm_volume']:,} | {r['max_send_over_mean']:.3f} | "
+                      f"{r['imbalance']['edges']:.3f} | {r['modelled_epoch_s'] * 1e3:.4f} | {chosen} |", flush=True)
+            plain, old, auto = runs.values()
+            best = min(plain["modelled_epoch_s"], old["modelled_epoch_s"])
+            aims.append((label, parts, auto["modelled_epoch_s"] / best, auto["max_send_over_mean"],
+                         auto["comm_volume"] / plain["comm_volume"], time.perf_counter() - t0))
+    print("\naims: time <= 0.9 x the better METIS setting, max send <= 1.2 x mean, volume <= 1.1 x plain METIS\n")
+    print("| dataset | P | auto time / better METIS | max send / mean | volume / plain METIS | seconds (3 runs) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, parts, t, s, v, secs in aims:
+        print(f"| {label} | {parts} | {t:.3f} | {s:.3f} | {v:.3f} | {secs:.1f} |")
+
+
 def scale(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     data = load(args.graph)
@@ -42,12 +78,15 @@ def scale(args: argparse.Namespace) -> None:
     print(f"generate {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1] // 2:,} undirected edges, "
           f"{t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
     p = partition(data, args.parts, method=args.method, objective=args.objective,
-                  balance=tuple(b for b in args.balance.split(",") if b))
+                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine)
     t2 = time.perf_counter()
     r = p.report
-    print(f"partition {args.method}({args.objective}, balance {args.balance}) into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
+    print(f"partition {args.method}({r['objective']}, balance {args.balance}) into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
           f"comm volume {r['comm_volume']:,} (random {r['random_comm_volume']:,}, ratio {r['vs_random']:.3f}), "
+          f"max send / mean {r['max_send_over_mean']:.3f}, modelled epoch {r['modelled_epoch_s'] * 1e3:.3f} ms, "
           f"peak RSS {_rss_gb():.2f} GiB", flush=True)
+    print(json.dumps({k: r.get(k) for k in ("objective", "balance", "tolerances", "refine", "auto",
+                                            "metis_sampled_entries")}), flush=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
         p.save(f"{d}/parts", dataset=args.graph)
         t3 = time.perf_counter()
@@ -55,6 +94,16 @@ def scale(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    if "--balance-table" in sys.argv[1:]:  # a flag rather than a subcommand, as the issue names it
+        bt = argparse.ArgumentParser(description=balance_table.__doc__)
+        bt.add_argument("--balance-table", action="store_true")
+        bt.add_argument("--datasets", default="cora,amazon-photo,coauthor-cs,"
+                                              "/work/shared/data/fb100_cornell5/Cornell5.mat")
+        bt.add_argument("--parts", default="8,32")
+        bt.add_argument("--root", default="/work/shared/data")
+        bt.add_argument("--network", default="ib", help="cost-model preset (nvlink, ib, ethernet)")
+        balance_table(bt.parse_args())
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quality")
@@ -67,7 +116,8 @@ def main() -> None:
     s.add_argument("--parts", type=int, default=8)
     s.add_argument("--method", default="metis", choices=("metis", "random"))
     s.add_argument("--objective", default="vol", choices=("vol", "cut"))
-    s.add_argument("--balance", default="nodes,edges,train")
+    s.add_argument("--balance", default="auto")
+    s.add_argument("--refine", default=True, action=argparse.BooleanOptionalAction)
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
     s.set_defaults(func=scale)
     args = ap.parse_args()

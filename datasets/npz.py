@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, labels_to_zero_based, make_data
-from .split import set_random_split
+from .split import set_random_split, set_splits
 
 GALLERY_URL = "https://github.com/EdisonLeeeee/GraphData/raw/master/datasets"
 SHCHUR_URL = "https://github.com/shchur/gnn-benchmark/raw/master/data/npz"
@@ -128,7 +128,7 @@ def read_shchur(path: str, name: str, seed: int = 0) -> Data:
 
 
 def read_heterophily(path: str, name: str, seed: int = 0) -> Data:
-    """Load a Platonov et al. heterophily npz; the masks are the shipped split 0.
+    """Load a Platonov et al. heterophily npz with every shipped split; the masks are split 0.
 
     Shapes:
         node_features: [N, F]; edges: [E, 2] each undirected edge once; masks: [10, N].
@@ -158,12 +158,14 @@ def read_heterophily(path: str, name: str, seed: int = 0) -> Data:
         return set_random_split(data, seed=seed)
     split = []
     for m in masks:
-        m = m[0] if m.ndim == 2 else m  # split 0
-        if m.shape != (n,):
+        m = m if m.ndim == 2 else m[None]  # [K, N]: one row per shipped split
+        if m.ndim != 2 or m.shape[1] != n:
             raise UserError(f"{path}: masks must have {n} columns, got shape {m.shape}")
-        split.append(torch.from_numpy(m.astype(bool)))
-    data.train_mask, data.val_mask, data.test_mask = split
-    return data
+        split.append(torch.from_numpy(np.ascontiguousarray(m.astype(bool).T)))  # [N, K]
+    if len({s.shape[1] for s in split}) != 1:
+        raise UserError(f"{path}: train/val/test masks hold different numbers of splits "
+                        f"({', '.join(str(s.shape[1]) for s in split)})")
+    return set_splits(data, *split, kind="shipped")
 
 
 def load_shchur(name: str, root: str, seed: int = 0) -> Data:

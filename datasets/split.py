@@ -56,3 +56,41 @@ def set_random_split(data: Data, seed: int = 0, **kw: int) -> Data:
         data.y, data.num_classes, seed=seed, **kw
     )
     return data
+
+
+def set_splits(data: Data, train: torch.Tensor, val: torch.Tensor, test: torch.Tensor, kind: str) -> Data:
+    """Attach K splits to ``data`` (``train_masks``/``val_masks``/``test_masks``) and make split 0 current.
+
+    Args:
+        train, val, test: bool masks, one column per split.
+        kind: ``"shipped"`` (the dataset's own splits) or ``"random"`` (seeded, `add_random_splits`).
+
+    Shapes:
+        train, val, test: [N, K] bool.
+    """
+    data.train_masks, data.val_masks, data.test_masks = train, val, test
+    data.split_kind = kind
+    data.train_mask, data.val_mask, data.test_mask = train[:, 0], val[:, 0], test[:, 0]
+    return data
+
+
+def num_splits(data: Data) -> int:
+    """How many splits ``data`` holds (0: just its one set of masks)."""
+    masks = getattr(data, "train_masks", None)
+    return int(masks.shape[1]) if masks is not None else 0
+
+
+def add_random_splits(data: Data, seed: int, count: int) -> Data:
+    """Attach ``count`` seeded 20/30-per-class splits (seeds ``seed .. seed + count - 1``); split 0 is ``seed``'s.
+
+    A dataset that ships its own splits keeps them: asking for random ones there is an error.
+    """
+    from gnndist.errors import UserError
+
+    if getattr(data, "split_kind", None) == "shipped":
+        raise UserError(f"{data.name} ships {num_splits(data)} splits: use --splits all or --split K, "
+                        f"not --splits random")
+    if data.y.dim() > 1:
+        raise UserError(f"{data.name} is multi-label: per-class random splits (--splits random) need one label a node")
+    masks = [per_class_split(data.y, data.num_classes, seed=seed + r) for r in range(count)]
+    return set_splits(data, *(torch.stack([m[i] for m in masks], dim=1) for i in range(3)), kind="random")

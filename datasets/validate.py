@@ -72,3 +72,9 @@ def validate(data: Data) -> None:
             )
         if y.dim() == 1 and bool((y[mask] < 0).any()):
             raise UserError(f"{name}: {key} holds unlabelled nodes (label -1)")
+    splits = [getattr(data, k, None) for k in ("train_masks", "val_masks", "test_masks")]  # [N, K] each, optional
+    if any(s is not None for s in splits):
+        k = splits[0].shape[1] if splits[0] is not None and splits[0].dim() == 2 else -1
+        if any(s is None or s.dtype != torch.bool or tuple(s.shape) != (n, k) for s in splits):
+            raise UserError(f"{name}: train_masks/val_masks/test_masks must be bool [{n}, K], got "
+                            f"{[None if s is None else (s.dtype, tuple(s.shape)) for s in splits]}")

@@ -1,4 +1,4 @@
-"""``gnndist`` command line: partition, info, train, run, simulate.
+"""``gnndist`` command line: partition, info, train, run, simulate, bench.
 
 A user error (bad name, bad path, corrupt file, wrong world size) prints one line to
 standard error and exits 2; ``--json`` makes the last line of standard output one JSON object.
@@ -35,8 +35,14 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path
     key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
     if data.split_seed:
         key += f"-split{data.split_seed}"
-    if part.method == "metis" and part.constraints != ("nodes", "edges", "train"):
+    if data.random_splits:
+        key += f"-rsplits{data.random_splits}"
+    if part.method == "metis" and part.balance != "auto":
         key += "-b" + "+".join(part.constraints)
+    if part.method == "metis" and not part.refine:
+        key += "-norefine"
+    if part.cost_network != "ib":
+        key += f"-{part.cost_network}"
     return Path(data.root or default_root()) / "partitions" / key
 
 
@@ -48,8 +54,13 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
 
     say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    if dcfg.random_splits:
+        from gnndist.datasets.split import add_random_splits
+
+        add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
-    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints)
+    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
+                  refine=part.refine, cost_network=part.cost_network)
     target = Path(out) if out else partition_dir(dataset, part, dcfg)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
@@ -84,16 +95,40 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from gnndist.launch import launch
 
-    cfg = train_config_from_args(args)
+    from gnndist.partition import read_meta
+
+    dataset = _dataset_of(args.partdir, read_meta)
+    cfg = train_config_from_args(args, dataset)
+    _say_recipe(dataset, cfg)
     return launch(str(args.partdir), cfg)
+
+
+def _say_recipe(dataset: str | None, cfg) -> None:
+    from gnndist.config import dataset_recipe
+    from gnndist.launch import stage
+
+    recipe = dataset_recipe(dataset)
+    if recipe is not None:
+        stage(f"{recipe[0]} (this family's recipe; flags override it)", cfg)
+
+
+def _dataset_of(partdir, read_meta) -> str | None:
+    """The dataset name a partition was made from (for its family recipe); None if unreadable."""
+    try:
+        return read_meta(partdir).get("dataset")
+    except UserError:
+        return None  # launch reports the bad directory in its own words
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from gnndist.launch import launch, make_strategy, stage, under_torchrun
     from gnndist.partition import read_meta
 
-    cfg = train_config_from_args(args)
+    cfg = train_config_from_args(args, args.dataset)
+    _say_recipe(args.dataset, cfg)
     dcfg = build_section(DataConfig, args)
+    if cfg.eval.splits == "random":  # the partition holds one random split per run
+        dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
     part = build_section(PartitionConfig, args)
     part = dataclasses.replace(part, parts=world)
@@ -143,6 +178,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(format_table(records))
         print(f"simulated in {time.perf_counter() - t0:.1f}s")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gnndist.bench import main as bench_main
+
+    return bench_main(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -206,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_section(sm, DataConfig)
     sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)
+
+    import gnndist.bench as bench  # its own flags (a light module: torch is imported when a suite runs)
+
+    sb = sub.add_parser("bench", help="scaling benchmarks (strong, weak, partition, peer, kernels): CSV + PNG",
+                        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(sb)
+    sb.set_defaults(func=cmd_bench)
     return p
 
 

@@ -4,7 +4,8 @@ Two adjoint operations make every strategy: the *gather* (halo exchange) sends r
 rank owns to the ranks whose nonzeros need them, and its backward sends the gradients
 home, summed into the owners' rows; the *fold* sends partial output rows to their owners,
 summed there, and its backward gathers the owners' gradients.
-Communication code does not time itself: it reports bytes to the injected counter.
+Communication code does not time itself: it reports bytes to the injected counter, and
+the time it waits to the counter's optional timer (:mod:`gnndist.timing`, phase ``comm``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ import torch
 from torch import Tensor
 
 from gnndist.grid import Axis, ProcessGrid
+from gnndist.timing import PhaseTimer, phase
 
 
 @dataclass
 class ByteCounter:
-    """Bytes sent and received, keyed by (tag, direction) where direction is ``fwd`` or ``bwd``."""
+    """Bytes sent and received, keyed by (tag, direction) where direction is ``fwd`` or ``bwd``.
+
+    ``timer``, when set, hears the seconds the exchanges wait for their rows (phase ``comm``).
+    """
 
     sent: dict = field(default_factory=lambda: defaultdict(int))
     received: dict = field(default_factory=lambda: defaultdict(int))
+    timer: PhaseTimer | None = None
 
     def add(self, tag: str, direction: str, sent: int, received: int) -> None:
         self.sent[(tag, direction)] += sent
@@ -82,6 +88,10 @@ class ExchangePlan:
         return max(sum(1 for c in self.send_counts if c), sum(1 for c in self.recv_counts if c))
 
 
+def _timer(counter: ByteCounter | None) -> PhaseTimer | None:
+    return counter.timer if counter is not None else None
+
+
 def _row_bytes(x: Tensor, wire: torch.dtype | None = None) -> int:
     """Bytes of one row of ``x`` on the wire (in ``wire`` when given)."""
     elem = wire.itemsize if wire is not None and x.is_floating_point() else x.element_size()
@@ -116,7 +126,8 @@ class PendingGather:
 
     def wait(self) -> Tensor:
         if self.work is not None:
-            self.work.wait()
+            with phase(_timer(self.counter), "comm"):
+                self.work.wait()
             self.work = None
         return self.recv.to(self.dtype)  # arithmetic in the rows' own dtype
 
@@ -149,7 +160,8 @@ class _GatherWait(torch.autograd.Function):
         if ctx.counter is not None:
             ctx.counter.add(ctx.tag, "bwd", plan.n_recv * _row_bytes(grad, plan.wire),
                             plan.n_send * _row_bytes(grad, plan.wire))
-        return _fold_rows(grad, plan, ctx.n), None
+        with phase(_timer(ctx.counter), "comm"):  # a blocking exchange: all of it is waiting
+            return _fold_rows(grad, plan, ctx.n), None
 
 
 class PendingFold:
@@ -165,7 +177,8 @@ class PendingFold:
 
     def wait(self) -> Tensor:
         if self.work is not None:
-            self.work.wait()
+            with phase(_timer(self.counter), "comm"):
+                self.work.wait()
             self.work = None
         out = self.back.new_zeros((self.n_out,) + tuple(self.back.shape[1:]), dtype=self.dtype)
         return out.index_add_(0, self.plan.send_idx, self.back.to(self.dtype))  # summed in the rows' own dtype
@@ -185,7 +198,8 @@ class _FoldWait(torch.autograd.Function):
         if ctx.counter is not None:
             ctx.counter.add(ctx.tag, "bwd", plan.n_send * _row_bytes(grad, plan.wire),
                             plan.n_recv * _row_bytes(grad, plan.wire))
-        return _gather_rows(grad.contiguous(), plan), None
+        with phase(_timer(ctx.counter), "comm"):  # a blocking exchange: all of it is waiting
+            return _gather_rows(grad.contiguous(), plan), None
 
 
 def gather_start(x: Tensor, plan: ExchangePlan, counter: ByteCounter | None = None, tag: str = "halo") -> PendingGather:

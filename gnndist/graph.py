@@ -26,8 +26,10 @@ from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
 from gnndist.strategies import Halo1D, Strategy, get_strategy
+from gnndist.timing import PhaseTimer, bracket
 
 log = logging.getLogger("gnndist")
+SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
 
 
 class DistGraph:
@@ -52,9 +54,11 @@ class DistGraph:
         self.comm_dtype = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
         self.meta = meta
         self.counter = counter if counter is not None else ByteCounter()
+        self.timer = PhaseTimer()  # the epoch's time per phase; the exchanges report their waits to it
+        self.counter.timer = self.timer
         dev = self.grid.device
         t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
-        rows = ("x", "y", "train_mask", "val_mask", "test_mask")
+        rows = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
         self.part = {k: v for k, v in t.items() if k not in rows}  # the stored structure; strategies build on it
         self.n_owned = int(t["rowptr"].numel() - 1)
         self.n_halo = int(t["halo_gid"].numel())
@@ -62,12 +66,14 @@ class DistGraph:
         self.halo_gid = t["halo_gid"]  # [n_halo] global (new) ids of the halo
         self.orig_id = t["orig_id"]  # [n_owned + n_halo] dataset ids
         self.degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
+        self.edge_attr = t.get("edge_attr")  # [nnz, *] features of the local edges in CSR order, or None
         self.x = t["x"]  # [n_owned, F]
         self.y = t["y"]  # [n_owned] (or [n_owned, T] multi-label)
         self.train_mask = t["train_mask"]
         self.val_mask = t["val_mask"]
         self.test_mask = t["test_mask"]
         self.num_train = int(meta.get("num_train", 0))
+        self.splits = {k: t[k] for k in SPLIT_ARRAYS if k in t}  # [n_owned, K] each: every split the partition holds
         self.num_classes = int(meta["classes"])
         self.num_nodes = int(meta["N"])
         self.seed = 0
@@ -95,6 +101,18 @@ class DistGraph:
                 f"use --nproc {meta['parts']} or re-partition with --parts {grid.world_size}"
             )
         return cls(read_part(root, grid.rank, meta), meta, grid, **kw)
+
+    def use_split(self, k: int) -> None:
+        """Train, validate and test on split ``k`` of the partition's splits (shipped, or seeded random ones).
+
+        Collective: the global training count is summed over ranks.
+        """
+        if not self.splits:
+            raise UserError(f"{self.meta.get('dataset')}: the partition holds no splits to choose from")
+        train, val, test = (self.splits[name][:, k] for name in SPLIT_ARRAYS)  # [n_owned] each
+        self.train_mask, self.val_mask, self.test_mask = train, val, test
+        count = torch.tensor([float(train.sum())], dtype=torch.float64, device=self.grid.device)
+        self.num_train = int(self.grid.all_reduce_(count).item())
 
     # ------------------------------------------------------------------ exchange (1d layout)
     @property
@@ -157,15 +175,19 @@ class DistGraph:
             self.forward_only[tag] = self.forward_only.get(tag, 0) + 1
         if weight == "gcn":
             dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
-            return dinv * self.strategy.spmm(dinv * x, tag) + (dinv * dinv) * x
+            return dinv * self._aggregate(dinv * x, tag) + (dinv * dinv) * x
         if weight is not None:
             raise ValueError(f"unknown weight {weight!r}")
-        out = self.strategy.spmm(x, tag)  # [n_owned, F]
+        out = self._aggregate(x, tag)  # [n_owned, F]
         if reduce == "mean":
             out = out / self.degree[: self.n_owned].clamp(min=1).to(out.dtype)[:, None]
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
         return out
+
+    def _aggregate(self, x: Tensor, tag: str) -> Tensor:
+        """The strategy's SpMM, timed as ``aggregation`` forward and backward (its exchange waits as ``comm``)."""
+        return bracket(self.timer, "aggregation", lambda h: self.strategy.spmm(h, tag), x)
 
     def strategy_of(self, tag: str) -> Strategy:
         """The strategy that aggregates layer ``tag`` (under ``auto``: its choice for that layer)."""

@@ -112,7 +112,7 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
 
     from gnndist.graph import DistGraph
     from gnndist.grid import init
-    from gnndist.trainer import Trainer
+    from gnndist.trainer import fit_runs
 
     if cfg.kernel.kernel != "auto":
         os.environ["GNNDIST_KERNEL"] = cfg.kernel.kernel
@@ -133,7 +133,7 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
         if grid.is_main:
             stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
                   f"{grid.describe()}", cfg)  # the backend and device, once
-        summary = Trainer(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0).fit()
+        summary = fit_runs(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0)
         grid.barrier()
         return summary
     except (RuntimeError, dist.DistError) as e:
@@ -148,12 +148,23 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
 def _report(summary: dict, cfg: TrainConfig) -> None:
     if cfg.run.json:
         print(json.dumps(summary), flush=True)
-    else:
-        print(f"{summary['dataset']}: {summary['model']} on {summary['nproc']} rank(s), "
-              f"best epoch {summary['best_epoch']}: train {summary['train_acc']:.4f} "
-              f"val {summary['val_acc']:.4f} test {summary['test_acc']:.4f} "
-              f"({summary['epoch_time_s'] * 1e3:.1f} ms/epoch, {summary['comm_bytes_per_epoch']:,} comm bytes/epoch)",
-              flush=True)
+        return
+    m = summary["metric"]
+    key = m.replace("-", "_")
+    runs = summary.get("runs") or []
+    where = f"{summary['dataset']}: {summary['model']} on {summary['nproc']} rank(s)"
+    cost = f"({summary['epoch_time_s'] * 1e3:.1f} ms/epoch, {summary['comm_bytes_per_epoch']:,} comm bytes/epoch)"
+    if len(runs) <= 1:
+        print(f"{where}, best epoch {summary['best_epoch']}: {m} train {summary[f'train_{key}']:.4f} "
+              f"val {summary[f'val_{key}']:.4f} test {summary[f'test_{key}']:.4f} {cost}", flush=True)
+        return
+    for r in runs:
+        split = "" if r["split"] is None else f" split {r['split']}"
+        print(f"run {r['run']} (seed {r['seed']}{split}): best epoch {r['best_epoch']} of {r['epochs_run']}: "
+              f"{m} train {r[f'train_{key}']:.4f} val {r[f'val_{key}']:.4f} test {r[f'test_{key}']:.4f}")
+    print(f"{where}, {len(runs)} runs, {m} mean ± std: " + " ".join(
+        f"{s} {summary[f'{s}_{key}']:.4f} ± {summary[f'{s}_{key}_std']:.4f}" for s in ("train", "val", "test"))
+        + f" {cost}", flush=True)
 
 
 # ---------------------------------------------------------------------- spawned ranks
@@ -277,7 +288,9 @@ def launch(partdir: str, cfg: TrainConfig) -> int:
     """Train on ``partdir`` with one rank per part; returns the exit code (0; 2 for user errors; 130/143 on signals)."""
     from gnndist.grid import choose_backend
     from gnndist.partition import read_meta
+    from gnndist.trainer import plan_runs
 
+    plan_runs(cfg, read_meta(partdir))  # a split or run that cannot be: one line, before any rank starts (every rank alike)
     if under_torchrun() or cfg.dist.nproc == 1:
         summary = run_rank(partdir, cfg)
         if int(os.environ.get("RANK", "0")) == 0:

@@ -1,11 +1,14 @@
 """Full-graph training on P ranks that equals training on one.
 
 Weights are replicated; the loss is the sum over a rank's training nodes divided by the
-*global* training count; gradients are all-reduced by sum; accuracies are global counts.
+*global* training count; gradients are all-reduced by sum; metrics are exact over every
+rank (:mod:`gnndist.metrics`). :func:`fit_runs` repeats training over seeds and splits in
+one process group, on one partition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -17,13 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gnndist import metrics
 from gnndist.config import TrainConfig
 from gnndist.errors import PeerFailed, UserError
 from gnndist.graph import DistGraph
 from gnndist.nn import build_model
+from gnndist.timing import PARTS, peak_memory_bytes
 
 log = logging.getLogger("gnndist")
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: "best" holds the run's metric as val/train/test (1: *_acc keys)
 
 
 class Trainer:
@@ -41,13 +46,16 @@ class Trainer:
         if graph.num_train == 0:
             raise UserError("the partition has no training nodes (train_mask is empty)")
         graph.seed = cfg.run.seed
-        if cfg.model.normalize_features:  # per-node, so exact across partitions
+        if cfg.model.normalize_features and not getattr(graph, "features_normalized", False):  # once per graph
             negative = self.grid.all_reduce_((graph.x < 0).any().double().view(1))  # [1] on grid.device
             if negative.item() == 0:  # row sums of signed features are no scale: leave those alone
-                graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+                graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: exact for any P
+            graph.features_normalized = True
         torch.manual_seed(cfg.run.seed)
         m = cfg.model
-        out = graph.y.shape[1] if graph.y.dim() > 1 else graph.num_classes
+        self.multilabel = graph.y.dim() > 1
+        self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
+        out = graph.y.shape[1] if self.multilabel else 1 if self.binary else graph.num_classes
         self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute)
         self.model.to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
@@ -57,17 +65,9 @@ class Trainer:
         self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
         self.start_epoch = 0
-        self.ogb_evaluator = None
-        name = str(graph.meta.get("dataset") or "")
-        if name.startswith("ogbn-"):
-            from ogb.nodeproppred import Evaluator
-
-            try:
-                self.ogb_evaluator = Evaluator(name)
-            except ValueError:  # an ogbn-* name outside OGB's table: plain accuracy
-                self.ogb_evaluator = None
-        self.metric = self.ogb_evaluator.eval_metric if self.ogb_evaluator else "acc"
-        self.best = {"val_acc": -1.0, "epoch": -1, "train_acc": 0.0, "test_acc": 0.0}
+        self.metric = metric_of(cfg, graph)
+        self.keys = {split: f"{split}_{self.metric.replace('-', '_')}" for split in ("train", "val", "test")}
+        self.best = {"val": -1.0, "epoch": -1, "train": 0.0, "test": 0.0}
         if cfg.run.checkpoint:
             self._agree(self._prepare_checkpoint_dir, "could not be created")
         if cfg.run.resume or (resume_if_any and cfg.run.checkpoint):
@@ -78,9 +78,12 @@ class Trainer:
         """This rank's share of the global mean loss over training nodes."""
         g = self.graph
         mask = g.train_mask
-        if g.y.dim() > 1:  # multi-label
+        if self.multilabel:
             per = F.binary_cross_entropy_with_logits(logits[mask], g.y[mask].float(), reduction="sum")
             return per / (g.num_train * g.y.shape[1])
+        if self.binary:  # logits [n_owned, 1]
+            per = F.binary_cross_entropy_with_logits(logits[mask, 0], g.y[mask].float(), reduction="sum")
+            return per / g.num_train
         return F.cross_entropy(logits[mask], g.y[mask].long(), reduction="sum") / g.num_train
 
     def allreduce_grads(self) -> None:
@@ -98,50 +101,46 @@ class Trainer:
             offset += n
 
     def train_step(self, epoch: int) -> float:
+        """One step; ``graph.timer`` splits its time (the SpMMs and exchange waits inside are timed by the graph)."""
+        t = self.graph.timer
         self.model.train()
         self.graph.epoch = epoch
-        self.optim.zero_grad(set_to_none=True)
-        loss = self.loss(self.model(self.graph, self.graph.x))
-        loss.backward()
-        self.allreduce_grads()
-        total = self.grid.all_reduce_(loss.detach().clone())
-        self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
-        self.optim.step()
-        return float(total)
+        with t.phase("other"):
+            self.optim.zero_grad(set_to_none=True)
+        with t.phase("dense"):
+            loss = self.loss(self.model(self.graph, self.graph.x))
+            loss.backward()
+        with t.phase("comm"):
+            self.allreduce_grads()
+            total = self.grid.all_reduce_(loss.detach().clone())
+        with t.phase("other"):
+            self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
+            self.optim.step()
+            return float(total)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Global train/val/test metric: accuracy from all-reduced counts, or OGB's Evaluator for ogbn-*."""
+        """The run's metric on train/val/test over every rank, keyed ``train_<metric>`` etc.
+
+        Count metrics add up statistics over ranks (one all-reduce); ROC-AUC gathers every
+        rank's labels and scores of the split and ranks them all (rank order does not matter).
+        """
         self.model.eval()
         g = self.graph
-        logits = self.model(g, g.x)
+        logits = self.model(g, g.x)  # [n_owned, C]
         masks = (g.train_mask, g.val_mask, g.test_mask)
-        if self.ogb_evaluator is not None:
-            return self._ogb_metrics(logits, masks)
-        if g.y.dim() > 1:
-            correct = ((logits > 0) == g.y.bool()).all(dim=1)
+        if self.metric == "rocauc":
+            score = metrics.scores(logits, self.multilabel)
+            parts = self.grid.all_gather_object([(g.y[m].cpu(), score[m].cpu()) for m in masks])
+            values = [metrics.roc_auc(torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts]))
+                      for i in range(3)]
         else:
-            correct = logits.argmax(dim=1) == g.y
-        counts = torch.stack([(correct & m).sum() for m in masks] + [m.sum() for m in masks]).double()  # [6]
-        self.grid.all_reduce_(counts)
-        acc = [float(counts[i] / counts[i + 3]) if counts[i + 3] > 0 else 0.0 for i in range(3)]
-        return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
-
-    def _ogb_metrics(self, logits: Tensor, masks) -> dict[str, float]:
-        """OGB's official metric on predictions gathered from every rank (rank order does not matter)."""
-        g, ev = self.graph, self.ogb_evaluator
-        multilabel = g.y.dim() > 1
-        out = {}
-        for split, mask in zip(("train", "val", "test"), masks):
-            y_true = g.y[mask].cpu()
-            y_pred = logits[mask].cpu() if multilabel else logits[mask].argmax(dim=1).cpu()
-            parts = self.grid.all_gather_object((y_true, y_pred))
-            yt = torch.cat([p[0] for p in parts])
-            yp = torch.cat([p[1] for p in parts])
-            if not multilabel:
-                yt, yp = yt.view(-1, 1), yp.view(-1, 1)
-            out[f"{split}_acc"] = float(ev.eval({"y_true": yt, "y_pred": yp})[ev.eval_metric]) if len(yt) else 0.0
-        return out
+            stats = [metrics.counts(self.metric, logits[m], g.y[m], g.num_classes) for m in masks]
+            flat = torch.cat([s.reshape(-1) for s in stats])  # one all-reduce for the three splits
+            self.grid.all_reduce_(flat)
+            values = [metrics.from_counts(self.metric, part.view_as(s))
+                      for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
+        return dict(zip(self.keys.values(), values))
 
     def global_bytes_per_tag(self, local: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
         """Bytes of this epoch's training step summed over ranks, per tag (layer) and direction.
@@ -169,10 +168,28 @@ class Trainer:
                 out[tag]["candidates"] = auto[tag]["candidates"]
         return out
 
+    def rank_report(self, history: list[dict]) -> dict:
+        """Per rank (gathered): peak memory, SpMM bytes of the last training step, mean time breakdown after the first epoch.
+
+        The breakdown's parts are exclusive seconds of :mod:`gnndist.timing` (``breakdown_synchronised``:
+        the device was synchronised at every phase, i.e. CPU, or CUDA under ``--profile``).
+        """
+        steady = history[1:] or history
+        parts = {f"{p}_s": sum(r[f"{p}_s"] for r in steady) / max(len(steady), 1) for p in PARTS} if history else {}
+        spmm = [t for t in self.graph.calls]  # the SpMM tags (not the gradient all-reduce)
+        c = getattr(self, "step_bytes", {})
+        mine = {"rank": self.grid.rank, "peak_memory_bytes": peak_memory_bytes(self.grid.device),
+                "spmm_bytes_sent": sum(c.get(t, {}).get("fwd_sent", 0) + c.get(t, {}).get("bwd_sent", 0) for t in spmm),
+                "spmm_bytes_received": sum(c.get(t, {}).get("fwd_received", 0) + c.get(t, {}).get("bwd_received", 0)
+                                           for t in spmm), **parts}
+        sync = self.grid.device.type != "cuda" or self.graph.timer.sync is not None
+        return {"per_rank": self.grid.all_gather_object(mine), "breakdown_synchronised": sync}
+
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:
         """Train for ``cfg.optim.epochs`` epochs; returns the summary (best-val model selection)."""
         cfg, grid, g = self.cfg, self.grid, self.graph
+        g.timer.sync = grid.synchronize if cfg.run.profile and grid.device.type == "cuda" else None
         log = open(cfg.run.log, "a") if cfg.run.log and grid.is_main else None
         bar = None
         if grid.is_main and cfg.run.progress:
@@ -184,30 +201,38 @@ class Trainer:
         try:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
                 g.reset_counters()
+                g.timer.reset()
+                grid.synchronize()
                 t0 = time.perf_counter()
                 loss = self.train_step(epoch)
+                grid.synchronize()
                 dt = time.perf_counter() - t0
+                parts = g.timer.breakdown()  # this rank's aggregation / dense / comm / other seconds
+                self.step_bytes = g.counter.per_tag()  # this rank's, before evaluate() adds its forward
                 if epoch == self.start_epoch and hasattr(g.strategy, "settle"):
                     g.strategy.settle()  # auto: every layer has chosen; free the other layouts
                 per_layer = self.global_bytes_per_tag()
                 predicted = self.global_bytes_per_tag(g.predicted_bytes())
                 comm_bytes = sum(v["fwd_sent"] + v.get("bwd_sent", 0) for v in per_layer.values())
-                metrics = self.evaluate()
+                scores = self.evaluate()
                 times.append(dt)
                 comm.append(comm_bytes)
-                row = {"epoch": epoch, "loss": loss, **metrics, "time_s": dt, "comm_bytes": comm_bytes}
+                row = {"epoch": epoch, "loss": loss, **scores, "time_s": dt, "comm_bytes": comm_bytes, **parts}
                 history.append(row)
-                if metrics["val_acc"] > self.best["val_acc"]:
-                    self.best = {"val_acc": metrics["val_acc"], "epoch": epoch,
-                                 "train_acc": metrics["train_acc"], "test_acc": metrics["test_acc"]}
+                val = scores[self.keys["val"]]
+                if val > self.best["val"]:  # model selection on the run's metric; the first maximum
+                    self.best = {"val": val, "epoch": epoch, "train": scores[self.keys["train"]],
+                                 "test": scores[self.keys["test"]]}
                 if log:
                     log.write(json.dumps(row) + "\n")
                     log.flush()
                 if bar:
-                    bar.set_postfix(loss=f"{loss:.4f}", val=f"{metrics['val_acc']:.3f}")
+                    bar.set_postfix(loss=f"{loss:.4f}", val=f"{val:.3f}")
                     bar.update()
                 if cfg.run.checkpoint:
                     self._save(epoch)
+                if cfg.eval.patience and epoch - self.best["epoch"] >= cfg.eval.patience:
+                    break  # the same decision on every rank: the metric is global
         finally:
             if bar:
                 bar.close()
@@ -216,14 +241,16 @@ class Trainer:
         self.history = history
         steady = times[1:] or times
         return {
-            "train_acc": self.best["train_acc"], "val_acc": self.best["val_acc"], "test_acc": self.best["test_acc"],
+            **{self.keys[split]: self.best[split] for split in ("train", "val", "test")},
             "best_epoch": self.best["epoch"], "epochs": cfg.optim.epochs,
+            "epochs_run": history[-1]["epoch"] + 1 if history else self.start_epoch,
             "final_loss": history[-1]["loss"] if history else None,
             "epoch_time_s": sum(steady) / max(len(steady), 1),
             "comm_bytes_per_epoch": int(sum(comm) / max(len(comm), 1)),
             "comm_bytes_per_layer": per_layer if history else {},
             "predicted_bytes_per_layer": predicted if history else {},
             "strategies": self.strategy_report(),
+            **self.rank_report(history),
             "nproc": grid.world_size, "strategy": cfg.dist.strategy, "model": cfg.model.model, "metric": self.metric,
             "dataset": g.meta.get("dataset"),
         }
@@ -348,6 +375,79 @@ class Trainer:
         diff = diff or f"parameters {sorted(set(mine) ^ set(theirs))[:3]} are in one model only"
         raise UserError(f"{path} holds a different model ({wrote}): {diff}; use the same model flags or another "
                         f"--checkpoint DIR")
+
+
+def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
+    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.metrics.default_metric`)."""
+    name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
+    if name == "rocauc" and graph.y.dim() == 1 and graph.num_classes != 2:
+        raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
+                        f"{graph.num_classes} classes (use acc, f1-micro or f1-macro)")
+    return name
+
+
+def plan_runs(cfg: TrainConfig, meta: dict) -> list[tuple[int, int | None]]:
+    """``(seed, split)`` of every run from ``--runs``, ``--split`` and ``--splits``; ``split`` None: the stored masks.
+
+    Run ``i`` (counting every run) trains with seed ``--seed + i``. ``--splits all`` runs
+    ``--runs`` seeds on each shipped split; ``--splits random`` runs run ``r`` on the
+    partition's random split ``r`` (seed ``--split-seed + r``).
+    """
+    e, name = cfg.eval, meta.get("dataset")
+    k, kind = int(meta.get("splits") or 0), meta.get("split_kind")
+    if e.splits == "all":
+        if kind != "shipped":
+            raise UserError(f"--splits all: {name} ships no splits (it has one split: the seeded random split of "
+                            f"--split-seed, or its official one); use --runs N, or --splits random")
+        splits = [s for s in range(k) for _ in range(e.runs)]
+    elif e.splits == "random":
+        if kind != "random" or k < e.runs:
+            have = f"holds {k} random splits" if kind == "random" else "holds no random splits"
+            raise UserError(f"--splits random --runs {e.runs}: the partition of {name} {have}; `gnndist run` makes "
+                            f"them, or `gnndist partition --random-splits {e.runs}`")
+        splits = list(range(e.runs))
+    elif e.split is not None:
+        if kind != "shipped":
+            raise UserError(f"--split {e.split}: {name} ships no splits; its random split is chosen by --split-seed")
+        if e.split >= k:
+            raise UserError(f"--split {e.split} is out of range: {name} ships {k} splits (0..{k - 1})")
+        splits = [e.split] * e.runs
+    else:
+        splits = [0 if kind == "shipped" else None] * e.runs
+    return [(cfg.run.seed + i, s) for i, s in enumerate(splits)]
+
+
+def fit_runs(graph: DistGraph, cfg: TrainConfig, resume_if_any: bool = False) -> dict:
+    """Train every run of :func:`plan_runs` on one graph and one process group; the summary holds each and mean ± std.
+
+    Each run re-initialises the model and the optimiser with its own seed. With several runs,
+    ``--checkpoint DIR`` keeps run ``i`` in ``DIR/run-i``.
+    """
+    plan = plan_runs(cfg, graph.meta)
+    runs, summary = [], {}
+    for i, (seed, split) in enumerate(plan):
+        if split is not None:
+            graph.use_split(split)
+        run = dataclasses.replace(cfg.run, seed=seed)
+        if cfg.run.checkpoint and len(plan) > 1:  # --resume requires run 0's checkpoint; later runs may not have begun
+            run = dataclasses.replace(run, checkpoint=str(Path(cfg.run.checkpoint) / f"run-{i}"), resume=run.resume and i == 0)
+        trainer = Trainer(graph, dataclasses.replace(cfg, run=run), resume_if_any=resume_if_any or cfg.run.resume)
+        summary = trainer.fit()
+        keys = trainer.keys
+        runs.append({"run": i, "seed": seed, "split": split, **{keys[s]: summary[keys[s]] for s in keys},
+                     "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
+                     "final_loss": summary["final_loss"]})
+        if graph.grid.is_main and len(plan) > 1:
+            log.info(f"run {i + 1}/{len(plan)} (seed {seed}, split {split}): " + " ".join(
+                f"{s} {summary[keys[s]]:.4f}" for s in keys) + f", best epoch {summary['best_epoch']}")
+    for key in keys.values():
+        mean, std = metrics.mean_std([r[key] for r in runs])
+        summary[key], summary[f"{key}_std"] = mean, std
+    if len(runs) > 1:  # per run only
+        for key in ("best_epoch", "epochs_run", "final_loss"):
+            summary.pop(key, None)
+    split_kind = graph.meta.get("split_kind") if any(r["split"] is not None for r in runs) else None
+    return {**summary, "runs": runs, "splits": cfg.eval.splits, "split_kind": split_kind}
 
 
 def _digest(obj) -> str:

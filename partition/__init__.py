@@ -1,6 +1,6 @@
 """METIS partitioning, renumbering, halo plans and the on-disk partition format.
 
-    part = partition(data, parts=4)             # METIS(vol), multi-constraint balance
+    part = partition(data, parts=4)             # METIS(vol), balance chosen by modelled epoch time, refined
     part.save("out/cora-4", dataset="cora")     # DIR/META.json + DIR/part-K/*.npy
     arrays, meta = load("out/cora-4", rank=1)   # one rank reads only its own part
 """
@@ -13,6 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gnndist.partition.balance import (
+    METIS_MAX_ENTRIES,
+    PLAIN,
+    auto_plan,
+    model_widths,
+    network,
+    parse_balance,
+    rank_loads,
+    sampled_csr,
+)
 from gnndist.partition.book import (
     GlobalCSR,
     LocalPart,
@@ -21,23 +31,26 @@ from gnndist.partition.book import (
     check_parts,
     comm_volume,
     csr_from_edge_index,
-    halo_volumes,
+    edge_values_in_csr,
     renumbered_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import metis_assign, metis_library, random_assign
+from gnndist.partition.refine import refine as refine_assign
 from tqdm import tqdm
 
+from gnndist.cost import epoch_time
 from gnndist.errors import UserError
 
 METHODS = ("metis", "random")
 BALANCE = ("nodes", "edges", "train")
+REFINE_MAX_CELLS = 1 << 28  # the refinement holds an [N, P] int32 table of neighbour counts
 
 __all__ = [
     "BALANCE", "FORMAT_VERSION", "GlobalCSR", "LocalPart", "METHODS", "Partition", "PartitionBook",
     "build_local_parts", "comm_volume", "csr_from_edge_index", "format_report", "load", "metis_assign",
-    "partition", "random_assign", "read_meta", "read_part", "replications",
+    "partition", "random_assign", "rank_loads", "read_meta", "read_part", "replications",
 ]
 
 
@@ -65,6 +78,8 @@ class Partition:
     def part_arrays(self):
         """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks."""
         d = self.data
+        ea = getattr(d, "edge_attr", None)  # [E, *] -> [nnz, *] in CSR order; each part takes its rows' slice
+        ea = edge_values_in_csr(self.csr, self.book, d.edge_index, ea.numpy()) if ea is not None else None
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
             arrays = {
@@ -76,6 +91,12 @@ class Partition:
             for m in ("train_mask", "val_mask", "test_mask"):
                 mask = getattr(d, m, None)
                 arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
+            for m in ("train_masks", "val_masks", "test_masks"):  # every split the dataset holds, [n_owned, K]
+                if getattr(d, m, None) is not None:
+                    arrays[m] = getattr(d, m)[owned].numpy()
+            if ea is not None:  # [nnz_local, *]: one row per local edge, in the local CSR's order
+                lo, hi = self.book.offsets[lp.rank], self.book.offsets[lp.rank + 1]
+                arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
             yield arrays
 
     def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
@@ -89,6 +110,8 @@ class Partition:
             "classes": int(getattr(d, "num_classes", None) or (int(y.max()) + 1 if y.numel() else 0)),
             "multilabel": bool(y.dim() > 1),
             "num_train": int(d.train_mask.sum()) if getattr(d, "train_mask", None) is not None else 0,
+            "splits": int(d.train_masks.shape[1]) if getattr(d, "train_masks", None) is not None else 0,
+            "split_kind": getattr(d, "split_kind", None),
             "offsets": self.book.offsets.tolist(),
             "report": self.report,
             # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
@@ -105,8 +128,11 @@ def partition(
     method: str = "metis",
     objective: str = "vol",
     seed: int = 0,
-    balance: tuple[str, ...] = BALANCE,
+    balance: str | tuple[str, ...] = "auto",
     progress: bool = True,
+    refine: bool = True,
+    cost_network: str | None = None,
+    widths: tuple[int, ...] | None = None,
 ) -> Partition:
     """Partition ``data`` into ``parts`` parts and compute the quality report.
 
@@ -117,14 +143,18 @@ def partition(
         method: ``"metis"`` (default) or ``"random"`` (the baseline).
         objective: METIS objective, ``"vol"`` (communication volume, default) or ``"cut"``.
         seed: seed of METIS / of the random assignment: the same seed gives the same parts.
-        balance: METIS balance constraints among ``nodes``, ``edges``, ``train``.
+        balance: ``"auto"`` (default: the setting of least modelled epoch time, see
+            :mod:`gnndist.partition.balance`), or METIS balance constraints among ``nodes``,
+            ``edges``, ``train``, each optionally ``name:tolerance`` (``"nodes,edges:1.2"``).
         progress: show a progress bar on a terminal.
+        refine: run the volume-balanced refinement after METIS (:mod:`gnndist.partition.refine`).
+        cost_network: cost-model preset of the modelled epoch time (``ib`` by default).
+        widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN).
     """
     if method not in METHODS:
         raise UserError(f"--method must be one of {list(METHODS)}, got {method!r}")
-    unknown = set(balance) - set(BALANCE)
-    if unknown:
-        raise UserError(f"unknown balance constraint(s) {sorted(unknown)}; choose from {list(BALANCE)}")
+    setting = parse_balance(balance)
+    net = network(cost_network)
     n = int(data.num_nodes)
     check_parts(n, parts)
     t0 = time.perf_counter()
@@ -136,19 +166,26 @@ def partition(
     degree = csr.degree()
     train = getattr(data, "train_mask", None)
     train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
+    if widths is None:
+        y = data.y
+        classes = getattr(data, "num_classes", None) or (int(y.max()) + 1 if y.numel() else 1)
+        widths = model_widths(int(data.x.shape[1]), int(y.shape[1]) if y.dim() > 1 else int(classes))
+    extra: dict = {"cost_model": {"network": net.name, "widths": list(widths)}}
     if method == "metis":
         columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
-        vweights = np.stack([columns[b] for b in balance], axis=1) if balance else None
-        assign = metis_assign(csr.rowptr, csr.col, parts, objective, seed, vweights)
+        assign, setting, objective, extra = _metis_choice(csr, parts, objective, seed, setting, columns, refine,
+                                                          widths, net, extra, bar)
     else:
         assign = random_assign(n, parts, seed)
     t_assign = time.perf_counter() - t0
     book = PartitionBook(parts, assign)
+    loads = rank_loads(csr, assign, parts)
 
     bar.update()
     bar.set_postfix_str("report")
     cross = int((assign[csr.rows()] != assign[csr.col]).sum())
-    n_halo, sent = halo_volumes(csr, assign, parts)
+    n_halo = np.array([ld.expand_recv for ld in loads])  # [P] halo rows = rows received
+    sent = np.array([ld.expand_send for ld in loads])
     vol = int(n_halo.sum())
     random_vol = vol if method == "random" else comm_volume(csr, random_assign(n, parts, seed), parts)
     bar.update()
@@ -161,13 +198,18 @@ def partition(
     nnz = np.diff(new_csr.rowptr[book.offsets])
     report = {
         "parts": parts, "method": method, "objective": objective if method == "metis" else None,
-        "seed": seed, "balance": list(balance) if method == "metis" else [], "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
+        "seed": seed, "balance": list(setting.constraints) if method == "metis" else [],
+        "tolerances": dict(zip(setting.constraints, setting.tolerances)) if method == "metis" else {},
+        "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
         "edge_cut": cross // 2,
         "comm_volume": int(vol),
         "random_comm_volume": int(random_vol),
         "vs_random": float(vol / random_vol) if random_vol else 1.0,
         "max_send_volume": int(sent.max()),
         "max_recv_volume": int(n_halo.max()),
+        "max_send_over_mean": _imbalance(sent.astype(float)),
+        "max_recv_over_mean": _imbalance(n_halo.astype(float)),
+        "modelled_epoch_s": epoch_time(loads, widths, net),
         "halo_fraction": [float(h / o) if o else 0.0 for h, o in zip(n_halo, n_owned)],
         "nodes_per_part": n_owned.tolist(),
         "imbalance": {
@@ -177,8 +219,53 @@ def partition(
         },
         "assign_seconds": round(t_assign, 3),
         "metis_lib": metis_library(new_csr.nnz) if method == "metis" else None,
+        **extra,
     }
     return Partition(data, book, new_csr, method, objective, seed, report)
+
+
+def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths, net, extra, bar):
+    """Run METIS (and the refinement) for one setting, or for each of auto's and keep the fastest modelled one.
+
+    Returns the assignment, its setting, the objective METIS ran with, and the report's extra fields.
+    """
+    explicit = setting is not None
+    settings, forced = ((setting,), None) if explicit else auto_plan(csr.nnz)
+    objective = forced or objective
+    metis_graph = csr
+    if csr.nnz > METIS_MAX_ENTRIES and not explicit:
+        metis_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
+        extra["metis_sampled_entries"] = int(metis_graph.nnz)
+    n = csr.num_nodes
+    can_refine = refine and n * parts <= REFINE_MAX_CELLS and parts > 1
+    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
+    time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
+    tried = []
+    for s in settings:
+        bar.set_postfix_str(f"metis {s.label}")
+        weights = np.stack([columns[c] for c in s.constraints], axis=1) if s.constraints else None
+        tol = np.array(s.tolerances) if s.constraints else None
+        assign = metis_assign(metis_graph.rowptr, metis_graph.col, parts, objective, seed, weights, tol)
+        metis_time = time_of(rank_loads(csr, assign, parts))
+        stats = None
+        if can_refine and s.constraints:
+            bar.set_postfix_str(f"refine {s.label}")
+            assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes)
+        loads = rank_loads(csr, assign, parts)
+        send = np.array([ld.expand_send for ld in loads], dtype=float)
+        tried.append({"setting": s, "assign": assign, "refine": stats, "record": {
+            "balance": s.label, "metis_modelled_epoch_s": metis_time, "modelled_epoch_s": time_of(loads),
+            "comm_volume": int(send.sum()), "max_send_over_mean": _imbalance(send),
+            "edge_imbalance": _imbalance(np.array([ld.nnz for ld in loads], dtype=float))}})
+    best = min(range(len(tried)), key=lambda i: (tried[i]["record"]["modelled_epoch_s"], i))
+    chosen = tried[best]
+    if chosen["refine"] is not None:
+        extra["refine"] = chosen["refine"]
+    if not explicit:
+        plain = next((t["record"]["metis_modelled_epoch_s"] for t in tried if t["setting"] == PLAIN), None)
+        extra["auto"] = {"chosen": chosen["setting"].label, "objective": objective,
+                         "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried]}
+    return chosen["assign"], chosen["setting"], objective, extra
 
 
 def load(root: str | Path, rank: int) -> tuple[dict[str, np.ndarray], dict]:
@@ -202,4 +289,23 @@ def format_report(r: dict) -> str:
         f"  halo fraction    max {max(hf):.3f}, mean {sum(hf) / len(hf):.3f} (halo rows / owned rows)",
         f"  imbalance        nodes {imb['nodes']:.3f}, edges {imb['edges']:.3f}, train {imb['train']:.3f} (max/mean)",
     ]
+    if "max_send_over_mean" in r:  # reports written before --balance auto lack these
+        lines.insert(5, f"  max send / mean  {r['max_send_over_mean']:.3f} (recv {r['max_recv_over_mean']:.3f})")
+        cm = r["cost_model"]
+        lines.append(f"  modelled epoch   {r['modelled_epoch_s'] * 1e3:.4g} ms (network {cm['network']}, "
+                     f"GCN widths {'-'.join(map(str, cm['widths']))})")
+    if r.get("tolerances"):
+        bal = ",".join(f"{c}:{t:g}" for c, t in r["tolerances"].items())
+        auto = r.get("auto")
+        how = ""
+        if auto:
+            plain = auto["plain_metis_modelled_epoch_s"]
+            how = (f" (auto: best of {len(auto['candidates'])} setting(s)"
+                   + (f"; plain METIS {plain * 1e3:.4g} ms" if plain is not None else "") + ")")
+        lines.append(f"  balance          {bal}{how}")
+    if r.get("refine"):
+        f = r["refine"]
+        lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} pass(es): max volume "
+                     f"{f['max_volume_before']:,} -> {f['max_volume_after']:,}, total {f['comm_volume_before']:,} -> "
+                     f"{f['comm_volume_after']:,}")
     return "\n".join(lines)

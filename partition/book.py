@@ -180,6 +180,35 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
         )
 
 
+def edge_values_in_csr(csr: GlobalCSR, book: PartitionBook, edge_index, values: np.ndarray) -> np.ndarray:
+    """Per-edge values (edge features) in the order of the renumbered CSR's entries.
+
+    Entry ``(row r, col c)`` of ``csr`` (new ids) is the edge ``c -> r``; it takes the value
+    of the dataset's edge ``new2old[c] -> new2old[r]``, or, where the dataset lists only the
+    other direction (the graph is symmetrised), that edge's value. Part ``k``'s local edges
+    are the entries ``rowptr[offsets[k]] : rowptr[offsets[k + 1]]``, in the same order.
+
+    Shapes:
+        edge_index ``[2, E]`` (source, destination; dataset ids), values ``[E, *]`` -> ``[nnz, *]``
+    """
+    ei = edge_index.numpy() if isinstance(edge_index, torch.Tensor) else np.asarray(edge_index)
+    n = np.int64(csr.num_nodes)
+    keys = ei[1].astype(np.int64) * n + ei[0]  # [E] (destination, source)
+    order = np.argsort(keys, kind="stable")  # the first of duplicate edges wins
+    keys = keys[order]
+    dst, src = book.new2old[csr.rows()], book.new2old[csr.col]  # [nnz] dataset ids
+    idx = np.zeros(csr.nnz, dtype=np.int64)
+    missing = np.ones(csr.nnz, dtype=bool)
+    for want in (dst * n + src, src * n + dst):  # the edge itself, else its reverse
+        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        hit = missing & (keys[pos] == want) if len(keys) else np.zeros(csr.nnz, dtype=bool)
+        idx[hit] = order[pos[hit]]
+        missing &= ~hit
+    if missing.any():
+        raise UserError(f"{int(missing.sum())} edges of the graph have no edge features in the dataset")
+    return values[idx]
+
+
 def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows each part receives (its halo size) and sends, without building the parts.
 

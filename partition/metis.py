@@ -90,6 +90,7 @@ def metis_assign(
     objective: str = "vol",
     seed: int = 0,
     vweights: np.ndarray | None = None,
+    tolerances: np.ndarray | None = None,
 ) -> np.ndarray:
     """Assign every node to one of ``parts`` parts with METIS k-way.
 
@@ -100,6 +101,8 @@ def metis_assign(
         seed: METIS random seed; the same inputs and seed give the same assignment.
         vweights: optional ``[N, ncon]`` non-negative integer balance constraints
             (e.g. ones, degree, training flag). Columns that sum to zero are dropped.
+        tolerances: optional ``[ncon]`` allowed max-part / mean-part weight per constraint
+            (METIS ``ubvec``, each > 1; METIS's default is 1.03 for every constraint).
 
     Shapes:
         rowptr ``[N + 1]``, col ``[nnz]`` -> assignment ``[N]`` int64 in ``[0, parts)``.
@@ -118,8 +121,13 @@ def metis_assign(
         return (np.arange(n, dtype=np.int64) * parts) // n
     if vweights is None:
         vweights = np.ones((n, 1), dtype=np_idx)
-    vweights = vweights[:, vweights.sum(axis=0) > 0]
+    used = vweights.sum(axis=0) > 0
+    vweights = vweights[:, used]
     vwgt = np.ascontiguousarray(vweights, dtype=np_idx)
+    ubvec = None
+    if tolerances is not None:
+        real_t = _real_type(lib, idx_t)
+        ubvec = (real_t * int(used.sum()))(*(float(t) for t in np.asarray(tolerances)[used]))
     ncon = idx_t(vwgt.shape[1])
     nvtxs = idx_t(n)
     nparts = idx_t(parts)
@@ -133,7 +141,7 @@ def metis_assign(
     with _c_stdout_to_stderr():  # METIS prints its warnings with printf: keep stdout for our output (--json)
         status = lib.METIS_PartGraphKway(
             ctypes.byref(nvtxs), ctypes.byref(ncon), p(xadj), p(adjncy), p(vwgt),
-            None, None, ctypes.byref(nparts), None, None,
+            None, None, ctypes.byref(nparts), None, ubvec,
             _options(lib, idx_t, objective, seed), ctypes.byref(edgecut), p(part),
         )
     if status != METIS_OK:  # METIS_ERROR (-4) when too many parts for its balance constraints
@@ -141,6 +149,29 @@ def metis_assign(
         hint = " (fewer constraints, e.g. --balance nodes, or fewer parts may work)" if ncon.value > 1 else ""
         raise UserError(f"METIS failed to cut {n:,} nodes into {parts} parts: {why}, status {status}{hint}")
     return part.astype(np.int64, copy=False)
+
+
+@lru_cache(maxsize=4)
+def _real_type(lib: ctypes.CDLL, idx_t: type) -> type:
+    """METIS's ``real_t`` (float or double): partition a 2-node graph with ``ubvec`` passed as two floats 1.5.
+
+    Read as one double those bytes are about 0.1, which METIS rejects (tolerances must exceed 1).
+    """
+    two = (idx_t * 3)(0, 1, 2), (idx_t * 2)(1, 0)
+    part, one, objval = (idx_t * 2)(), idx_t(1), idx_t(0)
+    ub = (ctypes.c_float * 2)(1.5, 1.5)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(1)
+    try:
+        os.dup2(devnull, 1)  # a double-width METIS prints "Input Error" with printf
+        status = lib.METIS_PartGraphKway(ctypes.byref(idx_t(2)), ctypes.byref(one), two[0], two[1], None, None, None,
+                                         ctypes.byref(idx_t(2)), None, ub, None, ctypes.byref(objval), part)
+        ctypes.CDLL(None).fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    return ctypes.c_float if status == METIS_OK else ctypes.c_double
 
 
 @contextlib.contextmanager

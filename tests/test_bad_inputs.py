@@ -30,6 +30,19 @@ def _graph_file(tmp, **change):
     return str(path)
 
 
+def _hetero_file(tmp):
+    """A small heterophily-benchmark npz (Platonov et al. layout) with 2 shipped splits."""
+    import numpy as np
+
+    n = 20
+    masks = np.zeros((2, n), dtype=bool)
+    masks[:, :10] = True
+    np.savez(tmp / "minesweeper.npz", node_features=np.ones((n, 3), np.float32), node_labels=np.arange(n) % 2,
+             edges=np.stack([np.arange(n), (np.arange(n) + 1) % n], 1), train_masks=masks, val_masks=~masks,
+             test_masks=~masks)
+    return str(tmp / "minesweeper.npz")
+
+
 def _copy(src, tmp, name="copy"):
     dst = tmp / name
     shutil.copytree(src, dst)
@@ -154,6 +167,21 @@ CASES = {
                                                      "--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     "timeout-zero": lambda t, p1, p2, mp: (["train", str(p1), "--timeout", "0"], "--timeout must be > 0"),
     "not-a-number": lambda t, p1, p2, mp: (["train", str(p1), "--hidden", "wide"], "invalid int value: 'wide'"),
+    # evaluation protocol
+    "unknown-metric": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "auc"] + TRAIN1, "unknown --metric 'auc'"),
+    "rocauc-on-multiclass": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "rocauc"] + TRAIN1,
+                                                   "--metric rocauc needs a binary or multi-label dataset"),
+    "runs-zero": lambda t, p1, p2, mp: (["train", str(p1), "--runs", "0"] + TRAIN1, "--runs must be >= 1"),
+    "splits-all-without-splits": lambda t, p1, p2, mp: (["train", str(p1), "--splits", "all"] + TRAIN1,
+                                                        "--splits all: toy ships no splits"),
+    "split-without-splits": lambda t, p1, p2, mp: (["train", str(p1), "--split", "1"] + TRAIN1, "ships no splits"),
+    "split-out-of-range": lambda t, p1, p2, mp: (
+        ["run", _hetero_file(t), "--root", str(t / "root"), "--split", "3"] + TRAIN1,
+        "--split 3 is out of range: minesweeper ships 2 splits (0..1)"),
+    "split-and-splits-all": lambda t, p1, p2, mp: (["train", str(p1), "--split", "1", "--splits", "all"] + TRAIN1,
+                                                   "--split 1 picks one split"),
+    "splits-random-without-random-splits": lambda t, p1, p2, mp: (
+        ["train", str(p2), "--nproc", "2", "--splits", "random", "--runs", "2"] + TRAIN1, "holds no random splits"),
 }
 
 

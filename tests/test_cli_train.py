@@ -147,7 +147,7 @@ def test_ogb_evaluator_matches_counts(tmp_path):
     cfg.run.progress = False
     plain = Trainer(DistGraph(arrays, meta), cfg)
     ogb = Trainer(DistGraph(arrays, {**meta, "dataset": "ogbn-arxiv"}), cfg)
-    assert plain.metric == "acc" and ogb.ogb_evaluator is not None
+    assert plain.metric == ogb.metric == "acc"  # OGB's metric for ogbn-arxiv, computed by gnndist.metrics
     ogb.model.load_state_dict(plain.model.state_dict())
     assert ogb.evaluate() == pytest.approx(plain.evaluate(), abs=1e-12)
 
@@ -232,3 +232,20 @@ def test_model_preset_fills_only_flags_not_given():
     assert (gat.model.hidden, gat.model.dropout, gat.optim.lr) == (64, 0.6, 0.005)
     mine = cfg("--model", "gat", "--hidden", "32", "--lr", "0.02", "--no-progress")
     assert (mine.model.hidden, mine.model.dropout, mine.optim.lr, mine.run.progress) == (32, 0.6, 0.02, False)
+
+
+def test_dataset_family_recipe_sits_below_presets_and_flags():
+    from gnndist.cli import build_parser
+    from gnndist.config import dataset_recipe, train_config_from_args
+
+    def cfg(dataset, *argv):
+        return train_config_from_args(build_parser().parse_args(["train", "DIR", *argv]), dataset)
+
+    photo = cfg("../shared/data/amazon_photo/amazon_photo.npz")
+    assert (photo.model.hidden, photo.model.normalize_features, photo.optim.lr) == (64, False, 0.01)
+    assert cfg("amazon-photo", "--hidden", "8", "--normalize-features").model.hidden == 8
+    assert cfg("amazon-photo", "--normalize-features").model.normalize_features is True
+    assert cfg("amazon-photo", "--model", "gat").model.dropout == 0.6  # the model's preset still applies
+    cora = cfg("cora")
+    assert (cora.model.hidden, cora.model.normalize_features) == (16, True)
+    assert dataset_recipe("coauthor-cs") is None and dataset_recipe(None) is None

@@ -1,0 +1,137 @@
+"""``gnndist bench``: scaling benchmarks users run to pick P, the layout and the partitioner.
+
+    gnndist bench strong|weak|partition|peer|kernels|all [--quick] [--out DIR] [--device cpu|cuda]
+    gnndist bench report RESULTS [--readme benchmarks/README.md]
+
+Each suite writes ``DIR/<suite>.csv`` (one row per measurement, with the machine, torch /
+gnndist versions, git commit and the 1-minute load average) and ``DIR/<suite>_*.png``;
+``DIR/run.json`` records the command. Timings: ``--warmup`` epochs, then the median over
+the rest (>= 5), the device synchronised before every clock reading. Suites:
+:mod:`gnndist.bench.suites`; figures: :mod:`gnndist.bench.plots`; the results page:
+:mod:`gnndist.bench.report`. On a cluster, ``--launcher`` runs every training job through
+``torchrun``/``srun`` (see ``docs/benchmarks.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+from gnndist.errors import UserError
+
+SUITE_NAMES = ("strong", "weak", "partition", "peer", "kernels")
+QUICK_ORDER = ("peer", "strong", "weak", "partition", "kernels")
+
+
+def _ints(text: str | None, flag: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag} must be a comma list of integers, got {text!r}") from None
+    if any(v < 1 for v in vals):
+        raise UserError(f"{flag} values must be >= 1, got {text!r}")
+    return vals
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", choices=(*SUITE_NAMES, "all", "report"),
+                   help="strong | weak | partition | peer | kernels | all (in that order: peer first) | report")
+    p.add_argument("results", nargs="?", default=None, help="report only: a results folder, or a folder of them")
+    p.add_argument("--quick", action="store_true", help="small graphs and P <= 4: all suites in < 10 minutes on 2 cores")
+    p.add_argument("--out", default=None, help="output folder (default: bench-results/<date>-<machine>)")
+    p.add_argument("--machine", default=None, help="machine name in the default --out (default: <cores>core-cpu or the GPU)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of peer and kernels (default: cpu); "
+                   "strong/weak/partition ranks take a GPU each when there are enough")
+    p.add_argument("--dataset", default=None, help="graph of strong/partition/peer (a name or a path; default: "
+                   "synthetic-20k-d10 with --quick, else ogbn-arxiv / coauthor-cs)")
+    p.add_argument("--root", default=None, help="dataset root (default: $GNNDIST_DATA)")
+    p.add_argument("--parts", default=None, help="comma list of P (default: 1,2,4 quick; 1,2,4,8,16)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs per run, warm-up included (default: 7 quick, 12)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed first epochs (default: %(default)s)")
+    p.add_argument("--model", default="gcn", help="model of strong/weak/partition (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=64, help="hidden width (default: %(default)s)")
+    p.add_argument("--layers", type=int, default=2, help="layers (default: %(default)s)")
+    p.add_argument("--launcher", default=None,
+                   help="run each training job as `LAUNCHER -m gnndist.cli train ...`, with {nproc} (P), {nnodes} and "
+                        "{per_node} filled in, e.g. \"srun -N {nnodes} --ntasks-per-node 1 torchrun --nnodes {nnodes} "
+                        "--nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint $HEAD:29500\" (see "
+                        "docs/benchmarks.md); default: gnndist's own --nproc launcher on this machine")
+    p.add_argument("--per-node", type=int, default=None, help="ranks per node under --launcher (default: P on one node)")
+    p.add_argument("--work", default=None, help="folder for the partitions (kept; on a cluster: shared storage; "
+                   "default: a temporary folder)")
+    p.add_argument("--strategies", default=None, help="strong: only these layouts, a comma list of 1d, 1.5d, 2d, auto")
+    p.add_argument("--train-parts", default=None, help="partition: train on the parts at these P (default: 4 quick; 4,8)")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="CSV only")
+    p.add_argument("--readme", default=None, help="report only: write the tables between the markers of this file")
+
+
+def main(args: argparse.Namespace) -> int:
+    from gnndist.bench.common import Rows, Settings, environment, loadavg, machine_label, read_csv, write_csv
+    from gnndist.bench.suites import run_suite
+
+    if args.suite == "report":
+        return _report(args)
+    epochs = args.epochs or (7 if args.quick else 12)
+    if epochs - args.warmup < 5:
+        raise UserError(f"--epochs {epochs} leaves {epochs - args.warmup} timed epochs after --warmup {args.warmup}; "
+                        "the medians need >= 5")
+    date = datetime.date.today().isoformat()
+    out = Path(args.out or f"bench-results/{date}-{args.machine or machine_label(args.device)}")
+    out.mkdir(parents=True, exist_ok=True)
+    s = Settings(out=out, quick=args.quick, device=args.device, dataset=args.dataset,
+                 parts=_ints(args.parts, "--parts"), epochs=epochs, warmup=args.warmup, model=args.model,
+                 hidden=args.hidden, layers=args.layers, root=args.root, launcher=args.launcher, plots=args.plots,
+                 per_node=args.per_node, work=Path(args.work) if args.work else None,
+                 strategies=args.strategies.split(",") if args.strategies else [],
+                 train_parts=_ints(args.train_parts, "--train-parts") if args.train_parts is not None else None)
+    suites = QUICK_ORDER if args.suite == "all" else (args.suite,)
+    env = environment(args.device)
+    run = {"command": "gnndist bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:] if "bench" in sys.argv
+                                                   else [args.suite]),
+           "started": datetime.datetime.now().isoformat(timespec="seconds"), "load_start": loadavg(),
+           "suites": list(suites), **env}
+    t0 = time.perf_counter()
+    for name in suites:
+        print(f"bench: suite {name} -> {out}/{name}.csv", flush=True)
+        rows = Rows(name, env)
+        run_suite(name, s, rows)
+        path = write_csv(out / f"{name}.csv", rows.rows)
+        if s.plots:
+            from gnndist.bench.plots import draw
+
+            for png in draw(name, read_csv(path), out):  # plotted from the CSV as written
+                print(f"bench: wrote {png}", flush=True)
+    run.update(finished=datetime.datetime.now().isoformat(timespec="seconds"), load_end=loadavg(),
+               wall_s=round(time.perf_counter() - t0, 1))
+    existing = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
+    if existing and args.suite != "all":  # one suite added to a folder: keep the others' record
+        run = {**existing, "command": existing["command"] + f"; {run['command']}", "finished": run["finished"],
+               "load_end": run["load_end"], "wall_s": existing.get("wall_s", 0) + run["wall_s"],
+               "suites": sorted(set(existing.get("suites", [])) | set(suites))}
+    (out / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+    print(f"bench: done in {run['wall_s']:.0f} s; {out}", flush=True)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from gnndist.bench.report import render, update_readme
+
+    if not args.results or not Path(args.results).is_dir():
+        raise UserError(f"gnndist bench report needs a results folder, got {args.results!r}")
+    results = Path(args.results)
+    if args.readme:
+        readme = Path(args.readme)
+        update_readme(readme, render(results, base=readme.resolve().parent))
+        print(f"bench: wrote the results of {results} into {readme}")
+    else:
+        print(render(results))
+    return 0
+
+
+__all__ = ["SUITE_NAMES", "add_arguments", "main"]

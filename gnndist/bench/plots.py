@@ -1,0 +1,199 @@
+"""PNG figures drawn from a suite's CSV rows (matplotlib, Agg: no display needed).
+
+Every figure plots the CSV's own numbers (the tests read them back from the axes) and
+its title carries the 1-minute load average the rows were taken at.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from gnndist.bench.common import BREAKDOWN
+
+COLORS = {"aggregation_s": "#4c72b0", "dense_s": "#55a868", "comm_s": "#c44e52", "other_s": "#8c8c8c"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _load(rows: list[dict]) -> str:
+    loads = [r["loadavg_1m"] for r in rows if r.get("loadavg_1m") is not None]
+    if not loads:
+        return ""
+    lo, hi = min(loads), max(loads)
+    return f"load {lo:.1f}" if lo == hi else f"load {lo:.1f}-{hi:.1f}"
+
+
+def _title(ax, what: str, rows: list[dict]) -> None:
+    r = rows[0]
+    ax.set_title(f"{what}\n{r.get('dataset', '')} on {r.get('cores', '?')} cores / {r.get('device', '')}, "
+                 f"{_load(rows)} (1-min avg)", fontsize=9)
+
+
+def _label(r: dict) -> str:
+    s = r["strategy"]
+    return f"1.5d c={r['replication']}" if s == "1.5d" else s
+
+
+def speedup(rows: list[dict]):
+    """Speed-up vs P per strategy: median epoch time of 1d at the smallest P over each run's."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    base_rows = [r for r in rows if r["strategy"] == "1d"]
+    p0 = min(r["P"] for r in base_rows)
+    base = next(r["epoch_s"] for r in base_rows if r["P"] == p0)
+    by = defaultdict(list)
+    for r in rows:
+        by[_label(r)].append((r["P"], base / r["epoch_s"]))
+    for name, pts in sorted(by.items()):
+        pts.sort()
+        ax.plot([p for p, _ in pts], [v for _, v in pts], marker="o", label=name)
+    ps = sorted({r["P"] for r in rows})
+    ax.plot(ps, [p / p0 for p in ps], ls=":", color="k", label="ideal")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel(f"speed-up vs 1d at P={p0}")
+    ax.legend(fontsize=8)
+    _title(ax, "strong scaling: median epoch time", rows)
+    fig.tight_layout()
+    return fig
+
+
+def breakdown(rows: list[dict]):
+    """Stacked bars: the median epoch's aggregation / dense / comm / other seconds per (P, strategy)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.6 * len(rows) + 2), 4))
+    labels = [f"P={r['P']}\n{_label(r)}" for r in rows]
+    bottom = [0.0] * len(rows)
+    for part in BREAKDOWN:
+        vals = [1e3 * (r.get(part) or 0.0) for r in rows]
+        ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[part], label=part.removesuffix("_s"))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.plot(range(len(rows)), [1e3 * r["median_epoch_s"] for r in rows], "k_", ms=18, label="epoch (measured)")
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("ms per epoch (rank 0)")
+    ax.legend(fontsize=7)
+    _title(ax, "where the median epoch's time goes", rows)
+    fig.tight_layout()
+    return fig
+
+
+def bytes_per_rank(rows: list[dict]):
+    """SpMM bytes sent per rank per epoch vs P (mean over ranks), measured and as gnndist.simulate predicts."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    by = defaultdict(list)
+    for r in rows:
+        if r["P"] > 1:
+            by[_label(r)].append(r)
+    for i, (name, rs) in enumerate(sorted(by.items())):
+        rs.sort(key=lambda r: r["P"])
+        color = f"C{i}"
+        ax.plot([r["P"] for r in rs], [r["bytes_per_rank"] / 2**20 for r in rs], marker="o", color=color,
+                label=f"{name} measured")
+        ax.plot([r["P"] for r in rs], [r["predicted_bytes_per_rank"] / 2**20 for r in rs], marker="x", ls="--",
+                color=color, label=f"{name} simulate")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("MiB sent per rank per epoch (SpMMs, mean)")
+    ax.legend(fontsize=7)
+    _title(ax, "bytes per rank: measured vs predicted", rows)
+    fig.tight_layout()
+    return fig
+
+
+def weak_time(rows: list[dict]):
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    rs = sorted(rows, key=lambda r: r["P"])
+    bottom = [0.0] * len(rs)
+    for part in BREAKDOWN:
+        vals = [1e3 * (r.get(part) or 0.0) for r in rs]
+        ax.bar([str(r["P"]) for r in rs], vals, bottom=bottom, color=COLORS[part], label=part.removesuffix("_s"))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.plot([str(r["P"]) for r in rs], [1e3 * r["epoch_s"] for r in rs], "ko-", label="median epoch")
+    ax.set_xlabel(f"ranks P ({rs[0].get('nodes_per_rank', '?'):,} nodes per rank)")
+    ax.set_ylabel("ms per epoch")
+    ax.legend(fontsize=7)
+    _title(ax, "weak scaling (ideal: flat)", rows)
+    fig.tight_layout()
+    return fig
+
+
+def partition_volume(rows: list[dict]):
+    """Communication volume (halo rows) vs parts per method."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    by = defaultdict(list)
+    for r in rows:
+        by[r["method"]].append((r["P"], r["volume"]))
+    for name, pts in sorted(by.items()):
+        pts.sort()
+        ax.plot([p for p, _ in pts], [v for _, v in pts], marker="o", label=name, ls="--" if name == "random" else "-")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("parts P")
+    ax.set_ylabel("communication volume (halo rows)")
+    ax.legend(fontsize=7)
+    _title(ax, "partition volume vs parts", rows)
+    fig.tight_layout()
+    return fig
+
+
+def peer_time(rows: list[dict]):
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    ax.barh([r["provider"] for r in rows], [1e3 * r["step_s"] for r in rows], color="#4c72b0")
+    ax.set_xlabel("ms per training step (median)")
+    _title(ax, "gnndist P=1 vs PyG, one process", rows)
+    fig.tight_layout()
+    return fig
+
+
+def kernel_throughput(rows: list[dict]):
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    by = defaultdict(list)
+    for r in rows:
+        by[r["provider"]].append((r["width"], r["gb_per_s"]))
+    for name, pts in sorted(by.items()):
+        pts.sort()
+        ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("feature width F")
+    ax.set_ylabel("GB/s (minimum traffic)")
+    ax.legend(fontsize=7)
+    _title(ax, "aggregation (SpMM) throughput", rows)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    "strong": {"speedup": speedup, "breakdown": breakdown, "bytes": bytes_per_rank},
+    "weak": {"time": weak_time},
+    "partition": {"volume": partition_volume},
+    "peer": {"time": peer_time},
+    "kernels": {"throughput": kernel_throughput},
+}
+
+
+def draw(suite: str, rows: list[dict], out: Path) -> list[Path]:
+    """Every figure of ``suite`` as ``out/<suite>_<name>.png``; returns the paths."""
+    plt = _pyplot()
+    paths = []
+    for name, fn in FIGURES.get(suite, {}).items():
+        if not rows:
+            continue
+        fig = fn(rows)
+        path = out / f"{suite}_{name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,157 @@
+"""Balance settings and their choice by modelled epoch time (``--balance auto``, the default).
+
+A *setting* is what METIS balances and how tightly: constraints among ``nodes``, ``edges``
+(degree) and ``train`` (training flag), each with a tolerance (METIS ``ubvec``: the heaviest
+part may weigh ``tol`` times the mean). ``--balance`` takes one explicitly
+(``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
+
+``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see
+:func:`auto_plan`), refines each (:mod:`gnndist.partition.refine`), and keeps the one of
+least modelled epoch time (:func:`gnndist.cost.epoch_time` on the 1D halo exchange's
+per-rank loads, :func:`rank_loads`); ties go to the earlier setting. Everything is seeded,
+so the same graph and seed give the same choice.
+
+The model: a GCN-like network of widths ``(F, hidden, classes)`` (the default model: 2
+layers, hidden 16) on the ``ib`` network preset unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gnndist.partition.book import GlobalCSR, unique_ids
+
+from gnndist.cost import NETWORKS, Network, RankLoad
+from gnndist.errors import UserError
+
+CONSTRAINTS = ("nodes", "edges", "train")
+METIS_TOLERANCE = 1.03  # METIS's default ubvec entry for k-way
+HIDDEN = 16  # the default model's hidden width (gnndist.config.ModelConfig)
+DEFAULT_NETWORK = "ib"
+# auto's plan by graph size (adjacency entries): every setting up to MEDIUM, two up to LARGE,
+# then one METIS run with the edge-cut objective on a sampled graph (see auto_plan)
+MEDIUM = 1 << 23
+LARGE = 1 << 25
+METIS_MAX_ENTRIES = 3 << 24  # above this, METIS sees a uniformly sampled subgraph of about this size (~50M)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One balance setting: constraint names and their tolerances (same length)."""
+
+    constraints: tuple[str, ...]
+    tolerances: tuple[float, ...]
+
+    @property
+    def label(self) -> str:
+        """``--balance`` spelling of this setting, e.g. ``nodes:1.03,edges:1.2``."""
+        return ",".join(f"{c}:{t:g}" for c, t in zip(self.constraints, self.tolerances))
+
+
+PLAIN = Setting(("nodes",), (METIS_TOLERANCE,))
+ALL3 = Setting(CONSTRAINTS, (METIS_TOLERANCE,) * 3)  # the default before --balance auto
+AUTO_SETTINGS = (
+    PLAIN,
+    Setting(("nodes",), (1.10,)),
+    Setting(("nodes", "edges"), (1.05, 1.20)),
+    Setting(("nodes", "edges"), (METIS_TOLERANCE, METIS_TOLERANCE)),
+    ALL3,
+)
+
+
+def parse_balance(spec) -> Setting | None:
+    """``"auto"`` (or ``("auto",)``) -> None; ``"nodes,edges:1.2"`` or ``("nodes", "edges:1.2")`` -> a Setting.
+
+    Raises :class:`UserError` naming ``--balance`` for an unknown constraint or a bad tolerance.
+    """
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    items = [s for s in items if s]
+    if items == ["auto"]:
+        return None
+    names, tols = [], []
+    for item in items:
+        name, _, tol = item.partition(":")
+        if name == "auto":
+            raise UserError("--balance auto cannot be combined with constraints; give auto alone")
+        if name not in CONSTRAINTS:
+            raise UserError(f"--balance: unknown constraint {name!r}; choose from nodes, edges, train "
+                            "(each optionally :TOLERANCE, e.g. edges:1.2), or auto")
+        if name in names:
+            raise UserError(f"--balance: {name} is given twice")
+        try:
+            value = float(tol) if tol else METIS_TOLERANCE
+        except ValueError:
+            value = float("nan")
+        if not 1.0 < value < 100.0:
+            raise UserError(f"--balance: the tolerance of {name} must be a number in (1, 100), got {tol!r}")
+        names.append(name)
+        tols.append(value)
+    return Setting(tuple(names), tuple(tols))
+
+
+def auto_plan(nnz: int) -> tuple[tuple[Setting, ...], str | None]:
+    """The settings ``auto`` tries on a graph of ``nnz`` adjacency entries, and the objective it forces.
+
+    Each try is one METIS run; at 50M edges one run with the ``vol`` objective takes ~6 min
+    here, with ``cut`` ~1.5 min (benchmarks/README.md), so large graphs get one ``cut`` run.
+    """
+    if nnz <= MEDIUM:
+        return AUTO_SETTINGS, None
+    if nnz <= LARGE:
+        return (PLAIN, AUTO_SETTINGS[2]), None
+    return (PLAIN,), "cut"
+
+
+def network(name: str | None) -> Network:
+    """A cost-model preset by name (default ``ib``)."""
+    name = name or DEFAULT_NETWORK
+    if name not in NETWORKS:
+        raise UserError(f"unknown partition cost network {name!r}; choose from {', '.join(sorted(NETWORKS))}")
+    return NETWORKS[name]
+
+
+def model_widths(num_features: int, num_classes: int, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
+    """Widths of the modelled GCN: ``(F, hidden, ..., hidden, classes)`` with ``layers`` transforms."""
+    return (max(num_features, 1),) + (hidden,) * (layers - 1) + (max(num_classes, 1),)
+
+
+def rank_loads(csr: GlobalCSR, assign: np.ndarray, parts: int) -> list[RankLoad]:
+    """Per-rank loads of the 1D halo exchange of a partition, straight from the assignment (no renumbering).
+
+    Equal to :func:`gnndist.partition.layouts.grid_loads` with ``c = 1`` on the renumbered graph.
+    """
+    rows = csr.rows()
+    need = assign[rows] != assign[csr.col]
+    keys = unique_ids(csr.col[need] * parts + assign[rows[need]], csr.num_nodes * parts)  # (source, receiving part)
+    del rows, need
+    pair = np.bincount(assign[keys // parts] * parts + keys % parts,
+                       minlength=parts * parts).reshape(parts, parts)  # [src, dst] rows
+    messages = np.maximum(np.count_nonzero(pair, axis=0), np.count_nonzero(pair, axis=1))
+    nnz = np.bincount(assign, weights=csr.degree(), minlength=parts)
+    owned = np.bincount(assign, minlength=parts)
+    return [RankLoad(expand_send=int(pair[k].sum()), expand_recv=int(pair[:, k].sum()), messages=int(messages[k]),
+                     nnz=int(nnz[k]), rows=int(owned[k])) for k in range(parts)]
+
+
+def sampled_csr(csr: GlobalCSR, max_entries: int, seed: int) -> GlobalCSR:
+    """A symmetric subgraph keeping each undirected edge with probability ``max_entries / nnz`` (seeded hash).
+
+    METIS's memory grows with the entries it sees (~100 bytes each with pymetis's 64-bit
+    build); the refinement then works on the full graph.
+    """
+    keep_p = max_entries / max(csr.nnz, 1)
+    if keep_p >= 1.0:
+        return csr
+    rows = csr.rows()
+    x = np.minimum(rows, csr.col).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    x ^= np.maximum(rows, csr.col).astype(np.uint64) + np.uint64(seed)  # the same for (u, v) and (v, u)
+    x *= np.uint64(0xBF58476D1CE4E5B9)  # splitmix64's finaliser
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(29)
+    keep = (x >> np.uint64(40)) < np.uint64(int(keep_p * (1 << 24)))
+    del x
+    rowptr = np.zeros(csr.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=csr.num_nodes), out=rowptr[1:])
+    return GlobalCSR(rowptr, csr.col[keep])
