@@ -94,7 +94,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from gnndist.launch import launch
-
     from gnndist.partition import read_meta
 
     dataset = _dataset_of(args.partdir, read_meta)
