@@ -211,13 +211,15 @@ def tiles_for(feat: int) -> tuple:
 
 
 def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = False, head_dim: int = 0,
-                col: Tensor | None = None, gather: bool = True, tiles: tuple | None = None) -> Tensor:
+                col: Tensor | None = None, gather: bool = True, tiles: tuple | None = None,
+                wide: bool | None = None) -> Tensor:
     """``out[i] = sum_{e in row i} w[e] x[src e]`` (``/deg`` if ``mean``), via the cached segment plan.
 
     ``src e`` is ``col[e]`` (default ``csr.col``; pass e.g. a permutation to read edge values
     in another order), or ``e`` itself when ``gather=False``. ``weight`` ``[nnz]``, or
     ``[nnz, H]`` with ``head_dim=D`` weighing each ``D``-wide head of the features.
-    ``tiles`` overrides :data:`TILES` (benchmarks).
+    ``tiles`` overrides :data:`TILES` (benchmarks); ``wide`` forces int64 (True) or int32
+    offsets (default: int64 only where ``rows * F`` or ``nnz`` reach 2**31).
 
     Shapes:
         x ``[*, F]`` -> ``[n_rows, F]`` (dtype of x)
@@ -235,7 +237,8 @@ def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = 
     per_head = weight is not None and weight.dim() == 2
     w = weight.contiguous() if weight is not None else x  # dummy pointer when unweighted
     part = torch.empty((plan.n_chunk, feat), dtype=torch.float32, device=x.device) if plan.n_chunk else out
-    wide = max(x.shape[0], csr.n_rows, plan.n_chunk, csr.nnz) * max(feat, 1) >= 2**31 or csr.nnz >= 2**31
+    if wide is None:
+        wide = max(x.shape[0], csr.n_rows, plan.n_chunk, csr.nnz) * max(feat, 1) >= 2**31 or csr.nnz >= 2**31
     p_chunk = triton.cdiv(plan.n_chunk, r_l)
     p_medium = p_chunk + triton.cdiv(plan.n_medium, r_m)
     n_prog = p_medium + triton.cdiv(plan.n_short, r_s)
