@@ -175,7 +175,8 @@ class DistGraph:
             self.forward_only[tag] = self.forward_only.get(tag, 0) + 1
         if weight == "gcn":
             dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
-            return dinv * self._aggregate(dinv * x, tag) + (dinv * dinv) * x
+            y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
+            return dinv * (self._aggregate(y, tag) + y)
         if weight is not None:
             raise ValueError(f"unknown weight {weight!r}")
         out = self._aggregate(x, tag)  # [n_owned, F]
