@@ -8,6 +8,13 @@
     <op>/sparse.py      torch.sparse.mm path (spmm): the CPU default
 """
 
+# The op subpackages share their names with the op functions. Importing a subpackage for the
+# first time binds its name in this package, so they are imported here, before the functions:
+# a later `import gnndist.kernels.spmm.triton` (dispatch does that) must not rebind `spmm`.
+from . import sddmm as _sddmm_pkg  # noqa: F401
+from . import segment_max as _segment_max_pkg  # noqa: F401
+from . import segment_softmax as _segment_softmax_pkg  # noqa: F401
+from . import spmm as _spmm_pkg  # noqa: F401
 from .csr import CSR
 from .dispatch import NoKernelError
 from .ops import sddmm, segment_max, segment_softmax, spmm

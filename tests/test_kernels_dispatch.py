@@ -60,3 +60,13 @@ def test_shape_errors_name_the_argument():
         spmm(csr, x[:3])
     with pytest.raises(ValueError, match="reduce"):
         spmm(csr, x, reduce="max")
+
+
+def test_op_names_stay_functions_after_their_subpackages_load():
+    import importlib
+
+    import gnndist.kernels as kernels
+
+    for op in ("spmm", "sddmm", "segment_max", "segment_softmax"):
+        importlib.import_module(f"gnndist.kernels.{op}.reference")  # what dispatch does on first use
+        assert callable(getattr(kernels, op)) and not isinstance(getattr(kernels, op), type(importlib)), op
