@@ -17,13 +17,14 @@ Modules, one per format:
     registry.py   names -> loaders, format detection of paths, `load`
     planetoid.py  cora/citeseer/pubmed via PyG Planetoid (public split); Cora is bundled
     npz.py        Amazon/Coauthor (PyG raw or GraphGallery npz), BlogCatalog/Flickr/DBLP,
-                  heterophily benchmark npz (shipped split 0)
+                  heterophily benchmark npz (every shipped split: train_masks [N, K]; split 0 current)
     ogb.py        ogbn-* via PygNodePropPredDataset (official split); write_ogb
     snap.py       SNAP .jlg and text edge lists (structure only)
     social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
     pyg_file.py   a torch.save'd Data (weights_only)
     synthetic.py  degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]``
-    split.py      seeded 20-per-class train / 30-per-class val / rest test
+    split.py      seeded 20-per-class train / 30-per-class val / rest test; K splits (set_splits,
+                  add_random_splits: seeds split_seed .. split_seed + K - 1)
     graph.py      edge cleaning and Data assembly;  validate.py  the contract check
 
 Decisions:

@@ -79,6 +79,9 @@ def _from_ogb(ds, name: str, split_name: str) -> Data:
     data = make_data(x, y, ei, name, num_classes)
     if multilabel:
         data.multilabel = True
+    if getattr(raw, "edge_attr", None) is not None:  # kept for models that read edge features (--model gine)
+        data.edge_attr = raw.edge_attr.to(torch.float32)  # [E_raw, D], aligned with ...
+        data.edge_attr_index = raw.edge_index  # ... the raw edge list (the partition maps them onto its CSR)
     try:
         idx = ds.get_idx_split(split_name)
     except Exception as e:  # missing or empty split files
@@ -184,8 +187,9 @@ def write_ogb(data: Data, root: str, name: str) -> str:
     num-edge-list}.csv.gz``, ``split/<split>/{train,valid,test}.csv.gz`` (``random``, or
     OGB's split name when ``name`` is an official one),
     ``RELEASE_v1.txt`` and ``gnndist_meta.json`` (the ``meta_dict`` OGB needs for a name
-    outside its master table). Features are written with 9 significant digits, which
-    round-trips float32 exactly.
+    outside its master table), and ``raw/edge-feat.csv.gz`` when ``data.edge_attr`` exists
+    (one row per edge of ``data.edge_index``). Features are written with 9 significant
+    digits, which round-trips float32 exactly.
 
     Args:
         data: a graph with x, y, edge_index and the three masks.
@@ -210,6 +214,9 @@ def write_ogb(data: Data, root: str, name: str) -> str:
     y = data.y.numpy()
     _write_csv(ei.T, osp.join(raw, "edge.csv.gz"))
     _write_csv(data.x.numpy(), osp.join(raw, "node-feat.csv.gz"), float_format="%.9g")
+    edge_attr = getattr(data, "edge_attr", None)
+    if edge_attr is not None:
+        _write_csv(edge_attr.reshape(ei.shape[1], -1).numpy(), osp.join(raw, "edge-feat.csv.gz"), float_format="%.9g")
     _write_csv(y.reshape(n, -1), osp.join(raw, "node-label.csv.gz"))
     _write_csv(np.array([[n]]), osp.join(raw, "num-node-list.csv.gz"))
     _write_csv(np.array([[ei.shape[1]]]), osp.join(raw, "num-edge-list.csv.gz"))
@@ -240,7 +247,7 @@ def write_ogb(data: Data, root: str, name: str) -> str:
         "url": "",
         "add_inverse_edge": "False",
         "has_node_attr": "True",
-        "has_edge_attr": "False",
+        "has_edge_attr": str(edge_attr is not None),
         "split": split_name,
         "additional node files": str(extra.get("additional node files", "None")),
         "additional edge files": str(extra.get("additional edge files", "None")),

@@ -56,7 +56,10 @@ class Trainer:
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         out = graph.y.shape[1] if self.multilabel else 1 if self.binary else graph.num_classes
-        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute)
+        ea = getattr(graph, "edge_attr", None)
+        edge_dim = ea.reshape(ea.shape[0], -1).shape[1] if ea is not None else 0
+        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute,
+                                 edge_dim=edge_dim)
         self.model.to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
@@ -380,6 +383,8 @@ class Trainer:
 def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
     """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.metrics.default_metric`)."""
     name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
+    if cfg.eval.metric == "auto" and name == "acc" and graph.y.dim() > 1:
+        name = "rocauc"  # multi-label tasks without a metric of their own: OGB's choice for them (ogbn-proteins)
     if name == "rocauc" and graph.y.dim() == 1 and graph.num_classes != 2:
         raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
                         f"{graph.num_classes} classes (use acc, f1-micro or f1-macro)")

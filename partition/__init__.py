@@ -79,7 +79,9 @@ class Partition:
         """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks."""
         d = self.data
         ea = getattr(d, "edge_attr", None)  # [E, *] -> [nnz, *] in CSR order; each part takes its rows' slice
-        ea = edge_values_in_csr(self.csr, self.book, d.edge_index, ea.numpy()) if ea is not None else None
+        ei = getattr(d, "edge_attr_index", None)  # the edge list edge_attr is aligned with (default: edge_index)
+        ea = edge_values_in_csr(self.csr, self.book, d.edge_index if ei is None else ei, ea.numpy()) \
+            if ea is not None else None
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
             arrays = {

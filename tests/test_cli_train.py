@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
@@ -249,3 +250,29 @@ def test_dataset_family_recipe_sits_below_presets_and_flags():
     cora = cfg("cora")
     assert (cora.model.hidden, cora.model.normalize_features) == (16, True)
     assert dataset_recipe("coauthor-cs") is None and dataset_recipe(None) is None
+
+
+def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path):
+    """ogbn-proteins' shape: multi-label tasks, edge features; --model gine reads them on every rank."""
+    from gnndist.datasets import load, write_ogb
+
+    data = synthetic(240, avg_degree=6, num_classes=2, num_features=5, seed=6)
+    g = torch.Generator().manual_seed(6)
+    data.y = (torch.rand(data.num_nodes, 3, generator=g) < 0.4).long()  # [N, 3] binary tasks
+    data.edge_attr = torch.rand(data.edge_index.shape[1], 4, generator=g)  # [E, 4]
+    folder = write_ogb(data, str(tmp_path), "ogbn-edgy")
+    back = load(folder)
+    assert back.edge_attr.shape == (data.edge_index.shape[1], 4)
+    assert torch.equal(back.edge_attr, data.edge_attr)
+    losses = {}
+    for p in (1, 2):
+        r = _run(GNNDIST + ["run", folder, "--nproc", str(p), "--model", "gine", "--epochs", "3", "--hidden", "8",
+                            "--json", "--no-progress"], env={"GNNDIST_DATA": str(tmp_path / "cache")})
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout.strip().splitlines()[-1])
+        assert summary["metric"] == "rocauc"
+        losses[p] = summary["final_loss"]
+    assert losses[2] == pytest.approx(losses[1], rel=1e-5)
+    r = _run(GNNDIST + ["run", "cora", "--nproc", "1", "--model", "gine", "--epochs", "1", "--no-progress"],
+             env={"GNNDIST_DATA": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "reads edge features" in r.stderr and "Traceback" not in r.stderr

@@ -27,14 +27,21 @@ MODELS: dict[str, ModelBuilder] = {}
 PRESETS: dict[str, dict[str, dict]] = {}
 
 
-def register_model(name: str, builder: ModelBuilder, preset: dict[str, dict] | None = None) -> None:
+EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
+
+
+def register_model(name: str, builder: ModelBuilder, preset: dict[str, dict] | None = None,
+                   edge_features: bool = False) -> None:
     """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
 
     ``preset`` gives the model's own defaults for config fields (by section), used where
     the user passes no flag, e.g. ``{"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}``.
+    ``edge_features``: the model reads ``graph.edge_attr``; its builder also gets ``edge_dim=``.
     """
     MODELS[name] = builder
     PRESETS[name] = preset or {}
+    if edge_features:
+        EDGE_MODELS.add(name)
 
 
 class GNN(nn.Module):
@@ -88,6 +95,48 @@ def _gat(*args) -> nn.Module:
 
 
 register_model("gen", partial(GNN, _gen))
+
+
+class GINE(nn.Module):
+    """GINEConv layers (Hu et al. 2020, https://arxiv.org/abs/1905.12265) on node and edge features.
+
+    A linear map to ``hidden``, then ``layers`` × (dropout, ``GINEConv`` with an
+    ``edge_dim -> hidden`` edge encoder, ReLU), then a linear head. The convolutions are
+    PyG's, run through :class:`~gnndist.nn.PyGAdapter` with ``graph.edge_attr`` (the
+    partition's edge features, one row per local edge): exact on any number of ranks.
+    ``--model gine``, e.g. for ogbn-proteins (8 edge features).
+
+    Shapes:
+        x ``[n_owned, in_channels]``, graph.edge_attr ``[nnz_local, edge_dim]`` -> ``[n_owned, out_channels]``
+    """
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, layers: int = 2, dropout: float = 0.5,
+                 norm: str = "none", edge_dim: int = 1):
+        from torch_geometric.nn import GINEConv
+
+        from gnndist.nn.pyg_adapter import PyGAdapter
+
+        super().__init__()
+        self.inp = nn.Linear(in_channels, hidden)
+        self.convs = nn.ModuleList(
+            PyGAdapter(GINEConv(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden)),
+                                edge_dim=edge_dim))
+            for _ in range(layers))
+        make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
+        self.norms = nn.ModuleList(make_norm(hidden) for _ in range(layers))
+        self.out = nn.Linear(hidden, out_channels)
+        self.dropout = dropout
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        x = self.inp(x)
+        ea = graph.edge_attr.reshape(graph.edge_attr.shape[0], -1).to(x.dtype)  # [nnz_local, edge_dim]
+        for i, conv in enumerate(self.convs):
+            x = graph.dropout(x, self.dropout, key=i, training=self.training)
+            x = F.relu(apply_norm(self.norms[i], graph, conv(graph, x, edge_attr=ea)))
+        return self.out(x)
+
+
+register_model("gine", GINE, edge_features=True)
 register_model("gat", _gat, preset={"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}})
 
 
@@ -121,13 +170,21 @@ register_model("revgnn", _revgnn, preset={"model": {"layers": 7, "hidden": 64, "
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
-                dropout: float, norm: str = "none", recompute: bool = False) -> nn.Module:
-    """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block."""
+                dropout: float, norm: str = "none", recompute: bool = False, edge_dim: int = 0) -> nn.Module:
+    """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block.
+
+    ``edge_dim``: width of the partition's edge features (0: none), for the models that read them.
+    """
     from gnndist.errors import UserError
 
     if name not in MODELS:
         raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
-    model = MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm)
+    if name in EDGE_MODELS:
+        if not edge_dim:
+            raise UserError(f"--model {name} reads edge features, and this dataset's partition has none")
+        model = MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm, edge_dim=edge_dim)
+    else:
+        model = MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm)
     if recompute:
         if not hasattr(model, "recompute"):
             raise UserError(f"--recompute is for the deep models (gcn2, resgcn); --model {name} has no blocks to "
