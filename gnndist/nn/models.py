@@ -165,7 +165,7 @@ register_model("gcn2", _gcn2, preset={"model": {"layers": 64, "hidden": 64, "dro
 # ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile)
 register_model("resgcn", _resgcn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
                                           "optim": {"lr": 0.005, "weight_decay": 5e-4}})
-register_model("revgnn", _revgnn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.5, "norm": "layer"},
+register_model("revgnn", _revgnn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
                                           "optim": {"lr": 0.005, "weight_decay": 5e-4}})
 
 
