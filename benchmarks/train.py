@@ -59,8 +59,8 @@ import traceback
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
-from pyg_reference import PygGCN
+
+from gnndist.bench.peer import pyg_step, time_steps  # one copy of the PyG step and the timing loop
 
 KERNEL_ENV = "GNNDIST_KERNEL"  # read by gnndist.kernels.dispatch at every call
 KERNELS = ("auto", "sparse", "triton", "reference")
@@ -142,50 +142,7 @@ def gnndist_step(partdir: str, hidden: int, normalize: bool,
     return tr.train_step, tr
 
 
-# ---------------------------------------------------------------------- PyG
-def pyg_step(data, hidden: int, normalize: bool, adj_kind: str, cached: bool,
-             device: torch.device) -> Callable[[int], float]:
-    import torch_geometric.transforms as T
-    from torch_geometric.data import Data
-
-    x = data.x.to(device)
-    if normalize:
-        x = x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
-    edge_index = data.edge_index.to(device)  # [2, E]
-    if adj_kind == "sparse_csr":
-        adj = T.ToSparseTensor(layout=torch.sparse_csr)(Data(edge_index=edge_index, num_nodes=data.num_nodes)).adj_t
-    else:
-        adj = edge_index
-    torch.manual_seed(0)
-    model = PygGCN(x.shape[1], hidden, data.num_classes, cached=cached).to(device)
-    optim = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    y, mask = data.y.to(device), data.train_mask.to(device)
-
-    def step(epoch: int) -> float:
-        model.train()
-        optim.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x, adj)[mask], y[mask])
-        loss.backward()
-        optim.step()
-        return float(loss.detach())
-
-    return step
-
-
-# ---------------------------------------------------------------------- measuring
-def time_steps(step: Callable[[int], float], warmup: int, reps: int, device: torch.device) -> list[float]:
-    for e in range(warmup):
-        step(e)
-    out = []
-    for e in range(warmup, warmup + reps):
-        synchronize(device)
-        t0 = time.perf_counter()
-        step(e)
-        synchronize(device)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
+# ---------------------------------------------------------------------- measuring (PyG's step: gnndist.bench.peer)
 def measure(step: Callable[[int], float], warmup: int, reps: int,
             device: torch.device) -> tuple[list[float], int | None]:
     """Step times (s) and, on CUDA, the peak bytes allocated from the warmup to the last timed step."""
@@ -236,7 +193,7 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
                 profile_step(step, f"{prov} on {gname}", device)
         return times, peak, setup
     kind = "sparse_csr" if "sparse_csr" in prov else "edge_index"
-    step = pyg_step(data, args.hidden, normalize, kind, cached=prov.endswith("cached"), device=device)
+    step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize)
     synchronize(device)
     setup = time.perf_counter() - t0
     times, peak = measure(step, args.warmup, args.reps, device)

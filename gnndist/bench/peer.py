@@ -62,13 +62,16 @@ def gnndist_step(partdir, hidden: int, layers: int, device: torch.device) -> Cal
 
 
 def pyg_step(data, hidden: int, layers: int, adj_kind: str, cached: bool,
-             device: torch.device) -> Callable[[int], float]:
-    """One training step of :class:`PygGCN` on ``edge_index`` or a ``torch.sparse_csr`` adjacency."""
+             device: torch.device, normalize: bool | None = None) -> Callable[[int], float]:
+    """One training step of :class:`PygGCN` on ``edge_index`` or a ``torch.sparse_csr`` adjacency.
+
+    ``normalize``: divide features by their row sums (default: when none is negative, as gnndist).
+    """
     import torch_geometric.transforms as T
     from torch_geometric.data import Data
 
     x = data.x.to(device)
-    if not bool((x < 0).any()):
+    if normalize if normalize is not None else not bool((x < 0).any()):
         x = x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
     edge_index = data.edge_index.to(device)  # [2, E]
     if adj_kind == "sparse_csr":
