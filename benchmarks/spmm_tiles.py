@@ -68,17 +68,9 @@ def call_ms(fn, reps: int = 20) -> float:
     """Median ms of one call with CUDA events around it (host launch cost included)."""
     if not torch.cuda.is_available():
         return bench(fn)
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[reps // 2]
+    from gnndist.kernels.dispatch import device_time
+
+    return device_time(fn, reps, warmup=1) * 1e3
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ ROCAUC_DATASETS = ("tolokers", "minesweeper", "questions")  # Platonov et al. 20
 
 
 def default_metric(meta: dict) -> str:
-    """The dataset's standard metric: OGB's evaluator for ogbn-*, ROC-AUC for binary heterophily sets, else acc."""
+    """The dataset's standard metric: OGB's evaluator for ogbn-*, ROC-AUC for binary heterophily sets and
+    multi-label datasets, else acc."""
     if meta.get("metric") in METRICS:
         return meta["metric"]
     name = str(meta.get("dataset") or "")
@@ -36,10 +37,12 @@ def default_metric(meta: dict) -> str:
 
         try:
             return Evaluator(name).eval_metric
-        except ValueError:  # an ogbn-* name outside OGB's table
-            return "acc"
+        except ValueError:  # an ogbn-* name outside OGB's table: the rules below
+            pass
     if name.replace("_", "-") in ROCAUC_DATASETS and int(meta.get("classes", 0)) == 2:
         return "rocauc"
+    if meta.get("multilabel"):
+        return "rocauc"  # multi-label tasks without a metric of their own: OGB's choice for them (ogbn-proteins)
     return "acc"
 
 

@@ -383,8 +383,6 @@ class Trainer:
 def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
     """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.metrics.default_metric`)."""
     name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
-    if cfg.eval.metric == "auto" and name == "acc" and graph.y.dim() > 1:
-        name = "rocauc"  # multi-label tasks without a metric of their own: OGB's choice for them (ogbn-proteins)
     if name == "rocauc" and graph.y.dim() == 1 and graph.num_classes != 2:
         raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
                         f"{graph.num_classes} classes (use acc, f1-micro or f1-macro)")

@@ -159,13 +159,18 @@ def _time(fn: Callable, csr: CSR, args: tuple, grad: bool, reps: int = 5) -> flo
             if leaves:
                 torch.autograd.grad(out, leaves, torch.ones_like(out))
 
-    for _ in range(2):
-        once()
+    return device_time(once, reps)
+
+
+def device_time(fn: Callable[[], object], reps: int = 5, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` between two CUDA events (host launch time included), after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        once()
+        fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
