@@ -9,6 +9,8 @@ with (seed, epoch, key) once per node.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -95,7 +97,9 @@ def hash_dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
     return apply_dropout(x, cell_bits(keys[:, None], cols[None, :]) < int(p * 2**31), p)
 
 
+@functools.cache
 def _fused_available() -> bool:
+    """Triton is installed (checked once)."""
     import importlib.util
 
     return importlib.util.find_spec("triton") is not None
