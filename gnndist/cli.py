@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import signal
@@ -26,11 +27,36 @@ from gnndist.config import (
 from gnndist.errors import UserError
 
 
-def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
-    """Cache directory of a partition, keyed by dataset + split + parts + method + objective + seed."""
+def partition_cache() -> Path:
+    """Folder of cached partitions: ``$GNNDIST_PARTITIONS``, else ``<data root>/partitions``.
+
+    The data root is :func:`gnndist.datasets.default_root` (``$GNNDIST_DATA``, else
+    ``~/.cache/gnndist``), never ``--root``: a dataset folder given with ``--root`` is only read.
+    """
     from gnndist.datasets import default_root
 
-    name = Path(dataset).name if os.sep in dataset or os.path.exists(dataset) else dataset
+    return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
+
+
+def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
+    """Cache directory of a partition: :func:`partition_cache` / key.
+
+    The key names the dataset, split, parts, method, objective, seed and every non-default
+    setting (balance, refinement, network, modelled model ``-h<hidden>x<layers>``). When the data
+    may not be the one the cache's own data root holds (a path, a ``--root`` other than the data
+    root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
+    data comes from, so that two datasets of one name never share a partition.
+    """
+    from gnndist.datasets import default_root
+
+    is_path = os.sep in dataset or os.path.exists(dataset)
+    name = Path(dataset).name if is_path else dataset
+    root = os.path.realpath(data.root or default_root())
+    sources = [os.path.realpath(dataset)] if is_path else []
+    if root != os.path.realpath(default_root()) or os.environ.get("GNNDIST_PARTITIONS"):
+        sources.append(root)
+    if sources:
+        name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
     obj = part.objective if part.method == "metis" else "none"
     key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
     if data.split_seed:
@@ -43,15 +69,24 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path
         key += "-norefine"
     if part.cost_network != "ib":
         key += f"-{part.cost_network}"
-    return Path(data.root or default_root()) / "partitions" / key
+    default = PartitionConfig()
+    if (part.model_hidden, part.model_layers) != (default.model_hidden, default.model_layers):
+        key += f"-h{part.model_hidden}x{part.model_layers}"
+    return partition_cache() / key
 
 
 def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
                    say=lambda msg: None) -> tuple[Path, dict]:
-    """Load ``dataset``, partition it and save it; returns the directory and the report (``say`` hears each stage)."""
-    from gnndist.datasets import load
-    from gnndist.partition import partition
+    """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
 
+    Returns the directory and the report; ``say`` hears each stage. The cost model times a model
+    of widths ``(F, part.model_hidden, ..., classes)`` with ``part.model_layers`` layers.
+    """
+    from gnndist.datasets import load
+    from gnndist.partition import model_widths_of, partition
+
+    target = Path(out) if out else partition_dir(dataset, part, dcfg)
+    _check_writable(target, cached=not out)
     say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
     if dcfg.random_splits:
@@ -59,12 +94,22 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
 
         add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
+    widths = model_widths_of(data, part.model_hidden, part.model_layers)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
-                  refine=part.refine, cost_network=part.cost_network)
-    target = Path(out) if out else partition_dir(dataset, part, dcfg)
+                  refine=part.refine, cost_network=part.cost_network, widths=widths)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report
+
+
+def _check_writable(target: Path, cached: bool) -> None:
+    """Refuse at once, before loading and partitioning, a ``target`` whose nearest existing folder is read-only."""
+    folder = target
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        hint = "; set $GNNDIST_PARTITIONS to a writable folder for the cache" if cached else ""
+        raise UserError(f"cannot write the partition to {target}: {folder} is read-only{hint}")
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -129,8 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if cfg.eval.splits == "random":  # the partition holds one random split per run
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
-    part = build_section(PartitionConfig, args)
-    part = dataclasses.replace(part, parts=world)
+    part = build_section(PartitionConfig, args)  # partitioned for the model trained: its hidden width and depth
+    part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
     make_strategy(cfg).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
     target = partition_dir(args.dataset, part, dcfg)
 
@@ -147,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"partition {target} did not appear within {cfg.dist.timeout:g}s (rank 0 failed?)")
             time.sleep(0.5)
     elif not ready():
-        make_partition(args.dataset, part, dcfg, str(target), say=lambda msg: stage(msg, cfg))
+        make_partition(args.dataset, part, dcfg, None, say=lambda msg: stage(msg, cfg))  # into the cache: target
     else:
         stage(f"using the cached partition {target}", cfg)
     return launch(str(target), cfg)
@@ -203,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
     add_section(sp, PartitionConfig)
     add_section(sp, DataConfig)
-    sp.add_argument("--out", default=None, help="output directory (default: ROOT/partitions/<key>)")
+    sp.add_argument("--out", default=None, help="output directory (default: the cache, $GNNDIST_PARTITIONS/KEY, "
+                                                "else DATA_ROOT/partitions/KEY: $GNNDIST_DATA, else ~/.cache/gnndist; "
+                                                "never under --root)")
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
 
@@ -219,9 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sr = sub.add_parser("run", help="partition (cached) and train: the main job")
     sr.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path; "
-                                    "partitioned into one part per rank, cached under ROOT/partitions")
+                                    "partitioned into one part per rank for the model trained, cached in "
+                                    "$GNNDIST_PARTITIONS, else in partitions/ of the data root ($GNNDIST_DATA, "
+                                    "else ~/.cache/gnndist; never under --root)")
     add_section(sr, DataConfig)
-    add_section(sr, PartitionConfig, skip=("parts",))
+    add_section(sr, PartitionConfig, skip=("parts", "model_hidden", "model_layers"))  # --hidden, --layers: the model's
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
 
@@ -242,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--network", default="ib", help="cost-model preset: nvlink, ib or ethernet (default: %(default)s)")
     sm.add_argument("--alpha", type=float, default=None, help="override the preset's seconds per message")
     sm.add_argument("--beta", type=float, default=None, help="override the preset's bytes per second")
-    add_section(sm, PartitionConfig, skip=("parts",))
+    add_section(sm, PartitionConfig, skip=("parts", "model_hidden", "model_layers"))  # its own --layers
     add_section(sm, DataConfig)
     sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)

@@ -27,7 +27,7 @@ def _need(cond: bool, msg: str) -> None:
 
 @dataclass
 class DataConfig:
-    root: str | None = opt(None, "dataset root (default $GNNDIST_DATA, else ~/.cache/gnndist)")
+    root: str | None = opt(None, "dataset root, only read (default $GNNDIST_DATA, else ~/.cache/gnndist)")
     format: str | None = opt(None, "input format of a DATASET path (default: detected)")
     split_seed: int = opt(0, "seed of the 20/30-per-class split of datasets that ship none")
     random_splits: int = opt(0, "store R seeded 20/30-per-class splits (seeds --split-seed ...) in the partition, "
@@ -49,11 +49,16 @@ class PartitionConfig:
     refine: bool = opt(True, "volume-balanced refinement after METIS: lowers the busiest rank's halo rows")
     cost_network: str = opt("ib", "cost-model preset of --balance auto and the report's modelled epoch time",
                             ("nvlink", "ib", "ethernet"), flag="--partition-network")
+    # the model the cost model times, widths (F, hidden, ..., hidden, classes); gnndist run takes the trained model's
+    model_hidden: int = opt(16, "hidden width of the model the partition is for (the cost model's)", flag="--hidden")
+    model_layers: int = opt(2, "layers of the model the partition is for (the cost model's)", flag="--layers")
 
     def __post_init__(self) -> None:
         from gnndist.partition.balance import parse_balance
 
         _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
+        _need(self.model_hidden >= 1, f"--hidden must be >= 1, got {self.model_hidden}")
+        _need(self.model_layers >= 1, f"--layers must be >= 1, got {self.model_layers}")
         parse_balance(self.balance)  # a one-line UserError naming --balance
 
     @property

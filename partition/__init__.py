@@ -14,14 +14,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from gnndist.partition.balance import (
+    HIDDEN,
     METIS_MAX_ENTRIES,
     PLAIN,
+    VOLUME_CONSTRAINTS,
+    Setting,
     auto_plan,
     model_widths,
     network,
     parse_balance,
     rank_loads,
     sampled_csr,
+    volume_weights,
 )
 from gnndist.partition.book import (
     GlobalCSR,
@@ -50,7 +54,7 @@ REFINE_MAX_CELLS = 1 << 28  # the refinement holds an [N, P] int32 table of neig
 __all__ = [
     "BALANCE", "FORMAT_VERSION", "GlobalCSR", "LocalPart", "METHODS", "Partition", "PartitionBook",
     "build_local_parts", "comm_volume", "csr_from_edge_index", "format_report", "load", "metis_assign",
-    "partition", "random_assign", "rank_loads", "read_meta", "read_part", "replications",
+    "model_widths_of", "partition", "random_assign", "rank_loads", "read_meta", "read_part", "replications",
 ]
 
 
@@ -124,6 +128,21 @@ class Partition:
         return write_partition(out, meta, parts)
 
 
+def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
+    """Widths ``(F, hidden, ..., hidden, classes)`` of a ``layers``-layer model on ``data`` (the cost model's).
+
+    Args:
+        data: a ``Data`` with ``x`` [N, F] and ``y`` [N] (classes: ``num_classes``, else ``max + 1``)
+            or [N, T] (``T`` binary tasks).
+        hidden: hidden width (default 16, the default model's).
+        layers: number of layers, ``>= 1`` (default 2).
+    """
+    y = data.y
+    classes = int(y.shape[1]) if y.dim() > 1 else int(getattr(data, "num_classes", None)
+                                                       or (int(y.max()) + 1 if y.numel() else 1))
+    return model_widths(int(data.x.shape[1]), classes, hidden, layers)
+
+
 def partition(
     data,
     parts: int,
@@ -151,7 +170,8 @@ def partition(
         progress: show a progress bar on a terminal.
         refine: run the volume-balanced refinement after METIS (:mod:`gnndist.partition.refine`).
         cost_network: cost-model preset of the modelled epoch time (``ib`` by default).
-        widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN).
+        widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN; another
+            model's: :func:`model_widths_of`).
     """
     if method not in METHODS:
         raise UserError(f"--method must be one of {list(METHODS)}, got {method!r}")
@@ -169,9 +189,7 @@ def partition(
     train = getattr(data, "train_mask", None)
     train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
     if widths is None:
-        y = data.y
-        classes = getattr(data, "num_classes", None) or (int(y.max()) + 1 if y.numel() else 1)
-        widths = model_widths(int(data.x.shape[1]), int(y.shape[1]) if y.dim() > 1 else int(classes))
+        widths = model_widths_of(data)
     extra: dict = {"cost_model": {"network": net.name, "widths": list(widths)}}
     if method == "metis":
         columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
@@ -214,6 +232,7 @@ def partition(
         "modelled_epoch_s": epoch_time(loads, widths, net),
         "halo_fraction": [float(h / o) if o else 0.0 for h, o in zip(n_halo, n_owned)],
         "nodes_per_part": n_owned.tolist(),
+        "peers_per_part": [ld.messages for ld in loads],  # ranks each exchanges halo rows with
         "imbalance": {
             "nodes": _imbalance(n_owned.astype(float)),
             "edges": _imbalance(nnz.astype(float)),
@@ -243,15 +262,31 @@ def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths,
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
+    metis_runs: dict[Setting, np.ndarray] = {}  # METIS's assignment per setting (a volume setting starts from one)
+
+    def run_metis(s: Setting) -> np.ndarray:
+        if s not in metis_runs:
+            base = Setting(*zip(*[(c, t) for c, t in zip(s.constraints, s.tolerances)
+                                  if c not in VOLUME_CONSTRAINTS])) if s.constraints else s
+            cols = dict(columns)
+            if base != s:  # send / recv: the halo rows of a partition balancing the rest
+                cols.update(volume_weights(csr, run_metis(base), parts))
+            names = [c for c in s.constraints if cols[c].any()]  # no halo at all: nothing to balance
+            bar.set_postfix_str(f"metis {s.label}")
+            weights = np.stack([cols[c] for c in names], axis=1) if names else None
+            tol = np.array([t for c, t in zip(s.constraints, s.tolerances) if c in names]) if names else None
+            metis_runs[s] = metis_assign(metis_graph.rowptr, metis_graph.col, parts, objective, seed, weights, tol)
+        return metis_runs[s]
+
     for s in settings:
-        bar.set_postfix_str(f"metis {s.label}")
-        weights = np.stack([columns[c] for c in s.constraints], axis=1) if s.constraints else None
-        tol = np.array(s.tolerances) if s.constraints else None
-        assign = metis_assign(metis_graph.rowptr, metis_graph.col, parts, objective, seed, weights, tol)
+        assign = run_metis(s)
         metis_time = time_of(rank_loads(csr, assign, parts))
         stats = None
-        if can_refine and s.constraints:
+        kept = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in VOLUME_CONSTRAINTS]
+        if can_refine and kept:  # refinement keeps the structural constraints; it balances the volume itself
             bar.set_postfix_str(f"refine {s.label}")
+            weights = np.stack([columns[c] for c, _ in kept], axis=1)
+            tol = np.array([t for _, t in kept])
             assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes)
         loads = rank_loads(csr, assign, parts)
         send = np.array([ld.expand_send for ld in loads], dtype=float)
@@ -296,6 +331,9 @@ def format_report(r: dict) -> str:
         cm = r["cost_model"]
         lines.append(f"  modelled epoch   {r['modelled_epoch_s'] * 1e3:.4g} ms (network {cm['network']}, "
                      f"GCN widths {'-'.join(map(str, cm['widths']))})")
+    if "peers_per_part" in r:
+        pp = r["peers_per_part"]
+        lines.append(f"  peers            max {max(pp)}, mean {sum(pp) / len(pp):.1f} (ranks each exchanges halo rows with)")
     if r.get("tolerances"):
         bal = ",".join(f"{c}:{t:g}" for c, t in r["tolerances"].items())
         auto = r.get("auto")
@@ -307,7 +345,11 @@ def format_report(r: dict) -> str:
         lines.append(f"  balance          {bal}{how}")
     if r.get("refine"):
         f = r["refine"]
-        lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} pass(es): max volume "
+        lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "
                      f"{f['max_volume_before']:,} -> {f['max_volume_after']:,}, total {f['comm_volume_before']:,} -> "
                      f"{f['comm_volume_after']:,}")
+        if f.get("peers", {}).get("groups"):
+            pr = f["peers"]
+            lines.append(f"  peer pruning     {pr['moved']:,} nodes in {pr['groups']} group(s): max peers "
+                         f"{pr['max_peers_before']} -> {pr['max_peers_after']}")
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """Balance settings and their choice by modelled epoch time (``--balance auto``, the default).
 
 A *setting* is what METIS balances and how tightly: constraints among ``nodes``, ``edges``
-(degree) and ``train`` (training flag), each with a tolerance (METIS ``ubvec``: the heaviest
-part may weigh ``tol`` times the mean). ``--balance`` takes one explicitly
+(degree), ``train`` (training flag), ``send`` and ``recv`` (halo rows, see
+:func:`volume_weights`), each with a tolerance (METIS ``ubvec``: the heaviest part may weigh
+``tol`` times the mean). ``--balance`` takes one explicitly
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
 ``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see
@@ -25,7 +26,9 @@ from gnndist.partition.book import GlobalCSR, unique_ids
 from gnndist.cost import NETWORKS, Network, RankLoad
 from gnndist.errors import UserError
 
-CONSTRAINTS = ("nodes", "edges", "train")
+CONSTRAINTS = ("nodes", "edges", "train", "send", "recv")
+VOLUME_CONSTRAINTS = ("send", "recv")  # weights read off a first partition (volume_weights)
+RECV_SCALE = 4  # the receive shares are fractions: METIS gets them x 4, rounded
 METIS_TOLERANCE = 1.03  # METIS's default ubvec entry for k-way
 HIDDEN = 16  # the default model's hidden width (gnndist.config.ModelConfig)
 DEFAULT_NETWORK = "ib"
@@ -50,13 +53,15 @@ class Setting:
 
 
 PLAIN = Setting(("nodes",), (METIS_TOLERANCE,))
-ALL3 = Setting(CONSTRAINTS, (METIS_TOLERANCE,) * 3)  # the default before --balance auto
+ALL3 = Setting(("nodes", "edges", "train"), (METIS_TOLERANCE,) * 3)  # the default before --balance auto
+VOLUME = Setting(("nodes", "send", "recv"), (METIS_TOLERANCE, 1.10, 1.10))  # volume-balanced METIS
 AUTO_SETTINGS = (
     PLAIN,
     Setting(("nodes",), (1.10,)),
     Setting(("nodes", "edges"), (1.05, 1.20)),
     Setting(("nodes", "edges"), (METIS_TOLERANCE, METIS_TOLERANCE)),
     ALL3,
+    VOLUME,
 )
 
 
@@ -75,7 +80,7 @@ def parse_balance(spec) -> Setting | None:
         if name == "auto":
             raise UserError("--balance auto cannot be combined with constraints; give auto alone")
         if name not in CONSTRAINTS:
-            raise UserError(f"--balance: unknown constraint {name!r}; choose from nodes, edges, train "
+            raise UserError(f"--balance: unknown constraint {name!r}; choose from nodes, edges, train, send, recv "
                             "(each optionally :TOLERANCE, e.g. edges:1.2), or auto")
         if name in names:
             raise UserError(f"--balance: {name} is given twice")
@@ -87,6 +92,9 @@ def parse_balance(spec) -> Setting | None:
             raise UserError(f"--balance: the tolerance of {name} must be a number in (1, 100), got {tol!r}")
         names.append(name)
         tols.append(value)
+    if names and all(c in VOLUME_CONSTRAINTS for c in names):
+        raise UserError("--balance: send and recv balance the volume of a first partition that balances "
+                        "something else; add nodes (e.g. nodes,send:1.1,recv:1.1)")
     return Setting(tuple(names), tuple(tols))
 
 
@@ -155,3 +163,30 @@ def sampled_csr(csr: GlobalCSR, max_entries: int, seed: int) -> GlobalCSR:
     rowptr = np.zeros(csr.num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows[keep], minlength=csr.num_nodes), out=rowptr[1:])
     return GlobalCSR(rowptr, csr.col[keep])
+
+
+def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, np.ndarray]:
+    """Per-node weights whose part sums are the 1D halo exchange's send and receive rows of ``assign``.
+
+    ``send[v]``: the other parts ``v`` has a neighbour in (its row is sent to each), so a part's
+    sum is exactly its send volume. ``recv[v]``: for each neighbour ``u`` of ``v`` in another
+    part, ``1 / (neighbours u has in v's part)``, so a part's sum is exactly the rows it
+    receives; x :data:`RECV_SCALE`, rounded. A second METIS run balancing these alongside the
+    nodes spreads the halo traffic evenly over the ranks (the weights move with the nodes, so
+    they hold approximately for the new partition: the volume-balancing of ``--balance
+    nodes,send,recv``).
+
+    Shapes:
+        assign ``[N]`` -> ``{"send": [N], "recv": [N]}`` int64
+    """
+    from gnndist.partition.refine import neighbour_part_counts
+
+    n = csr.num_nodes
+    cnt = neighbour_part_counts(csr, assign, parts)
+    send = (np.count_nonzero(cnt, axis=1) - (cnt[np.arange(n), assign] > 0)).astype(np.int64)
+    rows = csr.rows()
+    cut = assign[rows] != assign[csr.col]
+    v, u = rows[cut], csr.col[cut]
+    del rows, cut
+    share = np.bincount(v, weights=1.0 / cnt[u, assign[v]], minlength=n)
+    return {"send": send, "recv": np.rint(RECV_SCALE * share).astype(np.int64)}

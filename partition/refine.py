@@ -25,6 +25,14 @@ One pass, all numpy, ``O(N P + boundary entries)``:
    with half the moves) unless ``M`` did not grow, the modelled epoch time did not grow and
    ``(M, total volume)`` fell.
 
+Then the *peer pruning* (:func:`prune_peers`): a rank pays a latency per peer, and at large P
+with narrow layers the peers, not the rows, set its time. Two parts stay peers while one edge
+joins them; where few nodes tie them, those nodes move (as a group, one node at a time with
+exact bookkeeping, :class:`_Book`) to a third part that exchanges with their neighbours'
+parts already. A group is kept when the modelled time falls (or holds while the ranks' times
+fall leximax, slowest first), the tolerances hold, the maximum volume does not grow and the
+total volume stays within :data:`VOLUME_GROWTH` of where the pruning began.
+
 So, by construction, refinement never breaks a balance tolerance that held before, never
 raises the maximum per-rank volume and never raises the modelled epoch time.
 """
@@ -40,7 +48,8 @@ from gnndist.partition.book import GlobalCSR
 from gnndist.cost import Network, RankLoad, rank_layer_times
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
-CHUNK = 1 << 22  # adjacency entries processed at once (bounds the temporary arrays)
+CHUNK = 1 << 22
+VOLUME_GROWTH = 1.1  # peer pruning may raise the total volume by at most this factor  # adjacency entries processed at once (bounds the temporary arrays)
 
 
 def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.ndarray:
@@ -107,6 +116,7 @@ def refine(
     epoch_time: Callable[[list[RankLoad]], float],
     passes: int = 8,
     theta: float = 0.8,
+    prune: bool = True,
 ) -> tuple[np.ndarray, dict]:
     """Lower the maximum per-rank send/receive volume of ``assign`` (see the module docstring).
 
@@ -121,9 +131,11 @@ def refine(
         epoch_time: modelled epoch seconds of a list of loads; a pass that raises it is undone.
         passes: maximum number of passes (each ``O(N P + boundary entries)``).
         theta: parts whose send or receive volume is at least ``theta * M`` are critical.
+        prune: then drop peers of the slowest ranks (:func:`prune_peers`).
 
     Returns:
-        the refined assignment ``[N]`` and statistics (passes, moved nodes, volumes before/after).
+        the refined assignment ``[N]`` and statistics (volume passes and the nodes they moved, volumes and
+        modelled times before/after, ``peers``: the peer pruning's).
     """
     t0 = time.perf_counter()
     assign = assign.copy()
@@ -172,6 +184,12 @@ def refine(
             break
         stats["passes"] += 1
 
+    if prune:
+        book = _Book(csr, assign, cnt, weights)
+        stats["peers"] = prune_peers(book, unit, cap)
+        if stats["peers"]["groups"]:
+            loads = loads_from_counts(cnt, assign, degree)
+            t_now = epoch_time(loads)
     send = np.array([ld.expand_send for ld in loads])
     recv = np.array([ld.expand_recv for ld in loads])
     stats.update(max_volume_after=int(max(send.max(), recv.max())), comm_volume_after=int(send.sum()),
@@ -314,3 +332,167 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     if stop == 0:
         return None
     return cand[idx[:stop]], b[idx[:stop]]
+
+
+class _Book:
+    """Exact incremental bookkeeping of a partition for moves of single nodes: the neighbour counts
+    ``cnt [N, P]``, the rows every part sends every other ``pair [P, P]``, owned rows, nonzeros and
+    balance weights per part. A move and its reverse restore every count exactly."""
+
+    def __init__(self, csr: GlobalCSR, assign: np.ndarray, cnt: np.ndarray, weights: np.ndarray):
+        n, parts = cnt.shape
+        self.csr, self.assign, self.cnt, self.weights = csr, assign, cnt, weights
+        self.degree = csr.degree()
+        has = cnt > 0
+        has[np.arange(n), assign] = False
+        self.pair = np.bincount((assign[:, None] * parts + np.arange(parts)).ravel(), weights=has.ravel(),
+                                minlength=parts * parts).reshape(parts, parts).astype(np.int64)
+        self.rows = np.bincount(assign, minlength=parts).astype(np.int64)
+        self.nnz = np.bincount(assign, weights=self.degree, minlength=parts).astype(np.int64)
+        self.wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T],
+                              axis=1).astype(np.int64)  # [P, ncon]
+
+    def move(self, v: int, t: int) -> None:
+        """Move node ``v`` to part ``t``."""
+        a = int(self.assign[v])
+        if a == t:
+            return
+        cnt, pair = self.cnt, self.pair
+        # v's own row: part a stops sending it, part t starts, each to the parts holding v's neighbours
+        nz = np.flatnonzero(cnt[v])
+        pair[a, nz[nz != a]] -= 1
+        pair[t, nz[nz != t]] += 1
+        # each neighbour u (in part c): a may stop needing u, t may start
+        nb = self.csr.col[self.csr.rowptr[v] : self.csr.rowptr[v + 1]]
+        pn = self.assign[nb]
+        lost = (cnt[nb, a] == 1) & (pn != a)
+        gain = (cnt[nb, t] == 0) & (pn != t)
+        np.add.at(pair[:, a], pn[lost], -1)
+        np.add.at(pair[:, t], pn[gain], 1)
+        cnt[nb, a] -= 1
+        cnt[nb, t] += 1
+        self.rows[a] -= 1
+        self.rows[t] += 1
+        self.nnz[a] -= self.degree[v]
+        self.nnz[t] += self.degree[v]
+        self.wpart[a] -= self.weights[v]
+        self.wpart[t] += self.weights[v]
+        self.assign[v] = t
+
+    def peers(self) -> np.ndarray:
+        """``[P, P]`` bool: the parts every part exchanges rows with (the graph is symmetric)."""
+        return (self.pair > 0) | (self.pair.T > 0)
+
+    def layer_times(self, unit: np.ndarray) -> np.ndarray:
+        """``[layers, P]`` modelled seconds of every rank in every layer (:func:`_unit_costs`)."""
+        vol = np.maximum(self.pair.sum(1), self.pair.sum(0))
+        msgs = np.maximum(np.count_nonzero(self.pair, axis=1), np.count_nonzero(self.pair, axis=0))
+        return (unit[:, 4:5] + unit[:, 0:1] * self.rows + unit[:, 1:2] * self.nnz + unit[:, 2:3] * vol
+                + unit[:, 3:4] * msgs)
+
+    def max_volume(self) -> int:
+        return int(max(self.pair.sum(1).max(), self.pair.sum(0).max()))
+
+
+def _key(times: np.ndarray) -> tuple[float, np.ndarray]:
+    """What the peer pruning lowers: the modelled layer time summed over layers (the epoch, less its constant
+    all-reduce), then the ranks' own summed times from the slowest down (leximax)."""
+    return float(times.max(axis=1).sum()), np.sort(times.sum(axis=0))[::-1]
+
+
+def _better(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> bool:
+    eps = 1e-12 * max(old[0], 1e-300)
+    if new[0] > old[0] + eps:
+        return False
+    diff = new[1] - old[1]
+    first = np.flatnonzero(np.abs(diff) > eps)
+    return bool(new[0] < old[0] - eps or (len(first) and diff[first[0]] < 0))
+
+
+def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int = 32,
+                max_tries: int = 4096) -> dict:
+    """Drop peers of the slowest ranks by moving the few nodes that tie two parts together.
+
+    Per exchange a rank pays ``alpha`` per peer, and at large P with narrow layers the peers, not
+    the rows, set a rank's time (``docs/partitioning.md``). Two parts ``a`` and ``c`` are peers
+    while one edge joins them; when only a few nodes of ``a`` (or of ``c``) have neighbours on the
+    other side, moving those nodes to a third part that already exchanges with the parts of their
+    neighbours removes the pair and adds none. Ranks are visited slowest first, their weakest
+    pairs first (fewest such nodes, at most ``max_group``); a group of moves is kept when it lowers
+    the modelled epoch time, or keeps it and lowers the ranks' times leximax (slowest first), keeps
+    every balance weight under ``cap`` and does not raise the maximum per-rank volume; otherwise
+    it is undone exactly.
+
+    Returns statistics: ``groups`` kept, nodes ``moved``, ``tries``, max peers before and after.
+    """
+    parts = book.pair.shape[0]
+    times = book.layer_times(unit)
+    key = _key(times)
+    stats = {"groups": 0, "moved": 0, "tries": 0,
+             "max_peers_before": int(book.peers().sum(1).max())}
+    m_vol = book.max_volume()
+    v_cap = int(VOLUME_GROWTH * book.pair.sum())
+    done: set = set()  # (part, peer, side) tries that failed since their parts last changed
+    progress = True
+    while progress and stats["tries"] < max_tries:
+        progress = False
+        order = np.argsort(-times.sum(axis=0), kind="stable")
+        for a in order[: max(4, parts // 4)]:
+            peers = book.peers()
+            cands = []
+            for c in np.flatnonzero(peers[a]):
+                for side, other in ((a, c), (c, a)):
+                    size = int(book.pair[side, other])
+                    if 0 < size <= max_group and (a, c, side) not in done:
+                        cands.append((size, int(c), int(side), int(other)))
+            for size, c, side, other in sorted(cands):
+                if stats["tries"] >= max_tries:
+                    break
+                stats["tries"] += 1
+                nodes = np.flatnonzero((book.assign == side) & (book.cnt[:, other] > 0))
+                moves = []
+                for v in nodes:
+                    t = _target(book, int(v), side, other)
+                    if t is None:
+                        break
+                    book.move(int(v), t)
+                    moves.append((int(v), side))
+                new_times = book.layer_times(unit)
+                ok = (len(moves) == len(nodes) and (book.wpart <= cap).all() and book.max_volume() <= m_vol
+                      and book.pair.sum() <= v_cap and _better(_key(new_times), key))
+                if ok:
+                    touched = set(np.flatnonzero((new_times != times).any(axis=0)).tolist())
+                    done = {d for d in done if not touched.intersection(d)}  # tries whose parts changed: again
+                    times, key = new_times, _key(new_times)
+                    stats["groups"] += 1
+                    stats["moved"] += len(moves)
+                    progress = True
+                    break
+                for v, s in reversed(moves):
+                    book.move(v, s)
+                done.add((int(a), c, side))
+            if progress:
+                break
+    stats["max_peers_after"] = int(book.peers().sum(1).max())
+    return stats
+
+
+def _target(book: _Book, v: int, side: int, other: int) -> int | None:
+    """Where node ``v`` of part ``side`` goes so that it no longer ties ``side`` to ``other``: a third part
+    (or ``other`` itself when ``v`` has no neighbour left in ``side``), the one adding fewest new peers,
+    then holding most of ``v``'s neighbours; None when there is no such part."""
+    parts = book.pair.shape[0]
+    cv = book.cnt[v]
+    allowed = np.ones(parts, dtype=bool)
+    allowed[side] = False
+    if cv[side] > 0:
+        allowed[other] = False
+    if not allowed.any():
+        return None
+    peers = book.peers()
+    needs = cv > 0  # parts v exchanges with, wherever it goes
+    new_peers = (needs[None, :] & ~peers & ~np.eye(parts, dtype=bool)).sum(1)  # [P] if v moved to each part
+    score = new_peers.astype(np.int64) * (1 << 40) - cv  # fewest new peers, then most neighbours
+    score[~allowed] = np.iinfo(np.int64).max
+    t = int(np.argmin(score))
+    return t if allowed[t] and new_peers[t] == 0 else None

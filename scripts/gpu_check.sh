@@ -65,7 +65,7 @@ for s in $STEPS; do case $s in
         | tail -25 | tee "$LOG/suite.txt"; [ "${PIPESTATUS[0]}" = 0 ] || fail "test suite" ;;
 3)  step "3. gnndist run cora: --nproc 1 and --nproc 2 on $("$PY" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
     for n in 1 2; do
-        timeout 150 "$PY" -m gnndist.cli run cora --nproc "$n" --epochs 50 --json --root /tmp/gnndist-cora \
+        GNNDIST_DATA=/tmp/gnndist-cora timeout 150 "$PY" -m gnndist.cli run cora --nproc "$n" --epochs 50 --json \
             >"$LOG/cora_p$n.out" 2>"$LOG/cora_p$n.err" || fail "cora --nproc $n"
         tail -4 "$LOG/cora_p$n.err"; tail -1 "$LOG/cora_p$n.out" >"$LOG/cora_p$n.json"
     done

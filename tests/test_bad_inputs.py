@@ -189,6 +189,8 @@ CASES = {
 def test_bad_input_is_one_line_and_exit_2(case, part1, part2, tmp_path, capsys, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "data"))  # the partition cache of `run` cases
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
     argv, words = CASES[case](work, part1, part2, monkeypatch)
     capsys.readouterr()
     before = {p for p in work.rglob("*") if p.is_file()}

@@ -183,7 +183,9 @@ def test_patience_stops_on_the_validation_metric(part1, capsys):
     assert s["epochs_run"] == s["best_epoch"] + 4 < 200  # 3 epochs without a better val accuracy, then stop
 
 
-def test_splits_all_and_random_through_run(tmp_path, capsys):
+def test_splits_all_and_random_through_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))  # the partition cache
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
     path, _ = _hetero_npz(tmp_path / "minesweeper.npz")
     common = ["--root", str(tmp_path / "root"), "--epochs", "3", "--no-progress", "--json"]
     assert main(["run", str(path), "--splits", "all"] + common) == 0
@@ -196,7 +198,13 @@ def test_splits_all_and_random_through_run(tmp_path, capsys):
     from gnndist.datasets.split import per_class_split
     from gnndist.partition import load as load_part
 
-    arrays, meta = load_part(tmp_path / "root" / "partitions" / "synthetic-200-p1-metis-vol-s0-split4-rsplits2", 0)
+    from gnndist.cli import partition_dir
+    from gnndist.config import DataConfig, PartitionConfig
+
+    target = partition_dir("synthetic-200", PartitionConfig(),
+                           DataConfig(root=str(tmp_path / "root"), split_seed=4, random_splits=2))
+    assert target.parent == tmp_path / "cache" / "partitions" and not (tmp_path / "root").exists()
+    arrays, meta = load_part(target, 0)
     data, owned = load("synthetic-200", seed=4), arrays["orig_id"][: len(arrays["train_mask"])]
     for r in range(2):  # random split r is the seeded split of --split-seed + r
         assert np.array_equal(arrays["train_masks"][:, r], per_class_split(data.y, data.num_classes, seed=4 + r)[0][owned])

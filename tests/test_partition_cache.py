@@ -1,0 +1,90 @@
+"""The partition cache: where it lies (never in a ``--root`` dataset folder), and keys that tell
+datasets of one name and partitions for different models apart."""
+
+import json
+import os
+import shutil
+
+import pytest
+from gnndist.datasets.planetoid import bundled_dir
+from gnndist.partition import read_meta
+
+from gnndist.cli import main, make_partition, partition_cache, partition_dir
+from gnndist.config import DataConfig, PartitionConfig
+
+CORA_F, CORA_CLASSES = 1433, 7
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    """``$GNNDIST_DATA`` = a fresh folder (the data root, whose partitions/ is the cache)."""
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "gnndist"))
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
+    return tmp_path / "gnndist" / "partitions"
+
+
+def _files(folder):
+    return {(p.relative_to(folder), p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def test_cache_is_in_the_data_root_and_nothing_is_written_under_root(tmp_path, cache, capsys):
+    root = tmp_path / "shared"  # someone else's folder of data, holding cora/ind.cora.*
+    shutil.copytree(bundled_dir("cora"), root / "cora")
+    before = _files(root)
+    assert main(["partition", "cora", "--root", str(root), "--parts", "2", "--balance", "nodes", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["dir"]
+    expected = partition_dir("cora", PartitionConfig(parts=2, balance="nodes"), DataConfig(root=str(root)))
+    assert out == str(expected) and expected.parent == cache == partition_cache()
+    assert expected.name.startswith("cora-") and expected.name.endswith("-p2-metis-vol-s0-bnodes")
+    assert read_meta(expected)["parts"] == 2
+    assert _files(root) == before
+
+
+def test_keys_tell_roots_and_paths_apart(tmp_path, cache, monkeypatch):
+    key = lambda dataset, root=None: partition_dir(dataset, PartitionConfig(parts=2), DataConfig(root=root)).name  # noqa: E731
+    assert key("cora") == key("cora", str(cache.parent)) == "cora-p2-metis-vol-s0"  # the data root: no hash
+    a, b = key("cora", str(tmp_path / "a")), key("cora", str(tmp_path / "b"))
+    assert a != b and a.startswith("cora-") and a.endswith("-p2-metis-vol-s0")
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "g.pt").touch()
+    assert key(str(tmp_path / "a" / "g.pt")) != key(str(tmp_path / "b" / "g.pt"))
+    monkeypatch.setenv("GNNDIST_PARTITIONS", str(tmp_path / "parts"))  # a cache shared by several data roots
+    assert partition_cache() == tmp_path / "parts"
+    assert partition_dir("cora", PartitionConfig(), DataConfig()).parent == tmp_path / "parts"
+    assert key("cora") != "cora-p2-metis-vol-s0"
+
+
+def test_a_read_only_cache_fails_before_loading(cache, monkeypatch, capsys):
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert main(["partition", "cora", "--parts", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "read-only" in err[0] and "GNNDIST_PARTITIONS" in err[0], err
+
+
+def test_make_partition_models_the_given_model(tmp_path):
+    part = PartitionConfig(parts=2, balance="nodes", model_hidden=64, model_layers=3)
+    _, report = make_partition("cora", part, DataConfig(), str(tmp_path / "p"))
+    assert report["cost_model"]["widths"] == [CORA_F, 64, 64, CORA_CLASSES]
+    default = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
+    assert default == "cora-p2-metis-vol-s0"
+    assert partition_dir("cora", part, DataConfig()).name == "cora-p2-metis-vol-s0-bnodes-h64x3"
+    assert partition_dir("cora", PartitionConfig(parts=2, model_hidden=64), DataConfig()).name != default
+
+
+def test_partition_flags_and_run_pass_the_model(cache, capsys):
+    assert main(["partition", "cora", "--parts", "2", "--balance", "nodes", "--hidden", "32", "--layers", "1",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["cost_model"]["widths"] == [CORA_F, CORA_CLASSES]
+    assert report["dir"] == str(cache / "cora-p2-metis-vol-s0-bnodes-h32x1")
+    assert main(["run", "synthetic-200", "--balance", "nodes", "--hidden", "8", "--layers", "3", "--epochs", "1",
+                 "--no-progress", "--json"]) == 0
+    meta = read_meta(cache / "synthetic-200-p1-metis-vol-s0-bnodes-h8x3")
+    assert meta["report"]["cost_model"]["widths"] == [meta["F"], 8, 8, meta["classes"]]
+
+
+def test_bad_model_flags_name_the_flag(cache, capsys):
+    for flags, words in ((["--hidden", "0"], "--hidden must be >= 1"), (["--layers", "0"], "--layers must be >= 1")):
+        assert main(["partition", "cora", "--parts", "2"] + flags) == 2
+        assert words in capsys.readouterr().err
