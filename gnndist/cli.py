@@ -144,7 +144,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     dataset = _dataset_of(args.partdir, read_meta)
     cfg = train_config_from_args(args, dataset)
     _say_recipe(dataset, cfg)
+    _say_modelled_widths(args.partdir, cfg, read_meta)
     return launch(str(args.partdir), cfg)
+
+
+def _say_modelled_widths(partdir, cfg, read_meta) -> None:
+    """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
+    from gnndist.launch import stage
+    from gnndist.partition.balance import model_widths
+
+    try:
+        meta = read_meta(partdir)
+        modelled = meta["report"]["cost_model"]["widths"]
+    except (UserError, KeyError, TypeError):
+        return  # launch reports a bad directory; a partition from before the cost model has no widths
+    trained = list(model_widths(modelled[0], modelled[-1], cfg.model.hidden, cfg.model.layers))
+    if modelled != trained and meta.get("method") == "metis":  # same data: the hidden widths and depth differ
+        stage(f"note: this partition was chosen for a model of widths {'-'.join(map(str, modelled))}, training "
+              f"{'-'.join(map(str, trained))}; results are the same, the balance may not be the fastest "
+              f"(gnndist partition --hidden {cfg.model.hidden} --layers {cfg.model.layers} chooses for this one)", cfg)
 
 
 def _say_recipe(dataset: str | None, cfg) -> None:
