@@ -433,8 +433,8 @@ def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int =
     m_vol = book.max_volume()
     v_cap = int(VOLUME_GROWTH * book.pair.sum())
     done: set = set()  # (part, peer, side) tries that failed since their parts last changed
-    progress = True
-    while progress and stats["tries"] < max_tries:
+    fresh = True  # done was just emptied: a sweep without a kept group then ends the pruning
+    while stats["tries"] < max_tries:
         progress = False
         order = np.argsort(-times.sum(axis=0), kind="stable")
         for a in order[: max(4, parts // 4)]:
@@ -473,6 +473,11 @@ def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int =
                 done.add((int(a), c, side))
             if progress:
                 break
+        if not progress and fresh:
+            break
+        if not progress:  # tries remembered as failed may pass now that other parts changed: all once more
+            done.clear()
+        fresh = not progress
     stats["max_peers_after"] = int(book.peers().sum(1).max())
     return stats
 
