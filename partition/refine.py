@@ -1,4 +1,4 @@
-"""Volume-balanced refinement: boundary moves after METIS that lower the busiest rank's halo traffic.
+"""Refinement after METIS: boundary moves that lower the slowest ranks' modelled time and halo traffic.
 
 METIS minimises the *total* communication volume (or the edge cut); a rank's time depends on
 *its own* rows sent and received, ``max(send_k, recv_k)`` per exchange (:func:`gnndist.cost.spmm_time`),
@@ -16,14 +16,18 @@ One pass, all numpy, ``O(N P + boundary entries)``:
    neighbour ``u`` in part ``c`` (``a`` stops needing ``u`` when ``v`` was its last neighbour
    there; ``b`` starts needing ``u`` when ``v`` is its first).
    Nodes next to a critical part (send or receive at least ``theta * M``) also get a move into it.
-3. A move is kept when it lowers the summed volume of the critical parts, or keeps it and lowers
-   the total volume, and alone would push no part above ``M``. Best first, one move per node,
-   no two moved nodes adjacent (their effects then nearly add up).
+3. A move is kept when it lowers the modelled time of the *time-critical* ranks (per layer, those
+   within ``(1 - theta)`` of the spread below the slowest: their halo, row and nonzero terms of
+   :func:`gnndist.cost.rank_layer_times`), or leaves it and lowers the summed volume of the
+   volume-critical parts, or leaves both and lowers the total volume; and alone would push no part
+   above ``M``. Best first (in that order), one move per node, no two moved nodes adjacent (their
+   effects then nearly add up).
 4. The longest prefix of those moves that keeps every balance constraint under its tolerance,
    no volume above ``M`` and no rank's modelled layer time above the slowest rank's.
 5. The moves are applied and every count recomputed exactly; the pass is undone (and retried
    with half the moves) unless ``M`` did not grow, the modelled epoch time did not grow and
-   ``(M, total volume)`` fell.
+   the ranks' modelled times fell (:func:`_key`: the epoch, then leximax: the sorted per-rank
+   times, slowest first), or stayed and ``(M, total volume)`` fell. One strict order: no cycles.
 
 Then the *peer pruning* (:func:`prune_peers`): a rank pays a latency per peer, and at large P
 with narrow layers the peers, not the rows, set its time. Two parts stay peers while one edge
@@ -170,7 +174,9 @@ def refine(
             m_new = max(max(ld.expand_send, ld.expand_recv) for ld in new)
             v_old, v_new = sum(ld.expand_send for ld in loads), sum(ld.expand_send for ld in new)
             t_new = epoch_time(new)
-            if m_new <= m_old and t_new <= t_now * (1 + 1e-12) and (m_new, v_new) < (m_old, v_old):
+            order = _compare(_key(_load_times(new, unit)), _key(_load_times(loads, unit)))
+            if m_new <= m_old and t_new <= t_now * (1 + 1e-12) and (
+                    order < 0 or (order == 0 and (m_new, v_new) < (m_old, v_old))):
                 for j in range(weights.shape[1]):
                     wpart[:, j] += np.bincount(targets, weights=weights[nodes, j], minlength=parts).astype(np.int64)
                     wpart[:, j] -= np.bincount(sources, weights=weights[nodes, j], minlength=parts).astype(np.int64)
@@ -291,15 +297,27 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     d_send = d_send.reshape(k, parts)
     d_recv = d_recv.reshape(k, parts)
 
+    # first the modelled time of the time-critical ranks (per layer, within (1 - theta) of the spread below
+    # the slowest): their halo, row and nonzero terms; peers are left to the exact check and the pruning
+    times = _load_times(loads, unit)  # [layers, P]
+    hi, lo = times.max(1, keepdims=True), times.min(1, keepdims=True)
+    crit_t = times >= hi - (1 - theta) * (hi - lo)
+    w_halo, w_row, w_nnz = ((unit[:, j : j + 1] * crit_t).sum(0) for j in (2, 0, 1))  # [P] each
+    halo = np.maximum(send + d_send, recv + d_recv) - np.maximum(send, recv)  # [K, P]
+    dt = halo @ w_halo + (w_row[b] - w_row[a]) + degree[cand] * (w_nnz[b] - w_nnz[a])  # [K]
+    del halo
+    eps = 1e-12 * float(hi.sum())
+    dt[np.abs(dt) <= eps] = 0.0
+    # then the volume of the volume-critical parts, then the total volume
     crit = (d_send[:, crit_s].sum(1) + d_recv[:, crit_r].sum(1))  # [K]
     vol = d_send.sum(1)
-    ok = (crit < 0) | ((crit == 0) & (vol < 0))
+    ok = (dt < 0) | ((dt == 0) & ((crit < 0) | ((crit == 0) & (vol < 0))))
     ok &= ((send + d_send) <= m0).all(1) & ((recv + d_recv) <= m0).all(1)
     ok &= (wpart[b] + weights[cand] <= cap[b]).all(1)
     idx = np.flatnonzero(ok)
     if len(idx) == 0:
         return None
-    idx = idx[np.argsort(crit[idx] * (4 * int(m0) + 4 * n) + vol[idx], kind="stable")]  # best first
+    idx = idx[np.lexsort((vol[idx], crit[idx], dt[idx]))]  # best first
     _, first = np.unique(cand[idx], return_index=True)  # one move per node: its best
     idx = idx[np.sort(first)]
 
@@ -394,19 +412,30 @@ class _Book:
         return int(max(self.pair.sum(1).max(), self.pair.sum(0).max()))
 
 
+def _load_times(loads: list[RankLoad], unit: np.ndarray) -> np.ndarray:
+    """``[layers, P]`` modelled seconds of every rank in every layer (:func:`_unit_costs`), from its loads."""
+    a = np.array([[ld.rows, ld.nnz, max(ld.expand_send, ld.expand_recv), ld.messages] for ld in loads], dtype=float)
+    return unit[:, 4:5] + unit[:, :4] @ a.T
+
+
 def _key(times: np.ndarray) -> tuple[float, np.ndarray]:
     """What the peer pruning lowers: the modelled layer time summed over layers (the epoch, less its constant
     all-reduce), then the ranks' own summed times from the slowest down (leximax)."""
     return float(times.max(axis=1).sum()), np.sort(times.sum(axis=0))[::-1]
 
 
-def _better(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> bool:
+def _compare(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> int:
+    """-1 when ``new`` is better (:func:`_key`, to a relative 1e-12), 0 when equal, 1 when worse."""
     eps = 1e-12 * max(old[0], 1e-300)
-    if new[0] > old[0] + eps:
-        return False
+    if abs(new[0] - old[0]) > eps:
+        return -1 if new[0] < old[0] else 1
     diff = new[1] - old[1]
     first = np.flatnonzero(np.abs(diff) > eps)
-    return bool(new[0] < old[0] - eps or (len(first) and diff[first[0]] < 0))
+    return 0 if not len(first) else (-1 if diff[first[0]] < 0 else 1)
+
+
+def _better(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> bool:
+    return _compare(new, old) < 0
 
 
 def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int = 32,
