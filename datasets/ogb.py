@@ -4,11 +4,18 @@ and `write_ogb`, which saves any `Data` in OGB's raw layout so that path is test
 ``ogbn-proteins`` has no node features and 112 binary tasks: ``x`` is the mean of the
 8-dim features of a node's edges (as in OGB's examples), ``y`` is int64 ``[N, 112]``
 with ``data.multilabel = True`` and ``num_classes = 112``.
+
+OGB converts the raw files once into ``<folder>/processed/``. A folder of data that is not
+ours (outside the data root: a ``--root`` or a path elsewhere, e.g. a shared read-only
+dataset folder) is never written to: OGB then processes into a shadow folder
+``<data root>/ogb/<hash>/<name>`` whose entries link to the original's (see
+:func:`_processing_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -99,6 +106,36 @@ def _from_ogb(ds, name: str, split_name: str) -> Data:
     return data
 
 
+PROCESSED = osp.join("processed", "geometric_data_processed.pt")  # what PygNodePropPredDataset writes
+
+
+def _processing_folder(folder: str) -> str:
+    """The folder OGB may write ``processed/`` into for the dataset in ``folder``.
+
+    ``folder`` itself when it holds the processed file already (OGB only reads it then) or lies
+    in the data root (:func:`gnndist.datasets.default_root`); otherwise a shadow
+    ``<data root>/ogb/<hash of folder's path>/<folder's name>`` whose entries are links to
+    ``folder``'s (all but ``processed``), made once.
+    """
+    from .registry import default_root
+
+    real = osp.realpath(folder)
+    data_root = osp.realpath(default_root())
+    if osp.isfile(osp.join(real, PROCESSED)) or real == data_root or real.startswith(data_root + os.sep):
+        return folder
+    shadow = osp.join(data_root, "ogb", hashlib.sha256(real.encode()).hexdigest()[:8], osp.basename(real))
+    try:
+        os.makedirs(shadow, exist_ok=True)
+        for entry in sorted(os.listdir(real)):
+            link = osp.join(shadow, entry)
+            if entry != "processed" and not osp.lexists(link):
+                os.symlink(osp.join(real, entry), link)
+    except OSError as e:
+        raise UserError(f"{folder}: cannot prepare OGB's processed copy in {shadow} ({e.strerror}); "
+                        "set $GNNDIST_DATA to a writable folder") from e
+    return shadow
+
+
 def _open_dataset(name: str, root: str, meta_dict: dict | None):
     """`PygNodePropPredDataset`, with its chatter on stdout silenced and errors as UserError."""
     from ogb.nodeproppred import PygNodePropPredDataset
@@ -131,7 +168,7 @@ def load_ogb(name: str, root: str, seed: int = 0) -> Data:
             f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "
             f"{meta['download_name']} to {dir_name})"
         )
-    ds = _open_dataset(name, root, None)
+    ds = _open_dataset(name, osp.dirname(_processing_folder(folder)), None)
     with pyg_safe_globals():
         return _from_ogb(ds, name, meta["split"])
 
@@ -167,6 +204,7 @@ def read_ogb_folder(path: str, name: str, seed: int = 0) -> Data:
     missing = _raw_complete(path, meta)
     if missing:
         raise UserError(f"{path}: OGB folder lacks {', '.join(missing)}")
+    meta["dir_path"] = _processing_folder(path)
     ds = _open_dataset(ogb_name, "", meta)
     with pyg_safe_globals():
         return _from_ogb(ds, ogb_name, meta["split"])

@@ -471,3 +471,30 @@ def test_social_formats():
     labelled = int((fb.y >= 0).sum())
     assert labelled == 8135 + 8687 and sum(split_sizes(fb)) == labelled
     assert_clean(fb)
+
+
+def test_ogb_never_writes_into_a_folder_outside_the_data_root(tmp_path, monkeypatch):
+    """A shared dataset folder (here read through --root and as a path) stays as it was: OGB's processed/
+    goes to a shadow in the data root, made once and reused."""
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "ours"))
+    shared = tmp_path / "shared"
+    data = synthetic(600, avg_degree=6, num_features=4, seed=5)
+    folder = write_ogb(data, str(shared), "ogbn-arxiv")
+    with gzip.open(os.path.join(folder, "raw", "node_year.csv.gz"), "wt") as f:
+        np.savetxt(f, np.zeros((600, 1), dtype=np.int64), fmt="%d")
+    custom = write_ogb(data, str(shared), "ogbn-mine")
+
+    def snapshot():
+        return {(p.relative_to(shared), p.stat().st_mtime_ns) for p in shared.rglob("*")}
+
+    before = snapshot()
+    for _ in range(2):  # processed, then read from the shadow
+        assert_same(load("ogbn-arxiv", root=str(shared)), data)
+        assert_same(load(custom), data)
+    assert snapshot() == before
+    made = sorted(p.relative_to(tmp_path / "ours") for p in (tmp_path / "ours").rglob("geometric_data_processed.pt"))
+    assert len(made) == 2 and all(str(p).startswith("ogb") for p in made)
+    # a folder inside the data root is processed in place
+    inside = write_ogb(data, str(tmp_path / "ours"), "ogbn-inside")
+    assert_same(load(inside), data)
+    assert os.path.isfile(os.path.join(inside, "processed", "geometric_data_processed.pt"))
