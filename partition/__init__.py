@@ -14,18 +14,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from gnndist.partition.balance import (
+    DERIVED_CONSTRAINTS,
     HIDDEN,
     METIS_MAX_ENTRIES,
     PLAIN,
-    VOLUME_CONSTRAINTS,
     Setting,
     auto_plan,
+    derived_weights,
     model_widths,
     network,
     parse_balance,
     rank_loads,
     sampled_csr,
-    volume_weights,
 )
 from gnndist.partition.book import (
     GlobalCSR,
@@ -42,6 +42,7 @@ from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import metis_assign, metis_library, random_assign
 from gnndist.partition.refine import refine as refine_assign
+from gnndist.partition.refine import unit_costs
 from tqdm import tqdm
 
 from gnndist.cost import epoch_time
@@ -262,15 +263,15 @@ def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths,
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
-    metis_runs: dict[Setting, np.ndarray] = {}  # METIS's assignment per setting (a volume setting starts from one)
+    metis_runs: dict[Setting, np.ndarray] = {}  # METIS's assignment per setting (a derived one starts from one)
 
     def run_metis(s: Setting) -> np.ndarray:
         if s not in metis_runs:
-            base = Setting(*zip(*[(c, t) for c, t in zip(s.constraints, s.tolerances)
-                                  if c not in VOLUME_CONSTRAINTS])) if s.constraints else s
+            own = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in DERIVED_CONSTRAINTS]
             cols = dict(columns)
-            if base != s:  # send / recv: the halo rows of a partition balancing the rest
-                cols.update(volume_weights(csr, run_metis(base), parts))
+            if len(own) < len(s.constraints):  # send / recv / time: read off a partition balancing the rest
+                base = Setting(*zip(*own)) if own else PLAIN
+                cols.update(derived_weights(csr, run_metis(base), parts, unit_costs(widths, net).sum(0)))
             names = [c for c in s.constraints if cols[c].any()]  # no halo at all: nothing to balance
             bar.set_postfix_str(f"metis {s.label}")
             weights = np.stack([cols[c] for c in names], axis=1) if names else None
@@ -282,8 +283,10 @@ def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths,
         assign = run_metis(s)
         metis_time = time_of(rank_loads(csr, assign, parts))
         stats = None
-        kept = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in VOLUME_CONSTRAINTS]
-        if can_refine and kept:  # refinement keeps the structural constraints; it balances the volume itself
+        # refinement keeps the structural constraints (it balances volume and time itself); with none,
+        # it keeps the node balance METIS gave (no part above the mean may grow)
+        kept = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in DERIVED_CONSTRAINTS] or [("nodes", 1.0)]
+        if can_refine and s.constraints:
             bar.set_postfix_str(f"refine {s.label}")
             weights = np.stack([columns[c] for c, _ in kept], axis=1)
             tol = np.array([t for _, t in kept])

@@ -1,8 +1,9 @@
 """Balance settings and their choice by modelled epoch time (``--balance auto``, the default).
 
 A *setting* is what METIS balances and how tightly: constraints among ``nodes``, ``edges``
-(degree), ``train`` (training flag), ``send`` and ``recv`` (halo rows, see
-:func:`volume_weights`), each with a tolerance (METIS ``ubvec``: the heaviest part may weigh
+(degree), ``train`` (training flag), ``send`` and ``recv`` (halo rows) and ``time`` (a
+node's share of its rank's modelled layer times; these three read off a first partition, see
+:func:`derived_weights`), each with a tolerance (METIS ``ubvec``: the heaviest part may weigh
 ``tol`` times the mean). ``--balance`` takes one explicitly
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
@@ -26,8 +27,9 @@ from gnndist.partition.book import GlobalCSR, unique_ids
 from gnndist.cost import NETWORKS, Network, RankLoad
 from gnndist.errors import UserError
 
-CONSTRAINTS = ("nodes", "edges", "train", "send", "recv")
-VOLUME_CONSTRAINTS = ("send", "recv")  # weights read off a first partition (volume_weights)
+CONSTRAINTS = ("nodes", "edges", "train", "send", "recv", "time")
+DERIVED_CONSTRAINTS = ("send", "recv", "time")  # weights read off a first partition (derived_weights)
+TIME_SCALE = 1000  # the mean node's modelled time, in METIS weight units
 RECV_SCALE = 4  # the receive shares are fractions: METIS gets them x 4, rounded
 METIS_TOLERANCE = 1.03  # METIS's default ubvec entry for k-way
 HIDDEN = 16  # the default model's hidden width (gnndist.config.ModelConfig)
@@ -55,6 +57,7 @@ class Setting:
 PLAIN = Setting(("nodes",), (METIS_TOLERANCE,))
 ALL3 = Setting(("nodes", "edges", "train"), (METIS_TOLERANCE,) * 3)  # the default before --balance auto
 VOLUME = Setting(("nodes", "send", "recv"), (METIS_TOLERANCE, 1.10, 1.10))  # volume-balanced METIS
+TIME = Setting(("time",), (METIS_TOLERANCE,))  # balances each node's modelled time (derived_weights)
 AUTO_SETTINGS = (
     PLAIN,
     Setting(("nodes",), (1.10,)),
@@ -62,6 +65,8 @@ AUTO_SETTINGS = (
     Setting(("nodes", "edges"), (METIS_TOLERANCE, METIS_TOLERANCE)),
     ALL3,
     VOLUME,
+    TIME,
+    Setting(("time",), (1.10,)),
 )
 
 
@@ -92,7 +97,7 @@ def parse_balance(spec) -> Setting | None:
             raise UserError(f"--balance: the tolerance of {name} must be a number in (1, 100), got {tol!r}")
         names.append(name)
         tols.append(value)
-    if names and all(c in VOLUME_CONSTRAINTS for c in names):
+    if names and all(c in ("send", "recv") for c in names):
         raise UserError("--balance: send and recv balance the volume of a first partition that balances "
                         "something else; add nodes (e.g. nodes,send:1.1,recv:1.1)")
     return Setting(tuple(names), tuple(tols))
@@ -190,3 +195,21 @@ def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, 
     del rows, cut
     share = np.bincount(v, weights=1.0 / cnt[u, assign[v]], minlength=n)
     return {"send": send, "recv": np.rint(RECV_SCALE * share).astype(np.int64)}
+
+
+def derived_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, unit: np.ndarray) -> dict[str, np.ndarray]:
+    """The weights of the constraints read off a first partition ``assign``: :func:`volume_weights`' ``send`` and
+    ``recv``, and ``time``: a node's share of its rank's modelled layer times summed over the layers,
+    ``per_row + per_nnz * degree + per_halo * (send + recv) / 2`` (``unit``: the per-row, per-nonzero and
+    per-halo-row seconds of :func:`gnndist.partition.refine.unit_costs`, summed over layers), scaled so
+    the mean node weighs :data:`TIME_SCALE`, at least 1. Balancing ``time`` balances the ranks' compute and
+    halo time at once in one METIS constraint (fixed costs and peers aside).
+
+    Shapes:
+        assign ``[N]`` -> ``{"send": [N], "recv": [N], "time": [N]}`` int64
+    """
+    out = volume_weights(csr, assign, parts)
+    per_row, per_nnz, per_halo = unit[0], unit[1], unit[2]
+    t = per_row + per_nnz * csr.degree() + per_halo * 0.5 * (out["send"] + out["recv"] / RECV_SCALE)
+    out["time"] = np.maximum(np.rint(t * TIME_SCALE / max(float(t.mean()), 1e-300)), 1).astype(np.int64)
+    return out

@@ -98,7 +98,7 @@ def _entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.n
     return start + np.arange(len(owner), dtype=np.int64), owner
 
 
-def _unit_costs(widths: tuple[int, ...], net: Network) -> np.ndarray:
+def unit_costs(widths: tuple[int, ...], net: Network) -> np.ndarray:
     """Per layer, the modelled seconds a rank spends per owned row, per nonzero, per halo row and per peer,
     read off :func:`gnndist.cost.rank_layer_times` (linear in each); ``[layers, 5]`` with the fixed part last."""
     units = [RankLoad(rows=1), RankLoad(nnz=1), RankLoad(expand_send=1), RankLoad(messages=1), RankLoad()]
@@ -150,7 +150,7 @@ def refine(
                      np.zeros(weights.shape[1]))
     wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T], axis=1)  # [P, ncon]
     cap = np.maximum(cap[None, :], wpart)  # [P, ncon]: a part already above the tolerance may not grow
-    unit = _unit_costs(widths, net)  # [layers, 5]
+    unit = unit_costs(widths, net)  # [layers, 5]
 
     cnt = neighbour_part_counts(csr, assign, parts)
     loads = loads_from_counts(cnt, assign, degree)
@@ -402,7 +402,7 @@ class _Book:
         return (self.pair > 0) | (self.pair.T > 0)
 
     def layer_times(self, unit: np.ndarray) -> np.ndarray:
-        """``[layers, P]`` modelled seconds of every rank in every layer (:func:`_unit_costs`)."""
+        """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`)."""
         vol = np.maximum(self.pair.sum(1), self.pair.sum(0))
         msgs = np.maximum(np.count_nonzero(self.pair, axis=1), np.count_nonzero(self.pair, axis=0))
         return (unit[:, 4:5] + unit[:, 0:1] * self.rows + unit[:, 1:2] * self.nnz + unit[:, 2:3] * vol
@@ -413,7 +413,7 @@ class _Book:
 
 
 def _load_times(loads: list[RankLoad], unit: np.ndarray) -> np.ndarray:
-    """``[layers, P]`` modelled seconds of every rank in every layer (:func:`_unit_costs`), from its loads."""
+    """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`), from its loads."""
     a = np.array([[ld.rows, ld.nnz, max(ld.expand_send, ld.expand_recv), ld.messages] for ld in loads], dtype=float)
     return unit[:, 4:5] + unit[:, :4] @ a.T
 
@@ -439,7 +439,7 @@ def _better(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> boo
 
 
 def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int = 32,
-                max_tries: int = 4096) -> dict:
+                max_tries: int = 1024) -> dict:
     """Drop peers of the slowest ranks by moving the few nodes that tie two parts together.
 
     Per exchange a rank pays ``alpha`` per peer, and at large P with narrow layers the peers, not

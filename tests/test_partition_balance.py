@@ -10,7 +10,7 @@ from gnndist.partition import csr_from_edge_index, metis_assign, partition, rand
 from gnndist.partition.balance import AUTO_SETTINGS, model_widths, parse_balance, rank_loads, sampled_csr
 from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
-from gnndist.partition.refine import _better, _key, _load_times, _unit_costs, refine
+from gnndist.partition.refine import _better, _key, _load_times, refine, unit_costs
 
 from gnndist.cli import main, partition_dir
 from gnndist.config import DataConfig, PartitionConfig
@@ -66,7 +66,8 @@ def test_refinement_keeps_tolerances_and_never_raises_the_max_volume(seed, parts
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     moved = 0
     for setting in AUTO_SETTINGS:  # refinement keeps the structural constraints (send / recv are METIS's)
-        kept = [(c, t) for c, t in zip(setting.constraints, setting.tolerances) if c in ("nodes", "edges", "train")]
+        kept = [(c, t) for c, t in zip(setting.constraints, setting.tolerances)
+                if c in ("nodes", "edges", "train")] or [("nodes", 1.0)]  # as partition() refines a derived setting
         w = _weights(csr, data, [c for c, _ in kept])
         tol = np.array([t for _, t in kept])
         for start in (metis_assign(csr.rowptr, csr.col, parts, "vol", seed, w, tol), random_assign(3000, parts, seed)):
@@ -84,7 +85,7 @@ def test_refinement_keeps_tolerances_and_never_raises_the_max_volume(seed, parts
             assert stats["max_volume_after"] == max_vol(after) and stats["max_volume_before"] == max_vol(before)
             moved += stats["moved"]
             if stats["moved"] and not stats["peers"]["moved"]:  # the passes alone: (M, V) or the ranks' times fell
-                unit = _unit_costs(widths, net)
+                unit = unit_costs(widths, net)
                 assert (max_vol(after), sum(ld.expand_send for ld in after)) < (
                     max_vol(before), sum(ld.expand_send for ld in before)) or _better(
                     _key(_load_times(after, unit)), _key(_load_times(before, unit)))
@@ -214,7 +215,7 @@ def _four_cliques():
 
 
 def test_peer_pruning_removes_a_weak_pair_and_lowers_the_modelled_time():
-    from gnndist.partition.refine import _Book, _unit_costs, neighbour_part_counts, prune_peers
+    from gnndist.partition.refine import _Book, neighbour_part_counts, prune_peers, unit_costs
 
     csr, start = _four_cliques()
     widths, net = (8, 16, 4), NETWORKS["ib"]
@@ -222,7 +223,7 @@ def test_peer_pruning_removes_a_weak_pair_and_lowers_the_modelled_time():
     peers = lambda a: rank_loads(csr, a, 4)  # noqa: E731
     assert [ld.messages for ld in peers(start)] == [3, 2, 3, 2]
     book = _Book(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
-    stats = prune_peers(book, _unit_costs(widths, net), np.full((4, 1), 10))
+    stats = prune_peers(book, unit_costs(widths, net), np.full((4, 1), 10))
     out = book.assign
     assert stats["groups"] == 1 and stats["moved"] == 1
     assert (stats["max_peers_before"], stats["max_peers_after"]) == (3, 2)
@@ -236,7 +237,7 @@ def test_peer_pruning_removes_a_weak_pair_and_lowers_the_modelled_time():
         (ld.expand_send, ld.expand_recv) for ld in after]
     # a cap that forbids B a ninth node forbids the move
     book = _Book(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
-    assert prune_peers(book, _unit_costs(widths, net), np.full((4, 1), 8))["groups"] == 0
+    assert prune_peers(book, unit_costs(widths, net), np.full((4, 1), 8))["groups"] == 0
     assert np.array_equal(book.assign, start) and np.array_equal(book.cnt, neighbour_part_counts(csr, start, 4))
 
 
@@ -283,3 +284,26 @@ def test_volume_balance_spreads_the_halo_rows():
     assert big(vb) < big(plain)
     with pytest.raises(UserError, match="add nodes"):
         parse_balance("send,recv")
+
+
+def test_time_weights_follow_the_cost_model_and_time_balance_runs():
+    from gnndist.partition.balance import RECV_SCALE, TIME_SCALE, derived_weights
+
+    data = synthetic(2000, avg_degree=10, num_classes=4, num_features=32, seed=4)
+    csr = csr_from_edge_index(data.edge_index, 2000)
+    assign = metis_assign(csr.rowptr, csr.col, 6, "vol", 0, None, None)
+    widths, net = model_widths(32, 4, hidden=64), NETWORKS["ib"]
+    unit = unit_costs(widths, net).sum(0)
+    w = derived_weights(csr, assign, 6, unit)
+    t = unit[0] + unit[1] * csr.degree() + unit[2] * 0.5 * (w["send"] + w["recv"] / RECV_SCALE)
+    assert np.array_equal(w["time"], np.maximum(np.rint(t * TIME_SCALE / t.mean()), 1).astype(np.int64))
+    assert abs(w["time"].mean() - TIME_SCALE) < 1
+    r = partition(data, 6, balance="time:1.05", progress=False, widths=widths).report
+    assert r["tolerances"] == {"time": 1.05} and r["refine"]["modelled_epoch_s_after"] <= r["refine"][
+        "modelled_epoch_s_before"]
+    # the refinement of a derived-only setting keeps METIS's node balance: no part above the mean grew
+    ones = np.ones((2000, 1), dtype=np.int64)
+    first = metis_assign(csr.rowptr, csr.col, 6, "vol", 0, ones, np.array([1.03]))  # plain METIS, as auto's
+    tw = derived_weights(csr, first, 6, unit)["time"][:, None]
+    metis = np.bincount(metis_assign(csr.rowptr, csr.col, 6, "vol", 0, tw, np.array([1.05])), minlength=6)
+    assert max(r["nodes_per_part"]) <= max(metis.max(), 2000 / 6)
