@@ -175,6 +175,16 @@ def profile_step(step: Callable[[int], float], label: str, device: torch.device,
     print(events.table(sort_by=key, row_limit=rows), flush=True)
 
 
+def print_choices(csr, label: str) -> None:
+    """What measured dispatch chose per direction (``A`` forward, ``A^T`` backward) and the times."""
+    from gnndist.kernels import dispatch
+
+    for name, m in (("A", csr), ("A^T", csr.transpose()[0])):
+        for key, (choice, times) in dispatch.choices(m).items():
+            ms = ", ".join(f"{k} {1e3 * t:.3f} ms" for k, t in times.items())
+            print(f"  dispatch {label}, {name} {key[0]} {key[1:]}: {choice} ({ms})")
+
+
 def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, args,
                  device: torch.device) -> tuple[list[float], int | None, float]:
     """Build one provider, time it (and profile it with ``--profile``); ``(times, peak bytes, setup s)``.
@@ -191,6 +201,7 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
             times, peak = measure(step, args.warmup, args.reps, device)
             if args.profile:
                 profile_step(step, f"{prov} on {gname}", device)
+            print_choices(_trainer.graph.csr, f"{prov} on {gname}")
         return times, peak, setup
     kind = "sparse_csr" if "sparse_csr" in prov else "edge_index"
     step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize)

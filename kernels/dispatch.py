@@ -11,11 +11,14 @@ calls the first that fits; if none does, it raises one error listing every reaso
 ``GNNDIST_KERNEL=reference|sparse|triton`` (or ``impl=`` on a call) forces one path.
 
 **Measured selection.** On CUDA, when more than one implementation of a :data:`MEASURED`
-op fits, the first call times each of them once on the real inputs (forward, plus the
-backward when the inputs need gradients) and caches the fastest on the CSR, per dtype,
-width bucket (next power of two), reduction and weight kind. So dispatch never keeps a
-path that is slower than another on this graph and device (e.g. Triton vs cuSPARSE);
-:func:`choices` lists what was decided and the times.
+op fits, the first call times each of them once on the real inputs (forward only) and
+caches the fastest on the CSR, per dtype, width bucket (next power of two), reduction and
+weight kind. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
+transpose (``spmm.transposed_product``), so it is timed and chosen per direction: the
+forward may run Triton and the backward cuSPARSE. So dispatch never keeps a path that is
+slower than another on this graph, direction and device (e.g. Triton vs cuSPARSE);
+:func:`choices` lists what was decided and the times. A call forced to one path (``impl=``
+or ``GNNDIST_KERNEL``) keeps it in its backward (:func:`pinned`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import torch
 
@@ -49,6 +53,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "cuda": ("triton", "sparse", "reference"),
     "cpu": ("sparse", "reference"),
 }
+_PINNED: ContextVar[str | None] = ContextVar("gnndist_kernel_pinned", default=None)
 
 
 class NoKernelError(UserError):
@@ -113,9 +118,8 @@ def select(op: str, csr: CSR, *args, impl: str | None = None) -> tuple[str, Call
 
 
 def _key(op: str, args: tuple) -> tuple:
-    """What a measured choice depends on besides the graph: dtypes, width bucket, flags, grad."""
-    parts: list[object] = [op, torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args)]
+    """What a measured choice depends on besides the graph: dtypes, width bucket, flags."""
+    parts: list[object] = [op]
     for a in args:
         if isinstance(a, torch.Tensor):
             width = a[0].numel() if a.dim() > 1 and a.shape[0] else 1
@@ -134,7 +138,7 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     times, errors = {}, {}
     for name in names:
         try:
-            times[name] = _time(getattr(_module(op, name), op), csr, args, grad=key[2])
+            times[name] = _time(getattr(_module(op, name), op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
             log.warning("%s: the %s path failed while being timed, not used: %s", op, name,
@@ -143,21 +147,17 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
         raise next(iter(errors.values()))
     best = min(times, key=times.get)
     csr._cache[key] = (best, times)
-    log.info("%s on %s, %s: %s", op, csr, key[3:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
+    log.info("%s on %s, %s: %s", op, csr, key[2:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
     return best
 
 
-def _time(fn: Callable, csr: CSR, args: tuple, grad: bool, reps: int = 5) -> float:
-    """Median seconds of ``fn(csr, *args)`` (forward + backward when ``grad``) on the device, after 2 warm-ups."""
-    inputs = [a.detach().requires_grad_(grad and a.requires_grad) if isinstance(a, torch.Tensor) else a
-              for a in args]
-    leaves = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
+def _time(fn: Callable, csr: CSR, args: tuple, reps: int = 5) -> float:
+    """Median seconds of the forward ``fn(csr, *args)`` on the device, after 2 warm-ups."""
+    inputs = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
 
     def once() -> None:
-        with torch.enable_grad() if leaves else torch.no_grad():
-            out = fn(csr, *inputs)
-            if leaves:
-                torch.autograd.grad(out, leaves, torch.ones_like(out))
+        with torch.no_grad():
+            fn(csr, *inputs)
 
     return device_time(once, reps)
 
@@ -182,6 +182,20 @@ def choices(csr: CSR) -> dict[tuple, tuple[str, dict[str, float]]]:
     return {k[1:]: v for k, v in csr._cache.items() if isinstance(k, tuple) and k[:1] == ("dispatch",)}
 
 
+def pinned() -> str | None:
+    """The implementation the running call was forced to (``impl=`` or ``GNNDIST_KERNEL``), else None.
+
+    An autograd function records it in its forward so that its backward's own kernels
+    (e.g. ``A^T grad``) run on the same path instead of being chosen anew.
+    """
+    return _PINNED.get()
+
+
 def run(op: str, csr: CSR, *args, impl: str | None = None):
     """Run ``op`` with the first implementation that fits (see :func:`select`)."""
-    return select(op, csr, *args, impl=impl)[1](csr, *args)
+    name, fn = select(op, csr, *args, impl=impl)
+    token = _PINNED.set(name if impl or os.environ.get(ENV_VAR) else None)
+    try:
+        return fn(csr, *args)
+    finally:
+        _PINNED.reset(token)

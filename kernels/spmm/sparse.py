@@ -10,8 +10,8 @@ Coauthor CS (18,333 nodes, 163,788 edges), 2 CPU threads, ms per call:
     64        32.0            38.7          174.6         170.6            99.5
     256       15.3            32.2          193.2         249.4           224.9
 
-Backward: ``grad_x = A^T grad`` through the cached transposed CSR;
-``grad_w[e] = <grad[row e], x[col e]>``.
+Backward: ``grad_x = A^T grad`` on the cached transposed CSR, dispatched on its own
+(``transposed_product``); ``grad_w[e] = <grad[row e], x[col e]>``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import warnings
 import torch
 from torch import Tensor
 
+from .. import dispatch
 from ..csr import CSR
+from . import transposed_product
 
 _CPU_DTYPES = (torch.float32, torch.float64)
 
@@ -60,8 +62,8 @@ class SparseSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         values = edge_values(csr, edge_weight, reduce, x.dtype)  # [nnz]
-        ctx.csr, ctx.reduce = csr, reduce
-        ctx.save_for_backward(x, values)
+        ctx.csr, ctx.reduce, ctx.impl = csr, reduce, dispatch.pinned()
+        ctx.save_for_backward(x, values, edge_weight)
         if edge_weight is None and reduce == "sum":
             matrix = csr.cached(("sparse", x.dtype), lambda: sparse_matrix(csr, values))
         else:
@@ -70,13 +72,12 @@ class SparseSpmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, values = ctx.saved_tensors
+        x, values, edge_weight = ctx.saved_tensors
         csr: CSR = ctx.csr
         grad = grad.contiguous()
         grad_x = grad_w = None
-        if ctx.needs_input_grad[1]:
-            csr_t, perm = csr.transpose()
-            grad_x = torch.sparse.mm(sparse_matrix(csr_t, values[perm]), grad)  # [n_cols, F]
+        if ctx.needs_input_grad[1]:  # A^T grad: its own dispatch (sparse when the forward was forced)
+            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl)  # [n_cols, F]
         if ctx.needs_input_grad[2]:
             grad_w = (grad[csr.row] * x[csr.col]).sum(-1)  # [nnz]
             if ctx.reduce == "mean":

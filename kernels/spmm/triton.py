@@ -26,10 +26,10 @@ there; ``gnndist.kernels.dispatch`` times both on first use and keeps the faster
 model never runs the slower path while the tiles are untuned.
 
 The plan (segment table, class boundaries) is built once per CSR on the device and
-cached on it; ``A^T`` (the backward) has its own plan on the cached transpose. Tiles
-per width are in :data:`TILES`; :func:`spmm_launch` takes ``tiles=`` to try others.
-Backward: ``grad_x`` is the same kernel on ``A^T`` with the edge weights permuted
-(cached for ``mean``); ``grad_w`` is an SDDMM.
+cached on it. Tiles per width are in :data:`TILES`; :func:`spmm_launch` takes ``tiles=``
+to try others. Backward: ``grad_x = A^T grad`` is dispatched as an SpMM of its own on the
+cached transpose (``spmm.transposed_product``: this kernel with ``A^T``'s own plan, or
+cuSPARSE where that was measured faster for ``A^T``); ``grad_w`` is an SDDMM.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .. import triton_common
+from .. import dispatch, triton_common
 from ..csr import CSR
+from . import transposed_product
 
 # BLOCK_F -> (C, (R_L, D_L), (R_M, D_M), (R_S, D_S), num_warps, stages). Chosen by a register
 # budget, not yet by timing: the largest tile holds ~32 fp32 values per thread, which keeps the
@@ -256,26 +257,12 @@ def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = 
     return out
 
 
-def transposed_weights(csr: CSR, edge_weight: Tensor | None, mean: bool) -> Tensor | None:
-    """Edge values of ``A^T`` for the backward: ``w[perm]``, times ``1/deg(row)`` for ``mean`` (cached when unweighted)."""
-    _, perm = csr.transpose()
-    if edge_weight is None:
-        if not mean:
-            return None
-        return csr.cached(("mean_weights_t",), lambda: (1.0 / csr.in_degree().clamp(min=1).float())[csr.row][perm])
-    w = edge_weight
-    if mean:
-        inv_deg = (1.0 / csr.in_degree().clamp(min=1).float())[csr.row]  # [nnz]
-        w = w * inv_deg.reshape((-1,) + (1,) * (w.dim() - 1)).to(w.dtype)
-    return w[perm]
-
-
 class TritonSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         head_dim = x.shape[2] if x.dim() == 3 else 0
         out = spmm_launch(csr, x.reshape(x.shape[0], -1), edge_weight, reduce == "mean", head_dim)
-        ctx.csr, ctx.reduce, ctx.x_shape = csr, reduce, x.shape
+        ctx.csr, ctx.reduce, ctx.impl = csr, reduce, dispatch.pinned()
         ctx.save_for_backward(x, edge_weight)
         return out.view((csr.n_rows,) + tuple(x.shape[1:]))  # [n_rows, F] or [n_rows, H, D]
 
@@ -288,12 +275,8 @@ class TritonSpmm(torch.autograd.Function):
         grad = grad.contiguous()
         mean = ctx.reduce == "mean"
         grad_x = grad_w = None
-        if ctx.needs_input_grad[1]:
-            csr_t, _ = csr.transpose()
-            head_dim = x.shape[2] if x.dim() == 3 else 0
-            w_t = transposed_weights(csr, edge_weight, mean)
-            grad_x = spmm_launch(csr_t, grad.reshape(grad.shape[0], -1), w_t, False, head_dim)
-            grad_x = grad_x.view(ctx.x_shape)  # [n_cols, F] or [n_cols, H, D]
+        if ctx.needs_input_grad[1]:  # A^T grad: its own dispatch (triton when the forward was forced)
+            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl)  # [n_cols, F] or [n_cols, H, D]
         if ctx.needs_input_grad[2]:
             grad_w = sddmm_dot_launch(csr, grad, x)  # [nnz] or [nnz, H]
             if mean:
