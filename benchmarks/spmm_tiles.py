@@ -5,8 +5,10 @@ calls with the L2 flushed between them, so host launch cost is hidden and only d
 counts) the sum SpMM ``out = A x`` with
 
     cusparse   torch.sparse.mm on a prebuilt CSR tensor of A
-    triton     gnndist's kernel with the tiles of ``TILES`` (what dispatch runs)
-    <variant>  the same kernel with one tile choice changed (``--sweep``)
+    triton     gnndist's kernel with the fixed tiles of ``TILES`` (``GNNDIST_KERNEL=triton``)
+    tuned      the same kernel with tiles measured on this graph (``tune_tiles``, what
+               dispatch does on CUDA before it times Triton against cuSPARSE); ``--sweep``
+               prints every tile set the coordinate descent timed
 
 then the mean and weighted forms and the transposed product of the backward at the
 default tiles, and the full call through dispatch with autograd (``spmm(...)``, CUDA
@@ -31,25 +33,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from kernels import load_coauthor_cs, power_law, symmetric_csr  # noqa: E402  (benchmarks/kernels.py)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def variants(base: tuple) -> dict[str, tuple]:
-    """One-change variants of a tile set ``(C, (R_L, D_L), (R_M, D_M), (R_S, D_S), warps, stages)``."""
-    C, (rl, dl), (rm, dm), (rs, ds), w, st = base
-    out = {
-        "stages3": (C, (rl, dl), (rm, dm), (rs, ds), w, 3),
-        "warps8x2R": (C, (rl * 2, dl), (rm * 2, dm), (rs * 2, ds), 8, st),
-        "C256": (256, (rl, dl), (rm, dm), (rs, ds), w, st),
-        "C2048": (2048, (rl, dl), (rm, dm), (rs, ds), w, st),
-        "short4": (C, (rl, dl), (rm, dm), (rs * 2, 4), w, st),
-        "short16": (C, (rl, dl), (rm, dm), (max(1, rs // 2), 16), w, st),
-        "med16": (C, (rl, dl), (rm * 2, 16), (rs, ds), w, st),
-        "med64": (C, (rl, 64), (max(1, rm // 2), 64), (rs, ds), w, st),
-        "medR2": (C, (rl * 2, dl), (rm * 2, dm), (rs, ds), w, st),
-    }
-    if w > 2:
-        out["warps2"] = (C, (rl, dl), (rm, dm), (rs, ds), 2, st)
-    return out
 
 
 def bench(fn, reps_ms: int = 60) -> float:
@@ -83,8 +66,7 @@ def main() -> None:
     ap.add_argument("--graphs", default="coauthor-cs,power-law-200k")
     ap.add_argument("--widths", default="64,128,256")
     ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--sweep", action="store_true", help="also time one-change tile variants (fp32)")
-    ap.add_argument("--sweep-widths", default="64,128,256")
+    ap.add_argument("--sweep", action="store_true", help="print every tile set the tuning timed")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: dry run of the script
     summary = []
@@ -106,30 +88,27 @@ def main() -> None:
             for width in [int(w) for w in args.widths.split(",")]:
                 x = torch.randn(n, width, device=dev, dtype=dtype)
                 ref = torch.sparse.mm(sparse_matrix(csr, ones.double()), x.double())
-                got = tk.spmm_launch(csr, x)
+                got = tk.spmm_launch(csr, x, tiles=tk.tiles_for(width))
                 err = float(((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30)))
                 t_cs = bench(lambda: torch.sparse.mm(matrix, x))
-                t_tr = bench(lambda: tk.spmm_launch(csr, x))
+                t_tr = bench(lambda: tk.spmm_launch(csr, x, tiles=tk.tiles_for(width)))
+                tuned = tk.tune_tiles(csr, x, timer=lambda fn: bench(fn) * 1e-3)  # what dispatch does on CUDA
+                t_tu = bench(lambda: tk.spmm_launch(csr, x))
+                got = tk.spmm_launch(csr, x)
+                err = max(err, float(((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30))))
                 elt = x.element_size()
                 nbytes = 4 * (csr.n_rows + 1 + csr.nnz) + elt * width * (csr.nnz + csr.n_rows)
-                line = (f"{dname} F={width:<4} cusparse {t_cs * 1e3:8.1f} us  triton {t_tr * 1e3:8.1f} us  "
-                        f"ratio {t_cs / t_tr:5.2f}x  {nbytes / t_tr / 1e6:6.0f} GB/s  max rel err {err:.1e}")
+                line = (f"{dname} F={width:<4} cusparse {t_cs * 1e3:8.1f} us  triton {t_tr * 1e3:8.1f} us "
+                        f"({t_cs / t_tr:4.2f}x)  tuned {t_tu * 1e3:8.1f} us ({t_cs / t_tu:4.2f}x, "
+                        f"{nbytes / t_tu / 1e6:5.0f} GB/s)  max rel err {err:.1e}")
                 print(line, flush=True)
-                summary.append((gname, dname, width, "sum", t_cs, t_tr))
-                base = tk.tiles_for(width)
-                if args.sweep and dname == "fp32" and str(width) in args.sweep_widths.split(","):
-                    best = ("default", t_tr)
-                    for vname, tiles in variants(base).items():
-                        try:
-                            t_v = bench(lambda: tk.spmm_launch(csr, x, tiles=tiles))
-                        except Exception as e:  # a variant that does not compile (registers, shapes)
-                            print(f"    {vname:10s} failed: {str(e).splitlines()[0][:100]}")
-                            continue
-                        print(f"    {vname:10s} {t_v * 1e3:8.1f} us  ({t_tr / t_v:4.2f}x of default)  {tiles}",
-                              flush=True)
-                        if t_v < best[1]:
-                            best = (vname, t_v)
-                    print(f"    best: {best[0]} {best[1] * 1e3:.1f} us, {t_cs / best[1]:.2f}x cusparse", flush=True)
+                summary.append((gname, dname, width, "sum", t_cs, t_tr, t_tu))
+                if args.sweep:
+                    key = tk._tune_key(width, x, None, False, 0)
+                    for tiles, sec in sorted(csr._cache[key][1].items(), key=lambda kv: kv[1]):
+                        mark = " <- TILES" if tiles == tk.tiles_for(width) else ""
+                        print(f"    {sec * 1e6:10.1f} us  {tiles}{mark}", flush=True)
+                    print(f"    tuned: {tuned}", flush=True)
                 if width == 128:
                     w = torch.rand(csr.nnz, device=dev, dtype=dtype)
                     mw = sparse_matrix(csr, w)
@@ -144,7 +123,7 @@ def main() -> None:
                         a, b = bench(f_cs), bench(f_tr)
                         print(f"    {form:9s} cusparse {a * 1e3:8.1f} us  triton {b * 1e3:8.1f} us  "
                               f"ratio {a / b:5.2f}x", flush=True)
-                        summary.append((gname, dname, width, form, a, b))
+                        summary.append((gname, dname, width, form, a, b, None))
                     xg = x.clone().requires_grad_()
                     for impl in ("triton", "sparse"):
                         def step(impl=impl):
@@ -152,9 +131,9 @@ def main() -> None:
                             torch.autograd.grad(out, xg, out)
                         print(f"    spmm(impl={impl}) fwd+bwd, one call with host time: {call_ms(step) * 1e3:8.1f} us",
                               flush=True)
-    print("\nsummary (ratio = cusparse / triton; > 1: triton faster)")
-    for g, d, w, form, a, b in summary:
-        print(f"  {g:16s} {d:5s} F={w:<4} {form:9s} {a / b:5.2f}x")
+    print("\nsummary (ratio = cusparse / triton; > 1: triton faster; tuned: tiles measured on the graph)")
+    for g, d, w, form, a, b, c in summary:
+        print(f"  {g:16s} {d:5s} F={w:<4} {form:9s} {a / b:5.2f}x" + (f"  tuned {a / c:5.2f}x" if c else ""))
 
 
 if __name__ == "__main__":

@@ -45,13 +45,15 @@ def _sig(names: str, types: str) -> dict[str, str]:
 def cases(quick: bool = False) -> list[Case]:
     """The specialisations the kernels run with (default tiles of every width, flags on and off).
 
-    ``quick``: the SpMM at one width (128) only, every other kernel as usual (the CPU test).
+    Also the SpMM tile options ``tune_tiles`` may time ("spmm tune ..."; they may spill: the
+    timing on the GPU judges them). ``quick``: the SpMM at one width (128) only, every other
+    kernel as usual (the CPU test).
     """
     from .dropout.triton import _dropout_kernel
     from .sddmm.triton import _sddmm_add_kernel, _sddmm_dot_kernel
     from .segment_max.triton import _segment_max_kernel
     from .segment_softmax.triton import _softmax_backward_kernel, _softmax_kernel
-    from .spmm.triton import TILES, _combine_kernel, _spmm_kernel
+    from .spmm.triton import TILES, TUNE_FIELDS, _combine_kernel, _spmm_kernel, tile_options
 
     out = []
     spmm_args = "SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS n_chunk n_medium n_short p_chunk p_medium"
@@ -69,6 +71,19 @@ def cases(quick: bool = False) -> list[Case]:
                          "R_S": rs, "D_S": ds} | flags
                 tag = "edge-values" if flags == {"GATHER": False} else ",".join(flags) or "sum"
                 out.append(Case(f"spmm F<={block_f} {dtype} {tag}", _spmm_kernel, _sig(spmm_args, types), const, warps))
+        for block_f, base in TILES.items():  # the options tune_tiles may time, one field changed at a time
+            if quick and block_f != 128 or dtype == "bf16" and block_f != 128:
+                continue
+            types = f"*i32 *i32 *i32 *i32 *{dtype} *{dtype} *{dtype} *fp32 i32 i32 i32 i32 i32 i32 i32 i32"
+            for fname, values in TUNE_FIELDS:
+                for C, (rl, dl), (rm, dm), (rs, ds), warps, stages in tile_options(base, fname, values)[1:]:
+                    if fname == "C":
+                        continue  # the chunk length is not a compile-time constant
+                    const = {"HAS_W": False, "W_PER_HEAD": False, "GATHER": True, "MEAN": False, "WIDE": False,
+                             "BLOCK_F": block_f, "STAGES": stages, "R_L": rl, "D_L": dl, "R_M": rm, "D_M": dm,
+                             "R_S": rs, "D_S": ds}
+                    name = f"spmm tune F<={block_f} {dtype} {fname} R_S{rs} D_S{ds} R_M{rm} D_M{dm} w{warps} s{stages}"
+                    out.append(Case(name, _spmm_kernel, _sig(spmm_args, types), const, warps))
         out.append(Case(f"spmm combine {dtype}", _combine_kernel,
                         _sig("LONG_ROW PART_PTR PART OUT ROWPTR F", f"*i32 *i32 *fp32 *{dtype} *i32 i32"),
                         {"MEAN": True, "WIDE": False, "BLOCK_P": 8, "BLOCK_F": 128}))

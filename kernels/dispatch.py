@@ -13,7 +13,8 @@ calls the first that fits; if none does, it raises one error listing every reaso
 **Measured selection.** On CUDA, when more than one implementation of a :data:`MEASURED`
 op fits, the first call times each of them once on the real inputs (forward only) and
 caches the fastest on the CSR, per dtype, width bucket (next power of two), reduction and
-weight kind. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
+weight kind; a path with a ``tune(csr, *args)`` hook (the Triton SpMM: its tiles) measures
+its own settings on the inputs first and is timed with them. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
 transpose (``spmm.transposed_product``), so it is timed and chosen per direction: the
 forward may run Triton and the backward cuSPARSE. So dispatch never keeps a path that is
 slower than another on this graph, direction and device (e.g. Triton vs cuSPARSE);
@@ -138,7 +139,10 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     times, errors = {}, {}
     for name in names:
         try:
-            times[name] = _time(getattr(_module(op, name), op), csr, args)
+            module = _module(op, name)
+            if hasattr(module, "tune"):  # a path that measures its own tiles on these inputs first
+                module.tune(csr, *args)
+            times[name] = _time(getattr(module, op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
             log.warning("%s: the %s path failed while being timed, not used: %s", op, name,

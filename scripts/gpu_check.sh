@@ -9,7 +9,7 @@
 #
 #   bash scripts/gpu_check.sh                  # everything; logs under $OUT (or ./gpu_check.out)
 #   STEPS="1 5" bash scripts/gpu_check.sh      # a subset
-#   SWEEP=1 PROFILE=1 bash scripts/gpu_check.sh   # + the tile sweep (step 5), profiler tables (step 4)
+#   SWEEP=1 PROFILE=1 bash scripts/gpu_check.sh   # + every tile set the tuning timed (step 5), profiler tables (step 4)
 #   ALLOW_CPU=1 STEPS=3 bash scripts/gpu_check.sh  # dry run of the plumbing on a machine without a GPU
 #
 # The image needs torch (CUDA build), Triton and PyG. pymetis and ogb may be missing there:

@@ -26,8 +26,9 @@ def test_every_kernel_compiles_for_sm90_without_spills():
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
     assert res.returncode == 0 and lines and all(ln.startswith("ok") for ln in lines), res.stdout + res.stderr[-2000:]
     assert len(lines) >= 20
-    for ln in lines:  # no tile spills registers to local memory (when cuobjdump can tell)
-        assert "local bytes None" in ln or "local bytes 0" in ln, ln
+    assert any("spmm tune" in ln for ln in lines)  # the options measured tiles may choose compile too
+    for ln in lines:  # no default tile spills registers to local memory (when cuobjdump can tell)
+        assert "spmm tune" in ln or "local bytes None" in ln or "local bytes 0" in ln, ln
 
 
 def test_the_check_catches_a_compile_only_error(tmp_path):

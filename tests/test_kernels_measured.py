@@ -124,3 +124,95 @@ def test_a_path_that_fails_while_timed_is_skipped(monkeypatch):
     monkeypatch.setattr(dispatch, "_time", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("all broken")))
     with pytest.raises(RuntimeError, match="all broken"):
         dispatch.select("spmm", graph("empty-rows-int64", DEVICE), torch.randn(40, 4, device=DEVICE), None, "sum")
+
+
+# ---------------------------------------------------------------------- tiles measured per graph
+@pytest.mark.triton
+def test_every_tile_option_the_tuning_may_choose_is_exact():
+    from gnndist.kernels.spmm import triton as tk
+
+    csr = graph("power-law-int32", DEVICE)  # one hub row of ~50 edges: chunked at C = 16
+    base = (16, (2, 4), (2, 4), (4, 4), 4, 1)
+    x = torch.randn(csr.num_cols, 8, device=DEVICE)
+    w = torch.rand(csr.nnz, device=DEVICE)
+    ref = reference.spmm(csr, x.double(), w.double(), "mean")
+    options = {t for field, values in tk.TUNE_FIELDS for t in tk.tile_options(base, field, values)}
+    assert len(options) >= 8
+    for tiles in options:
+        got = tk.spmm_launch(csr, x, w, mean=True, tiles=tiles)
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6, msg=f"tiles {tiles}")
+
+
+@pytest.mark.triton
+def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monkeypatch):
+    from gnndist.kernels.spmm import triton as tk
+
+    csr = graph("power-law-int32", DEVICE)
+    monkeypatch.setattr(tk, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
+    best = {"D_S": 16, "C": 256, "warps": 2, "stages": 3}  # the fake GPU's fastest option of each field
+    launched = []
+    launch = tk.spmm_launch
+
+    def spy(csr, x, *args, tiles=None, **kw):
+        launched.append(tiles)
+        return launch(csr, x, *args, tiles=tiles, **kw)
+
+    monkeypatch.setattr(tk, "spmm_launch", spy)
+
+    def timer(fn):
+        fn()
+        C, _, (_, dm), (_, ds), warps, stages = launched[-1]
+        seen = {"D_S": ds, "C": C, "warps": warps, "stages": stages}
+        return 1.0 + sum(v != seen[k] for k, v in best.items())  # one unit per field off its best
+
+    x = torch.randn(csr.num_cols, 8, device=DEVICE)
+    tiles = tk.tune_tiles(csr, x, timer=timer)
+    assert tiles == (256, (2, 4), (2, 4), (1, 16), 2, 3)
+    n = len(launched)
+    assert tk.tune_tiles(csr, x, timer=lambda fn: pytest.fail("tuned twice")) == tiles  # cached on the CSR
+    assert len(launched) == n
+    assert tk.tuned(csr, x, None, False, 0) == tiles
+    assert tk.tuned(csr, x, None, True, 0) is None  # mean is its own key
+    out = launch(csr, x)  # no tiles given: the tuned ones
+    torch.testing.assert_close(out.double(), reference.spmm(csr, x.double()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.triton
+def test_a_tile_option_that_fails_is_skipped(monkeypatch):
+    from gnndist.kernels.spmm import triton as tk
+
+    csr = graph("empty-rows-int64", DEVICE)
+    monkeypatch.setattr(tk, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
+    launch = tk.spmm_launch
+
+    def flaky(csr, x, *args, tiles=None, **kw):
+        if tiles is not None and tiles[4] == 2:
+            raise RuntimeError("out of resources: registers")
+        return launch(csr, x, *args, tiles=tiles, **kw)
+
+    monkeypatch.setattr(tk, "spmm_launch", flaky)
+    timed = []
+
+    def timer(fn):
+        fn()
+        timed.append(1)
+        return 2.0 - 0.1 * len(timed)  # every later option looks faster: the failing one would win
+
+    tiles = tk.tune_tiles(csr, torch.randn(csr.num_cols, 8, device=DEVICE), timer=timer)
+    assert tiles[4] != 2
+
+
+@pytest.mark.triton
+def test_dispatch_lets_the_triton_path_tune_before_timing_it(monkeypatch):
+    from gnndist.kernels.spmm import triton as tk
+
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
+    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
+    events = []
+    monkeypatch.setattr(tk, "tune", lambda csr, *args: events.append(("tune", csr)))
+    monkeypatch.setattr(dispatch, "_time", lambda fn, csr, args, reps=5: events.append(("time", fn.__module__)) or 1.0)
+    csr = graph("power-law-int32", DEVICE)
+    dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")
+    assert events[:2] == [("tune", csr), ("time", tk.__name__)]
+    assert ("tune", csr) not in events[2:]  # cuSPARSE has nothing to tune

@@ -21,9 +21,14 @@ once (bf16 / fp16 are loaded at half the bytes and accumulated in fp32). Offsets
 int32 unless ``rows * F`` needs int64. Grouping ``R`` short rows per program shares the
 per-program latency chain (segment table -> indices -> features) across rows.
 
+Tiles are measured per graph on CUDA (:func:`tune_tiles`: a coordinate descent over the
+short-row tile, the medium-row step, the chunk length ``C``, warps and pipeline stages,
+timed on the real inputs and cached on the CSR per width bucket, dtype and weight kind);
+:data:`TILES` is where it starts and what ``GNNDIST_KERNEL=triton`` runs.
+
 Status: correct compiled on an H200 (the kernel tests) but not yet timed against cuSPARSE
-there; ``gnndist.kernels.dispatch`` times both on first use and keeps the faster, so the
-model never runs the slower path while the tiles are untuned.
+there; ``gnndist.kernels.dispatch`` tunes this path, times it against cuSPARSE on first use
+and keeps the faster, so the model never runs the slower path.
 
 The plan (segment table, class boundaries) is built once per CSR on the device and
 cached on it. Tiles per width are in :data:`TILES`; :func:`spmm_launch` takes ``tiles=``
@@ -34,6 +39,8 @@ cuSPARSE where that was measured faster for ``A^T``); ``grad_w`` is an SDDMM.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +52,14 @@ from .. import dispatch, triton_common
 from ..csr import CSR
 from . import transposed_product
 
-# BLOCK_F -> (C, (R_L, D_L), (R_M, D_M), (R_S, D_S), num_warps, stages). Chosen by a register
-# budget, not yet by timing: the largest tile holds ~32 fp32 values per thread, which keeps the
-# unweighted sum at <= 64 registers on sm_90 (>= 8 resident 4-warp programs per SM for the
-# gathers' latency) -- `python -m gnndist.kernels.compile_check` prints them. Retune with
-# `benchmarks/spmm_tiles.py --sweep` on a GPU.
+log = logging.getLogger(__name__)
+
+# BLOCK_F -> (C, (R_L, D_L), (R_M, D_M), (R_S, D_S), num_warps, stages): the starting point of
+# the measured tiles (`tune_tiles`) and the fixed tiles of GNNDIST_KERNEL=triton. Chosen by a
+# register budget, not by timing: the largest tile holds ~32 fp32 values per thread, which keeps
+# the unweighted sum at <= 64 registers on sm_90 (>= 8 resident 4-warp programs per SM for the
+# gathers' latency) -- `python -m gnndist.kernels.compile_check` prints them.
+# `benchmarks/spmm_tiles.py --sweep` on a GPU prints what the tuning timed.
 TILES: dict[int, tuple] = {
     16: (512, (4, 32), (4, 32), (16, 8), 4, 1),
     32: (512, (2, 32), (2, 32), (8, 8), 4, 1),
@@ -211,6 +221,112 @@ def tiles_for(feat: int) -> tuple:
     return TILES[min(MAX_BLOCK_F, max(16, triton.next_power_of_2(feat)))]
 
 
+# ---------------------------------------------------------------------- tiles measured per graph
+# The tiles of TILES are a register-budget guess; the best ones depend on the graph's row
+# lengths (and A^T's differ from A's). On CUDA, the dispatcher calls `tune` before it times
+# this path against cuSPARSE: a coordinate descent over the fields below, each option timed on
+# the real inputs, the fastest kept on the CSR per width bucket, dtype and weight kind (so
+# forward and backward, on A and A^T, tune apart). GNNDIST_KERNEL=triton skips it: the
+# fixed TILES, bit-reproducible from run to run.
+TUNE_ENV = "GNNDIST_SPMM_TUNE"  # "0": never tune (the fixed TILES everywhere)
+
+
+def _with(tiles: tuple, field: str, value: int) -> tuple:
+    """``tiles`` with one field changed; the tile's edges x rows product is kept where a D changes."""
+    C, (rl, dl), (rm, dm), (rs, ds), warps, stages = tiles
+    if field == "C":
+        return (value, (rl, dl), (rm, dm), (rs, ds), warps, stages)
+    if field == "D_S":
+        return (C, (rl, dl), (rm, dm), (max(1, rs * ds // value), value), warps, stages)
+    if field == "D_M":  # medium rows and chunks share the edge step
+        return (C, (max(1, rl * dl // value), value), (max(1, rm * dm // value), value), (rs, ds), warps, stages)
+    if field == "warps":
+        return (C, (rl, dl), (rm, dm), (rs, ds), value, stages)
+    if field == "stages":
+        return (C, (rl, dl), (rm, dm), (rs, ds), warps, value)
+    raise ValueError(f"unknown tile field {field!r}")
+
+
+TUNE_FIELDS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("D_S", (4, 8, 16)),  # short rows: edges per row slot (rows <= D_S are "short")
+    ("D_M", (16, 32, 64)),  # medium rows and chunks: edges per step
+    ("C", (256, 512, 1024, 2048)),  # chunk length: rows longer than C are split
+    ("warps", (2, 4, 8)),
+    ("stages", (1, 3)),
+)
+
+
+def tile_options(tiles: tuple, field: str, values: tuple[int, ...]) -> list[tuple]:
+    """The distinct tile sets ``tiles`` with ``field`` set to each of ``values`` (``tiles`` itself first)."""
+    out = [tiles]
+    for v in values:
+        t = _with(tiles, field, v)
+        if t not in out and t[0] % max(t[1][1], 1) == 0:  # a chunk is whole steps
+            out.append(t)
+    return out
+
+
+def _tune_key(feat: int, x: Tensor, weight: Tensor | None, mean: bool, head_dim: int) -> tuple:
+    kind = None if weight is None else (weight.dim(), weight.dtype)
+    return ("spmm_tiles", min(MAX_BLOCK_F, max(16, triton.next_power_of_2(feat))), x.dtype, kind, mean, head_dim)
+
+
+def tune_tiles(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = False, head_dim: int = 0,
+               timer=None) -> tuple:
+    """The fastest tiles for these inputs by coordinate descent over :data:`TUNE_FIELDS` (cached on ``csr``).
+
+    ``timer(fn) -> seconds`` times one launch (default: Triton's ``do_bench``, kernel time).
+    Starts from :func:`tiles_for`; for each field in turn every option is timed with the
+    others at their best so far and the fastest kept; an option that fails to compile or
+    run is skipped. :func:`spmm_launch` uses the result for inputs of the same key.
+    """
+    x2 = x.reshape(x.shape[0], -1)
+    key = _tune_key(x2.shape[1], x2, weight, mean, head_dim)
+    hit = csr._cache.get(key)
+    if hit is not None:
+        return hit[0]
+    if timer is None:
+        import triton.testing
+
+        def timer(fn) -> float:
+            return triton.testing.do_bench(fn, warmup=3, rep=10) * 1e-3
+
+    times: dict[tuple, float] = {}
+
+    def cost(tiles: tuple) -> float:
+        if tiles not in times:
+            try:
+                times[tiles] = timer(lambda: spmm_launch(csr, x2, weight, mean, head_dim, tiles=tiles))
+            except Exception as e:  # e.g. out of registers or shared memory on this GPU
+                log.info("spmm tiles %s skipped: %s", tiles, str(e).strip().splitlines()[-1:] or type(e).__name__)
+                times[tiles] = float("inf")
+        return times[tiles]
+
+    best = tiles_for(x2.shape[1])
+    for field, values in TUNE_FIELDS:
+        best = min(tile_options(best, field, values), key=cost)
+    if cost(best) == float("inf"):
+        raise RuntimeError(f"no SpMM tile set ran on {csr}")
+    csr._cache[key] = (best, times)
+    log.info("spmm tiles on %s, %s: %s (%.1f us; default %.1f us)", csr, key[1:], best, 1e6 * times[best],
+             1e6 * times[tiles_for(x2.shape[1])])
+    return best
+
+
+def tune(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> None:
+    """Dispatch's hook before this path is timed: measure the tiles for these inputs (CUDA only)."""
+    if x.device.type != "cuda" or triton_common.INTERPRETED or os.environ.get(TUNE_ENV, "1") == "0":
+        return
+    head_dim = x.shape[2] if x.dim() == 3 else 0
+    tune_tiles(csr, x, edge_weight, reduce == "mean", head_dim)
+
+
+def tuned(csr: CSR, x: Tensor, weight: Tensor | None, mean: bool, head_dim: int) -> tuple | None:
+    """The tiles :func:`tune_tiles` measured for inputs like these on ``csr``, or None."""
+    hit = csr._cache.get(_tune_key(x.shape[1], x, weight, mean, head_dim))
+    return None if hit is None else hit[0]
+
+
 def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = False, head_dim: int = 0,
                 col: Tensor | None = None, gather: bool = True, tiles: tuple | None = None,
                 wide: bool | None = None) -> Tensor:
@@ -219,7 +335,8 @@ def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = 
     ``src e`` is ``col[e]`` (default ``csr.col``; pass e.g. a permutation to read edge values
     in another order), or ``e`` itself when ``gather=False``. ``weight`` ``[nnz]``, or
     ``[nnz, H]`` with ``head_dim=D`` weighing each ``D``-wide head of the features.
-    ``tiles`` overrides :data:`TILES` (benchmarks); ``wide`` forces int64 (True) or int32
+    ``tiles`` overrides the tiles (default: those :func:`tune_tiles` measured for these inputs
+    on ``csr``, else :data:`TILES`); ``wide`` forces int64 (True) or int32
     offsets (default: int64 only where ``rows * F`` or ``nnz`` reach 2**31).
 
     Shapes:
@@ -232,7 +349,8 @@ def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = 
         return out
     if csr.nnz == 0:
         return out.zero_()
-    C, (r_l, d_l), (r_m, d_m), (r_s, d_s), warps, stages = tiles or tiles_for(feat)
+    C, (r_l, d_l), (r_m, d_m), (r_s, d_s), warps, stages = (tiles or tuned(csr, x, weight, mean, head_dim)
+                                                            or tiles_for(feat))
     plan: Plan = csr.cached(("spmm_plan", C, d_s), lambda: build_plan(csr, C, d_s))
     block_f = min(MAX_BLOCK_F, max(16, triton.next_power_of_2(feat)))
     per_head = weight is not None and weight.dim() == 2
