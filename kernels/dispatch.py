@@ -14,7 +14,8 @@ calls the first that fits; if none does, it raises one error listing every reaso
 op fits, the first call times each of them once on the real inputs (forward only) and
 caches the fastest on the CSR, per dtype, width bucket (next power of two), reduction and
 weight kind; a path with a ``tune(csr, *args)`` hook (the Triton SpMM: its tiles) measures
-its own settings on the inputs first and is timed with them. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
+its own settings on the inputs first and is timed with them (and still tunes when it is the
+only path that fits, e.g. per-head weights). An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
 transpose (``spmm.transposed_product``), so it is timed and chosen per direction: the
 forward may run Triton and the backward cuSPARSE. So dispatch never keeps a path that is
 slower than another on this graph, direction and device (e.g. Triton vs cuSPARSE);
@@ -113,6 +114,8 @@ def select(op: str, csr: CSR, *args, impl: str | None = None) -> tuple[str, Call
         name = _measured(op, csr, args, fits)
         return name, getattr(_module(op, name), op)
     if fits:
+        if not forced and op in MEASURED and csr.device.type in MEASURE_ON and fits[0] != "reference":
+            _tune(op, fits[0], csr, args)  # the only path that fits still measures its own settings
         return fits[0], getattr(_module(op, fits[0]), op)
     how = f"forced by impl={impl!r}" if impl else f"forced by {ENV_VAR}={forced}" if forced else "tried"
     raise NoKernelError(f"no {op} kernel fits ({how}) — " + "; ".join(reasons))
@@ -139,10 +142,8 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     times, errors = {}, {}
     for name in names:
         try:
-            module = _module(op, name)
-            if hasattr(module, "tune"):  # a path that measures its own tiles on these inputs first
-                module.tune(csr, *args)
-            times[name] = _time(getattr(module, op), csr, args)
+            _tune(op, name, csr, args)
+            times[name] = _time(getattr(_module(op, name), op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
             log.warning("%s: the %s path failed while being timed, not used: %s", op, name,
@@ -153,6 +154,13 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     csr._cache[key] = (best, times)
     log.info("%s on %s, %s: %s", op, csr, key[2:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
     return best
+
+
+def _tune(op: str, name: str, csr: CSR, args: tuple) -> None:
+    """Let path ``name`` measure its own settings on these inputs (its ``tune`` hook, e.g. Triton tiles)."""
+    module = _module(op, name)
+    if hasattr(module, "tune"):
+        module.tune(csr, *args)
 
 
 def _time(fn: Callable, csr: CSR, args: tuple, reps: int = 5) -> float:

@@ -216,3 +216,11 @@ def test_dispatch_lets_the_triton_path_tune_before_timing_it(monkeypatch):
     dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")
     assert events[:2] == [("tune", csr), ("time", tk.__name__)]
     assert ("tune", csr) not in events[2:]  # cuSPARSE has nothing to tune
+    events.clear()  # per-head weights: only Triton fits, it is not timed but still tunes
+    x = torch.randn(csr.num_cols, 2, 4, device=DEVICE)
+    assert dispatch.select("spmm", csr, x, torch.rand(csr.nnz, 2, device=DEVICE), "sum")[0] == "triton"
+    assert events == [("tune", csr)]
+    events.clear()
+    monkeypatch.setenv(dispatch.ENV_VAR, "triton")  # forced: the fixed tiles, nothing measured
+    dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")
+    assert events == []
