@@ -116,6 +116,17 @@ class RankLoad:
         return {"fwd_sent": sent, "fwd_received": recv, "bwd_sent": recv, "bwd_received": sent}
 
 
+def aggregate_first(f_in: int, f_out: int) -> bool:
+    """Whether a GCN-like first layer (input without gradient) aggregates before its linear map.
+
+    Mapping first costs an SpMM of width ``f_out`` forward and its ``A^T`` product backward;
+    aggregating the input first costs one forward SpMM of width ``f_in`` (the input needs no
+    gradient, so there is no backward SpMM and no reverse exchange). So aggregate first when
+    ``f_in <= 2 * f_out``: never more SpMM work or halo bytes.
+    """
+    return f_in <= 2 * f_out
+
+
 def spmm_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one SpMM (forward + backward) of width ``width`` on one rank."""
     rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
@@ -140,14 +151,24 @@ def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float
     return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
 
 
-def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network, elem: int = 4) -> np.ndarray:
+def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network, elem: int = 4,
+                     first: bool = False) -> np.ndarray:
     """Modelled seconds of one GCN-like layer (``X @ W`` on the owned rows, then one SpMM of width
     ``f_out``), forward + backward, on every rank.
+
+    ``first``: the model's first layer, whose input (the features) needs no gradient: ``X @ W``
+    has two products (no ``dX``), and when :func:`aggregate_first` holds the layer aggregates
+    the features instead, one forward SpMM of width ``f_in`` (no backward SpMM).
 
     Shapes:
         loads ``[P]`` -> ``[P]`` seconds.
     """
-    return np.array([spmm_time(ld, f_out, net, elem) + dense_time(ld.rows, f_in, f_out, net) for ld in loads])
+    products = 2.0 / 3.0 if first else 1.0
+    if first and aggregate_first(f_in, f_out):
+        return np.array([spmm_time(ld, f_in, net, elem) / 2 + products * dense_time(ld.rows, f_in, f_out, net)
+                         for ld in loads])
+    return np.array([spmm_time(ld, f_out, net, elem) + products * dense_time(ld.rows, f_in, f_out, net)
+                     for ld in loads])
 
 
 def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, elem: int = 4) -> float:
@@ -155,17 +176,19 @@ def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, ele
 
     Layer ``l`` maps width ``widths[l]`` to ``widths[l + 1]``: each rank multiplies its owned
     rows by ``W`` (per-row cost), exchanges its halo and aggregates its nonzeros at width
-    ``widths[l + 1]`` (alpha-beta per exchange, per-edge cost). The halo exchange synchronises
-    the ranks, so a layer lasts as long as its slowest rank; the epoch is the sum over layers
-    plus the all-reduce of the weight gradients::
+    ``widths[l + 1]`` (alpha-beta per exchange, per-edge cost) -- except the first layer, which
+    aggregates the features first when :func:`aggregate_first` says so (see
+    :func:`rank_layer_times`). The halo exchange synchronises the ranks, so a layer lasts as
+    long as its slowest rank; the epoch is the sum over layers plus the all-reduce of the
+    weight gradients::
 
-        T = sum_l max_r [spmm_time(r, widths[l+1]) + dense_time(rows_r, widths[l], widths[l+1])]
+        T = sum_l max_r rank_layer_times(r, widths[l], widths[l+1], first=(l == 0))
             + allreduce_time(sum_l widths[l] * widths[l+1], P)
     """
     if len(widths) < 2:
         raise ValueError(f"widths needs an input and an output width, got {widths}")
-    layers = sum(rank_layer_times(loads, f_in, f_out, net, elem).max(initial=0.0)
-                 for f_in, f_out in zip(widths[:-1], widths[1:]))
+    layers = sum(rank_layer_times(loads, f_in, f_out, net, elem, first=(i == 0)).max(initial=0.0)
+                 for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])))
     weights = sum(f_in * f_out for f_in, f_out in zip(widths[:-1], widths[1:]))
     return float(layers + allreduce_time(weights, len(loads), net, elem))
 

@@ -160,13 +160,15 @@ class Trainer:
         return {t: dict(zip(keys, row)) for t, row in zip(tags, vals)}
 
     def strategy_report(self) -> dict[str, dict]:
-        """Per layer (tag): the strategy that aggregated it, its replication and width (and ``auto``'s candidates)."""
+        """Per layer (tag): the strategy that aggregated it, its replication and width, whether its SpMM had a
+        backward in the last epoch (and ``auto``'s candidates)."""
         g = self.graph
         auto = getattr(g.strategy, "report", {})
         out = {}
-        for tag, (width, _) in sorted(g.calls.items()):
+        for tag, (width, n) in sorted(g.calls.items()):
             s = g.strategy_of(tag)
-            out[tag] = {"strategy": s.name, "replication": getattr(s, "replication", None), "width": width}
+            out[tag] = {"strategy": s.name, "replication": getattr(s, "replication", None), "width": width,
+                        "backward": n > g.forward_only.get(tag, 0)}
             if tag in auto:
                 out[tag]["candidates"] = auto[tag]["candidates"]
         return out

@@ -103,8 +103,8 @@ def unit_costs(widths: tuple[int, ...], net: Network) -> np.ndarray:
     read off :func:`gnndist.cost.rank_layer_times` (linear in each); ``[layers, 5]`` with the fixed part last."""
     units = [RankLoad(rows=1), RankLoad(nnz=1), RankLoad(expand_send=1), RankLoad(messages=1), RankLoad()]
     out = []
-    for f_in, f_out in zip(widths[:-1], widths[1:]):
-        t = rank_layer_times(units, f_in, f_out, net)
+    for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
+        t = rank_layer_times(units, f_in, f_out, net, first=(i == 0))
         out.append(np.append(t[:4] - t[4], t[4]))
     return np.array(out)
 

@@ -66,6 +66,21 @@ def test_strong_measured_bytes_equal_simulated(strong):
     assert r["bytes_per_rank_max"] == r["predicted_bytes_per_rank_max"]
 
 
+def test_weak_measured_bytes_equal_simulated_when_the_first_layer_aggregates_first(tmp_path):
+    """64 features, hidden 64: the first GCN layer aggregates the features (forward-only SpMM)."""
+    from gnndist.bench.suites import weak
+    from gnndist.cost import aggregate_first
+
+    s = Settings(out=tmp_path, parts=[2], epochs=4, warmup=1, hidden=64)
+    assert aggregate_first(64, s.hidden)
+    rows = Rows("weak", environment("cpu"))
+    weak(s, rows, tmp_path, nodes_per_rank=300)
+    (r,) = rows.rows
+    assert r["bytes_per_rank"] > 0
+    assert r["bytes_per_rank"] == r["predicted_bytes_per_rank"]
+    assert r["bytes_per_rank_max"] == r["predicted_bytes_per_rank_max"]
+
+
 def test_plotted_bytes_and_breakdown_equal_logged(strong):
     _, rows = strong
     fig = plots.bytes_per_rank(rows)

@@ -34,13 +34,21 @@ def test_modelled_time_equals_hand_computation():
     net = Network("hand", alpha=1.0, beta=4.0, gamma_sparse=0.5, gamma_dense=0.25, overhead=2.0)
     # per rank and layer: 2 (overhead + alpha * peers + w * max(send, recv)) + 2 * 0.5 * nnz * w
     #                     + 6 * rows * f_in * w * 0.25
-    layer1 = max(2 * (2 + 1 + 2 * 2) + 2 * 0.5 * 6 * 2 + 6 * 3 * 3 * 2 * 0.25,   # rank 0: 14 + 12 + 27 = 53
-                 2 * (2 + 1 + 2 * 2) + 2 * 0.5 * 4 * 2 + 6 * 2 * 3 * 2 * 0.25)   # rank 1: 14 + 8 + 18 = 40
+    # the first layer (3 features <= 2 x 2) aggregates its input first: one forward SpMM of width 3,
+    # and its X @ W has no dX: 4 * rows * f_in * f_out * 0.25
+    layer1 = max((2 + 1 + 2 * 3) + 0.5 * 6 * 3 + 4 * 3 * 3 * 2 * 0.25,   # rank 0: 9 + 9 + 18 = 36
+                 (2 + 1 + 2 * 3) + 0.5 * 4 * 3 + 4 * 2 * 3 * 2 * 0.25)   # rank 1: 9 + 6 + 12 = 27
     layer2 = max(2 * (2 + 1 + 1 * 2) + 2 * 0.5 * 6 * 1 + 6 * 3 * 2 * 1 * 0.25,   # 10 + 6 + 9 = 25
                  2 * (2 + 1 + 1 * 2) + 2 * 0.5 * 4 * 1 + 6 * 2 * 2 * 1 * 0.25)   # 10 + 4 + 6 = 20
     allreduce = 2 * 1 * 1.0 + 2 * 1 / 2 * (3 * 2 + 2 * 1) * 4 / 4.0  # ring over 2 ranks, 8 weights: 2 + 8
-    assert layer1 + layer2 + allreduce == 88.0
-    assert epoch_time(loads, (3, 2, 1), net) == pytest.approx(88.0, rel=1e-12)
+    assert layer1 + layer2 + allreduce == 71.0
+    assert epoch_time(loads, (3, 2, 1), net) == pytest.approx(71.0, rel=1e-12)
+    # 9 features > 2 x 2: the first layer maps first (SpMM of width 2, forward and backward), no dX
+    layer1 = max(2 * (2 + 1 + 2 * 2) + 2 * 0.5 * 6 * 2 + 4 * 3 * 9 * 2 * 0.25,   # 14 + 12 + 54 = 80
+                 2 * (2 + 1 + 2 * 2) + 2 * 0.5 * 4 * 2 + 4 * 2 * 9 * 2 * 0.25)   # 14 + 8 + 36 = 58
+    allreduce = 2 * 1 * 1.0 + 2 * 1 / 2 * (9 * 2 + 2 * 1) * 4 / 4.0  # 2 + 20
+    assert layer1 + layer2 + allreduce == 127.0
+    assert epoch_time(loads, (9, 2, 1), net) == pytest.approx(127.0, rel=1e-12)
 
 
 def test_rank_loads_equal_the_layout_counts():

@@ -44,9 +44,10 @@ def predicted_bytes(p, summary: dict) -> tuple[float, float]:
     """Mean and max over ranks of the SpMM bytes sent per epoch that :func:`gnndist.simulate.layouts` predicts.
 
     One forward + backward SpMM per layer, at the layer's width and with the layout the run used
-    (per layer under ``auto``), on the same partition ``p``.
+    (per layer under ``auto``), on the same partition ``p``; the forward alone for a layer whose
+    SpMM had no backward (a first GCN layer that aggregates the features before its linear map).
     """
-    from gnndist.simulate import layouts
+    from gnndist.simulate import ELEM, layouts
 
     sent = np.zeros(p.book.parts)
     cache: dict[int, list] = {}
@@ -56,8 +57,10 @@ def predicted_bytes(p, summary: dict) -> tuple[float, float]:
             cache[w] = layouts(p.csr, p.book.offsets, w, replication=range(2, p.book.parts))
         want = (info["strategy"], info.get("replication") or 1)
         match = [lay for lay in cache[w] if (lay.strategy, lay.replication) == want]
-        if match:
+        if match and info.get("backward", True):
             sent += match[0].sent
+        elif match:
+            sent += np.array([ld.bytes(w, ELEM)["fwd_sent"] for ld in match[0].loads], dtype=np.int64)
     return float(sent.mean()), float(sent.max())
 
 

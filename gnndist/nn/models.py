@@ -8,6 +8,7 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnndist.cost import aggregate_first
 from gnndist.nn.gcn_conv import GCNConv
 from gnndist.nn.gin_conv import GINConv
 from gnndist.nn.norm import DistBatchNorm, apply_norm
@@ -65,6 +66,8 @@ class GNN(nn.Module):
         self.convs = nn.ModuleList(conv(a, b) for a, b in zip(widths[:-1], widths[1:]))
         for i, c in enumerate(self.convs):
             c.tag = f"layer{i}"
+        if isinstance(self.convs[0], GCNConv):  # its input, the features, needs no gradient
+            self.convs[0].aggregate_first = aggregate_first(in_channels, widths[1])
         make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
         self.norms = nn.ModuleList(make_norm(hidden) for _ in range(layers - 1))
         self.dropout = dropout
