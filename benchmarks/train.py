@@ -125,8 +125,8 @@ def save_partition(data, out: str) -> None:
     partition(data, 1, progress=False).save(out, dataset=getattr(data, "name", "graph"), progress=False)
 
 
-def gnndist_step(partdir: str, hidden: int, normalize: bool,
-                 device: torch.device) -> tuple[Callable[[int], float], object]:
+def gnndist_step(partdir: str, hidden: int, normalize: bool, device: torch.device,
+                 map_first: bool = False) -> tuple[Callable[[int], float], object]:
     from gnndist.partition import load as load_part
 
     from gnndist.config import ModelConfig, RunConfig, TrainConfig
@@ -139,6 +139,8 @@ def gnndist_step(partdir: str, hidden: int, normalize: bool,
     cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5, normalize_features=normalize),
                       run=RunConfig(progress=False))
     tr = Trainer(g, cfg)  # the model on grid.device
+    if map_first:  # A/B of gnndist.cost.aggregate_first: the first layer maps, then aggregates (fwd + bwd SpMM)
+        tr.model.convs[0].aggregate_first = False
     return tr.train_step, tr
 
 
@@ -195,7 +197,7 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
     if prov.startswith("gnndist"):
         kernel = prov[len("gnndist [") : -1] if prov.endswith("]") else "auto"
         with kernel_env(kernel):
-            step, _trainer = gnndist_step(partdir, args.hidden, normalize, device)
+            step, _trainer = gnndist_step(partdir, args.hidden, normalize, device, args.map_first)
             synchronize(device)
             setup = time.perf_counter() - t0
             times, peak = measure(step, args.warmup, args.reps, device)
@@ -231,6 +233,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler tables of gnndist's step and of pyg sparse_csr cached")
     ap.add_argument("--quick", action="store_true", help="synthetic graph of 100k nodes, 2 warmup + 5 reps")
+    ap.add_argument("--map-first", action="store_true",
+                    help="gnndist's first GCN layer maps before it aggregates even when F <= 2 x hidden "
+                         "(the rule of gnndist.cost.aggregate_first off: the A/B of that rule)")
     args = ap.parse_args()
     graphs = args.graphs.split(",")
     if unknown := [g for g in graphs if g not in ("cs", "synthetic", "big")]:
