@@ -176,7 +176,8 @@ class DistGraph:
         if weight == "gcn":
             dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
-            return dinv * (self._aggregate(y, tag) + y)
+            # in place on the aggregate (a fresh tensor no backward needs): no further [n, F] buffers
+            return self._aggregate(y, tag).add_(y).mul_(dinv)
         if weight is not None:
             raise ValueError(f"unknown weight {weight!r}")
         out = self._aggregate(x, tag)  # [n_owned, F]
