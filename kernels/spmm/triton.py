@@ -318,7 +318,8 @@ def tune(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "
     if x.device.type != "cuda" or triton_common.INTERPRETED or os.environ.get(TUNE_ENV, "1") == "0":
         return
     head_dim = x.shape[2] if x.dim() == 3 else 0
-    tune_tiles(csr, x, edge_weight, reduce == "mean", head_dim)
+    with torch.no_grad():
+        tune_tiles(csr, x.detach(), None if edge_weight is None else edge_weight.detach(), reduce == "mean", head_dim)
 
 
 def tuned(csr: CSR, x: Tensor, weight: Tensor | None, mean: bool, head_dim: int) -> tuple | None:
