@@ -124,6 +124,9 @@ def _case(name: str):
     if kind == "custom_fused_gcn":
         pyg = pyg_nn.GCNConv(F_IN, 5)
         return pyg, _copy(pyg, NormLinear(F_IN, 5)), "", extra
+    if kind in ("gcn_map_first", "gcn_aggregate_first"):  # gnndist's own GCNConv, both orders: PyG's numbers
+        pyg = pyg_nn.GCNConv(F_IN, 5)
+        return pyg, _copy(pyg, gnn.GCNConv(F_IN, 5, aggregate_first=kind == "gcn_aggregate_first")), "", extra
     if kind == "custom_mean":
         return pyg_nn.SimpleConv(aggr="mean"), Mean(), "", extra
     if kind == "custom_softmax":
@@ -144,7 +147,8 @@ def _case(name: str):
 
 
 CASES = ["gat_h2_concat", "gat_h3_mean", "gat_dropout", "gat_model", "gen_learn_t_batchnorm", "gen_same_width",
-         "custom_edge_max", "custom_fused_gcn", "custom_mean", "custom_softmax",
+         "custom_edge_max", "custom_fused_gcn", "gcn_map_first", "gcn_aggregate_first", "custom_mean",
+         "custom_softmax",
          "pyg_gcn", "pyg_gcn_improved", "pyg_sage", "pyg_sage_max", "pyg_gat", "pyg_gin", "pyg_gen", "pyg_gcn2"]
 WITH_PYG = [c for c in CASES if c not in ("gat_dropout", "gat_model")]
 
