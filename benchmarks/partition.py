@@ -3,6 +3,7 @@
     python benchmarks/partition.py quality                 # Cora, Amazon Photo, Coauthor CS at 4 and 8 parts
     python benchmarks/partition.py scale --graph synthetic-2m --parts 8   # time + peak RSS, end to end
     python benchmarks/partition.py --balance-table         # plain METIS vs the old default vs --balance auto
+    python benchmarks/partition.py settings                # which of auto's METIS settings wins, 9 more graphs
 
 Peak RSS is the process high-water mark (``ru_maxrss``), so run ``scale`` in its own process.
 """
@@ -109,6 +110,33 @@ def scale(args: argparse.Namespace) -> None:
         print(f"save: {t3 - t2:.1f} s; total {t3 - t0:.1f} s; peak RSS {_rss_gb():.2f} GiB", flush=True)
 
 
+SETTINGS_GRAPHS = ",".join("/work/shared/data/" + f for f in (
+    "snap_ca_astroph/astro-ph-cc1.jlg", "snap_ca_condmat/ca-condmat-cc1.jlg", "blogcatalog/blogcatalog.npz",
+    "snap_email_enron/email-enron.jlg", "dblp/dblp.npz", "squirrel/squirrel.npz", "chameleon/chameleon.npz",
+    "actor/actor.npz", "flickr_ane/flickr.npz"))
+
+
+def settings(args: argparse.Namespace) -> None:
+    """Which of ``--balance auto``'s METIS settings wins where: every candidate's modelled epoch time
+    (after refinement) over the chosen one, per graph and P; the chosen one's max peers and node imbalance."""
+    wins: dict[str, int] = {}
+    for path in args.datasets.split(","):
+        data = load(path, root=args.root)
+        name = getattr(data, "name", None) or path.rsplit("/", 1)[-1]
+        for P in (int(x) for x in args.parts.split(",")):
+            t0 = time.perf_counter()
+            r = partition(data, P, "metis", "vol", 0, "auto", progress=False, cost_network=args.network,
+                          widths=model_widths_of(data, args.hidden, args.layers)).report
+            cands = {c["balance"]: c["modelled_epoch_s"] for c in r["auto"]["candidates"]}
+            best = cands[r["auto"]["chosen"]]
+            wins[r["auto"]["chosen"]] = wins.get(r["auto"]["chosen"], 0) + 1
+            print(f"{name} ({data.num_nodes:,} nodes) P={P}: chosen {r['auto']['chosen']}, max peers "
+                  f"{max(r['peers_per_part'])}, node imbalance {r['imbalance']['nodes']:.2f}, "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            print("    " + ", ".join(f"{k} {v / best:.3f}" for k, v in cands.items()), flush=True)
+    print("wins: " + ", ".join(f"{k} {n}" for k, n in sorted(wins.items(), key=lambda kv: -kv[1])))
+
+
 def main() -> None:
     if "--balance-table" in sys.argv[1:]:  # a flag rather than a subcommand, as the issue names it
         bt = argparse.ArgumentParser(description=balance_table.__doc__)
@@ -138,6 +166,14 @@ def main() -> None:
     s.add_argument("--refine", default=True, action=argparse.BooleanOptionalAction)
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
     s.set_defaults(func=scale)
+    st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
+    st.add_argument("--datasets", default=SETTINGS_GRAPHS)
+    st.add_argument("--parts", default="8,32")
+    st.add_argument("--root", default="/work/shared/data")
+    st.add_argument("--network", default="ib", help="cost-model preset (nvlink, ib, ethernet)")
+    st.add_argument("--hidden", type=int, default=16)
+    st.add_argument("--layers", type=int, default=2)
+    st.set_defaults(func=settings)
     args = ap.parse_args()
     args.func(args)
 
