@@ -286,10 +286,10 @@ def tune_tiles(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = F
     if hit is not None:
         return hit[0]
     if timer is None:
-        import triton.testing
+        from triton.testing import do_bench  # (no `import triton.testing` here: it would make `triton` local)
 
         def timer(fn) -> float:
-            return triton.testing.do_bench(fn, warmup=3, rep=10) * 1e-3
+            return do_bench(fn, warmup=3, rep=10) * 1e-3
 
     times: dict[tuple, float] = {}
 
@@ -298,7 +298,8 @@ def tune_tiles(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = F
             try:
                 times[tiles] = timer(lambda: spmm_launch(csr, x2, weight, mean, head_dim, tiles=tiles))
             except Exception as e:  # e.g. out of registers or shared memory on this GPU
-                log.info("spmm tiles %s skipped: %s", tiles, str(e).strip().splitlines()[-1:] or type(e).__name__)
+                lines = str(e).strip().splitlines()
+                log.info("spmm tiles %s skipped: %s", tiles, lines[-1] if lines else type(e).__name__)
                 times[tiles] = float("inf")
         return times[tiles]
 
