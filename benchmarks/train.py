@@ -177,11 +177,22 @@ def profile_step(step: Callable[[int], float], label: str, device: torch.device,
     print(events.table(sort_by=key, row_limit=rows), flush=True)
 
 
-def print_choices(csr, label: str) -> None:
-    """What measured dispatch chose per direction (``A`` forward, ``A^T`` backward) and the times."""
-    from gnndist.kernels import dispatch
+def print_choices(graph, label: str) -> None:
+    """What measured dispatch chose on each CSR the run multiplied (the strategies' blocks, ``A^T`` for the
+    backward) and the times of both paths."""
+    from gnndist.kernels import CSR, dispatch
 
-    for name, m in (("A", csr), ("A^T", csr.transpose()[0])):
+    found: dict[int, tuple[str, CSR]] = {id(graph.csr): ("A", graph.csr)}
+    for s in {graph.strategy, *(graph.strategy_of(t) for t in graph.calls)}:
+        b = getattr(s, "block", None)
+        for name, m in (("A interior", getattr(b, "csr_int", None)), ("A boundary", getattr(b, "csr_bnd", None)),
+                        ("A full", getattr(b, "_full", None)), *(("A split", m) for m in (getattr(b, "_split", None) or ()))):
+            if isinstance(m, CSR):
+                found.setdefault(id(m), (name, m))
+    for name, m in list(found.values()):
+        if m._transpose is not None:
+            found.setdefault(id(m._transpose[0]), (name + " ^T (backward)", m._transpose[0]))
+    for name, m in found.values():
         for key, (choice, times) in dispatch.choices(m).items():
             ms = ", ".join(f"{k} {1e3 * t:.3f} ms" for k, t in times.items())
             print(f"  dispatch {label}, {name} {key[0]} {key[1:]}: {choice} ({ms})")
@@ -203,7 +214,7 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
             times, peak = measure(step, args.warmup, args.reps, device)
             if args.profile:
                 profile_step(step, f"{prov} on {gname}", device)
-            print_choices(_trainer.graph.csr, f"{prov} on {gname}")
+            print_choices(_trainer.graph, f"{prov} on {gname}")
         return times, peak, setup
     kind = "sparse_csr" if "sparse_csr" in prov else "edge_index"
     step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize)
