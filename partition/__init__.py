@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from gnndist.partition.balance import (
-    DERIVED_CONSTRAINTS,
     HIDDEN,
     METIS_MAX_ENTRIES,
     PLAIN,
@@ -267,7 +266,7 @@ def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths,
 
     def run_metis(s: Setting) -> np.ndarray:
         if s not in metis_runs:
-            own = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in DERIVED_CONSTRAINTS]
+            own = s.structural
             cols = dict(columns)
             if len(own) < len(s.constraints):  # send / recv / time: read off a partition balancing the rest
                 base = Setting(*zip(*own)) if own else PLAIN
@@ -285,7 +284,7 @@ def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths,
         stats = None
         # refinement keeps the structural constraints (it balances volume and time itself); with none,
         # it keeps the node balance METIS gave (no part above the mean may grow)
-        kept = [(c, t) for c, t in zip(s.constraints, s.tolerances) if c not in DERIVED_CONSTRAINTS] or [("nodes", 1.0)]
+        kept = s.structural or [("nodes", 1.0)]
         if can_refine and s.constraints:
             bar.set_postfix_str(f"refine {s.label}")
             weights = np.stack([columns[c] for c, _ in kept], axis=1)

@@ -49,6 +49,11 @@ class Setting:
     tolerances: tuple[float, ...]
 
     @property
+    def structural(self) -> list[tuple[str, float]]:
+        """The (constraint, tolerance) pairs METIS can weigh without a first partition (not :data:`DERIVED_CONSTRAINTS`)."""
+        return [(c, t) for c, t in zip(self.constraints, self.tolerances) if c not in DERIVED_CONSTRAINTS]
+
+    @property
     def label(self) -> str:
         """``--balance`` spelling of this setting, e.g. ``nodes:1.03,edges:1.2``."""
         return ",".join(f"{c}:{t:g}" for c, t in zip(self.constraints, self.tolerances))
@@ -85,7 +90,7 @@ def parse_balance(spec) -> Setting | None:
         if name == "auto":
             raise UserError("--balance auto cannot be combined with constraints; give auto alone")
         if name not in CONSTRAINTS:
-            raise UserError(f"--balance: unknown constraint {name!r}; choose from nodes, edges, train, send, recv "
+            raise UserError(f"--balance: unknown constraint {name!r}; choose from {', '.join(CONSTRAINTS)} "
                             "(each optionally :TOLERANCE, e.g. edges:1.2), or auto")
         if name in names:
             raise UserError(f"--balance: {name} is given twice")

@@ -341,11 +341,9 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     rows0 = np.array([ld.rows for ld in loads])
     nnz0 = np.array([ld.nnz for ld in loads])
     msgs = np.array([ld.messages for ld in loads])
-    for per_row, per_nnz, per_halo, per_peer, fixed in unit:
-        now = fixed + per_row * rows0 + per_nnz * nnz0 + per_halo * np.maximum(send, recv) + per_peer * msgs
-        later = (fixed + per_row * (rows0 + dw_rows) + per_nnz * (nnz0 + dw_nnz)
-                 + per_halo * np.maximum(s, r) + per_peer * msgs)
-        good &= (later <= now.max() * (1 + 1e-12)).all(1)
+    now = _times(unit, rows0, nnz0, np.maximum(send, recv), msgs)  # [layers, P]
+    later = _times(unit, rows0 + dw_rows, nnz0 + dw_nnz, np.maximum(s, r), msgs)  # [layers, K', P]
+    good &= (later <= now.max(axis=1)[:, None, None] * (1 + 1e-12)).all(axis=(0, 2))
     stop = len(idx) if good.all() else int(np.argmin(good))
     if stop == 0:
         return None
@@ -405,17 +403,23 @@ class _Book:
         """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`)."""
         vol = np.maximum(self.pair.sum(1), self.pair.sum(0))
         msgs = np.maximum(np.count_nonzero(self.pair, axis=1), np.count_nonzero(self.pair, axis=0))
-        return (unit[:, 4:5] + unit[:, 0:1] * self.rows + unit[:, 1:2] * self.nnz + unit[:, 2:3] * vol
-                + unit[:, 3:4] * msgs)
+        return _times(unit, self.rows, self.nnz, vol, msgs)
 
     def max_volume(self) -> int:
         return int(max(self.pair.sum(1).max(), self.pair.sum(0).max()))
 
 
+def _times(unit: np.ndarray, rows, nnz, halo, msgs) -> np.ndarray:
+    """Modelled seconds per layer of ranks with these owned rows, nonzeros, halo rows (max of sent and
+    received) and peers (:func:`unit_costs`): ``[layers, *shape]`` for counts of any one ``shape``."""
+    u = unit.reshape(unit.shape[:1] + (1,) * np.ndim(rows) + unit.shape[1:])
+    return u[..., 4] + u[..., 0] * rows + u[..., 1] * nnz + u[..., 2] * halo + u[..., 3] * msgs
+
+
 def _load_times(loads: list[RankLoad], unit: np.ndarray) -> np.ndarray:
     """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`), from its loads."""
     a = np.array([[ld.rows, ld.nnz, max(ld.expand_send, ld.expand_recv), ld.messages] for ld in loads], dtype=float)
-    return unit[:, 4:5] + unit[:, :4] @ a.T
+    return _times(unit, *a.T)
 
 
 def _key(times: np.ndarray) -> tuple[float, np.ndarray]:
