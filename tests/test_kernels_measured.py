@@ -13,12 +13,17 @@ from gnndist.kernels.spmm import reference
 from gnndist.kernels.testing import graph
 
 
-@pytest.mark.triton
-@pytest.mark.parametrize("fastest", ["triton", "sparse"])
-def test_fastest_fitting_path_is_chosen_once_and_cached(monkeypatch, fastest):
+@pytest.fixture
+def measured(monkeypatch):
+    """Measured dispatch on this device, Triton first, nothing forced."""
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
     monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("fastest", ["triton", "sparse"])
+def test_fastest_fitting_path_is_chosen_once_and_cached(measured, monkeypatch, fastest):
     timed = []
 
     def fake_time(fn, csr, args, reps=5):
@@ -43,11 +48,8 @@ def test_fastest_fitting_path_is_chosen_once_and_cached(monkeypatch, fastest):
 @pytest.mark.triton
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize(("forward", "backward"), [("triton", "sparse"), ("sparse", "triton")])
-def test_backward_is_chosen_on_the_transpose_by_its_own_timing(monkeypatch, forward, backward, reduce):
+def test_backward_is_chosen_on_the_transpose_by_its_own_timing(measured, monkeypatch, forward, backward, reduce):
     """A^T grad is timed on the transposed CSR: each direction runs its own fastest path, exactly."""
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
-    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
     csr = graph("power-law-int32", DEVICE)
     csr_t, _ = csr.transpose()
     ran = []
@@ -57,9 +59,7 @@ def test_backward_is_chosen_on_the_transpose_by_its_own_timing(monkeypatch, forw
         return 1.0 if name == (forward if timed_csr is csr else backward) else 2.0
 
     monkeypatch.setattr(dispatch, "_time", fake_time)
-    for name in ("triton", "sparse"):
-        module = importlib.import_module(f"gnndist.kernels.spmm.{name}")
-        monkeypatch.setattr(module, "spmm", _recording(module.spmm, name, ran))
+    _record_paths(monkeypatch, ran)
     x = torch.randn(csr.num_cols, 8, device=DEVICE, dtype=torch.float32, requires_grad=True)
     w = torch.rand(csr.nnz, device=DEVICE)
     out = spmm(csr, x, w, reduce)
@@ -75,20 +75,22 @@ def test_backward_is_chosen_on_the_transpose_by_its_own_timing(monkeypatch, forw
 
 @pytest.mark.triton
 @pytest.mark.parametrize("impl", ["triton", "sparse"])
-def test_a_forced_forward_keeps_its_path_backwards(monkeypatch, impl):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
-    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
+def test_a_forced_forward_keeps_its_path_backwards(measured, monkeypatch, impl):
     monkeypatch.setattr(dispatch, "_time", lambda *a, **k: pytest.fail("timed a forced path"))
     ran = []
-    for name in ("triton", "sparse"):
-        module = importlib.import_module(f"gnndist.kernels.spmm.{name}")
-        monkeypatch.setattr(module, "spmm", _recording(module.spmm, name, ran))
+    _record_paths(monkeypatch, ran)
     csr = graph("power-law-int32", DEVICE)
     x = torch.randn(csr.num_cols, 8, device=DEVICE, requires_grad=True)
     spmm(csr, x, reduce="mean", impl=impl).sum().backward()
     assert [name for name, _ in ran] == [impl, impl]
     assert dispatch.pinned() is None  # nothing pinned outside the forced call
+
+
+def _record_paths(monkeypatch, ran):
+    """Each call of the triton or sparse SpMM appends ``(path, csr)`` to ``ran``."""
+    for name in ("triton", "sparse"):
+        module = importlib.import_module(f"gnndist.kernels.spmm.{name}")
+        monkeypatch.setattr(module, "spmm", _recording(module.spmm, name, ran))
 
 
 def _recording(fn, name, ran):
@@ -108,10 +110,7 @@ def test_forced_path_is_not_timed(monkeypatch):
 
 
 @pytest.mark.triton
-def test_a_path_that_fails_while_timed_is_skipped(monkeypatch):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
-    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
+def test_a_path_that_fails_while_timed_is_skipped(measured, monkeypatch):
 
     def fake_time(fn, csr, args, reps=5):
         if fn.__module__.endswith("triton"):
@@ -203,12 +202,9 @@ def test_a_tile_option_that_fails_is_skipped(monkeypatch):
 
 
 @pytest.mark.triton
-def test_dispatch_lets_the_triton_path_tune_before_timing_it(monkeypatch):
+def test_dispatch_lets_the_triton_path_tune_before_timing_it(measured, monkeypatch):
     from gnndist.kernels.spmm import triton as tk
 
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
-    monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
     events = []
     monkeypatch.setattr(tk, "tune", lambda csr, *args: events.append(("tune", csr)))
     monkeypatch.setattr(dispatch, "_time", lambda fn, csr, args, reps=5: events.append(("time", fn.__module__)) or 1.0)
