@@ -136,7 +136,7 @@ for _name in ogb.OGB_NAMES:
 register_format("ogb", ogb.read_ogb_folder, ogb.is_ogb_folder)
 register("facebook-page-page", social.load_musae)
 register("fb100-cornell5", social.load_fb100)
-register_format("musae", social.read_musae, social.is_musae_folder)
+register_format("musae", social.read_musae, social.is_musae)
 register_format("fb100", social.read_fb100, social.is_fb100)
 register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)

@@ -1,10 +1,11 @@
-"""Social graphs in their authors' formats: MUSAE Facebook Page-Page (csv + json) and
-Facebook100 (MATLAB ``.mat``, as used by LINKX)."""
+"""Social graphs in their authors' formats: MUSAE (Facebook Page-Page, GitHub, Twitch,
+Wikipedia, Deezer, LastFM: csv + json) and Facebook100 (MATLAB ``.mat``, as used by LINKX)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import os.path as osp
 
 import numpy as np
@@ -21,36 +22,103 @@ MUSAE_URL = "https://github.com/benedekrozemberczki/MUSAE/tree/master/input"
 FB100_URL = (
     "https://github.com/CUAI/Non-Homophily-Large-Scale/tree/master/data/facebook100"
 )
-MUSAE_FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook.json")
+MUSAE_FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook.json")  # facebook-page-page's
+# A MUSAE set is three files named by its own prefix P: P_edges.csv (two id columns),
+# P_target.csv (one row per node) and P_features.json or P.json ({node: [feature ids]}).
+# SNAP's archives use P = musae_<set> (Twitch's DE/ENGB/ES/FR/PTBR/RU, git, facebook,
+# Wikipedia's chameleon/crocodile/squirrel) or deezer_europe, lastfm_asia; the MUSAE
+# repository's input/ uses P = <set> (facebook.json, as in facebook-page-page).
+# The label is the first of these target columns the set has:
+MUSAE_LABELS = {
+    "page_type": "Facebook Page-Page: politician, government, tvshow or company page (4 classes)",
+    "ml_target": "GitHub: machine-learning or web developer (2)",
+    "mature": "Twitch: the streamer uses explicit language (2)",
+    "target": "Deezer Europe (gender, 2), LastFM Asia (country, 18), Wikipedia (monthly traffic, cut into "
+              "5 quantile classes), and any other set",
+}
+MUSAE_WIKIPEDIA = ("chameleon", "crocodile", "squirrel")  # regression targets: cut into quintiles
+# the node id column: Twitch's ``id`` is the user's Twitch id, ``new_id`` the id the edges use
+MUSAE_NODE_IDS = ("new_id", "id")
 
 
-def is_musae_folder(path: str) -> bool:
-    """True for a folder holding MUSAE's Facebook edges, targets and features."""
-    return osp.isdir(path) and all(osp.isfile(osp.join(path, f)) for f in MUSAE_FILES)
+def find_musae(path: str) -> list[tuple[str, str, str, str]]:
+    """The MUSAE sets at ``path`` (a folder, or one set's ``_edges.csv``): ``(set, edges, target, features)``.
+
+    ``set`` is the prefix without ``musae_`` (``DE``, ``git``, ``facebook``, ``deezer_europe``).
+    """
+    if osp.isfile(path) and path.endswith("_edges.csv"):
+        edge_files = [path]
+    elif osp.isdir(path):
+        edge_files = sorted(osp.join(path, f) for f in os.listdir(path) if f.endswith("_edges.csv"))
+    else:
+        return []
+    sets = []
+    for edges in edge_files:
+        prefix = edges.removesuffix("_edges.csv")
+        target = prefix + "_target.csv"
+        features = next((f for f in (prefix + "_features.json", prefix + ".json") if osp.isfile(f)), None)
+        if osp.isfile(target) and features is not None:
+            sets.append((osp.basename(prefix).removeprefix("musae_"), edges, target, features))
+    return sets
+
+
+def is_musae(path: str) -> bool:
+    """True for a folder holding a MUSAE set's edges, targets and features, or for that set's ``_edges.csv``."""
+    return bool(find_musae(path))
+
+
+def _musae_labels(target: pd.DataFrame, which: str, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(class names, y)`` of a MUSAE target table in node order (see :data:`MUSAE_LABELS`)."""
+    column = next((c for c in MUSAE_LABELS if c in target.columns), None)
+    if column is None:
+        raise UserError(f"{path}: no label column: it has {', '.join(map(str, target.columns))}; "
+                        f"a MUSAE target file labels nodes in one of {', '.join(MUSAE_LABELS)}")
+    values = target[column].to_numpy()
+    if which in MUSAE_WIKIPEDIA and column == "target":  # average monthly traffic: 5 quantile classes
+        cuts = np.quantile(values, [0.2, 0.4, 0.6, 0.8])
+        y = np.searchsorted(cuts, values, side="right")
+        return np.array([f"traffic quintile {k}" for k in range(5)]), y
+    return np.unique(values, return_inverse=True)
 
 
 def read_musae(path: str, name: str, seed: int = 0) -> Data:
-    """Facebook Page-Page: label = ``page_type``; features = binary bag of feature ids.
+    """A MUSAE set (Facebook Page-Page, GitHub, Twitch, Wikipedia, Deezer, LastFM, ...): label =
+    the set's target column (:data:`MUSAE_LABELS`); features = binary bag of feature ids.
 
     Shapes:
-        x: [22470, 4714] float32 (dense); y: [22470]; edge_index: [2, 341646].
+        x: [N, F] float32 (dense), F = largest feature id + 1; y: [N]; edge_index: [2, E].
+        Facebook Page-Page: x [22470, 4714], edge_index [2, 341646].
     """
+    sets = find_musae(path)
+    if len(sets) != 1:
+        found = ", ".join(s[0] for s in sets) or "none"
+        raise UserError(f"{path}: {len(sets)} MUSAE sets ({found}); give one set's _edges.csv as the path")
+    which, edges_file, target_file, features_file = sets[0]
     try:
-        edges = pd.read_csv(osp.join(path, MUSAE_FILES[0])).to_numpy(dtype=np.int64)
-        target = pd.read_csv(osp.join(path, MUSAE_FILES[1])).sort_values("id")
-        with open(osp.join(path, MUSAE_FILES[2])) as f:
+        edges = pd.read_csv(edges_file).to_numpy(dtype=np.int64)
+        target = pd.read_csv(target_file)
+        with open(features_file) as f:
             feats = json.load(f)
+        nodes = np.fromiter(map(int, feats.keys()), dtype=np.int64, count=len(feats))
+        lens = np.fromiter(map(len, feats.values()), dtype=np.int64, count=len(feats))
+        cols = np.fromiter(map(int, itertools.chain.from_iterable(feats.values())), dtype=np.int64)
     except Exception as e:
         raise UserError(
             f"{path}: cannot read MUSAE files ({type(e).__name__}: {e})"
         ) from e
+    if edges.ndim != 2 or edges.shape[1] < 2:
+        raise UserError(f"{edges_file}: need two node id columns, got {edges.shape[1] if edges.ndim == 2 else 0}")
+    id_col = next((c for c in MUSAE_NODE_IDS if c in target.columns), None)
     n = len(target)
-    classes, y = np.unique(target["page_type"].to_numpy(), return_inverse=True)
-    nodes = np.fromiter(map(int, feats.keys()), dtype=np.int64, count=len(feats))
-    lens = np.fromiter(map(len, feats.values()), dtype=np.int64, count=len(feats))
-    cols = np.fromiter(itertools.chain.from_iterable(feats.values()), dtype=np.int64)
+    ids = target[id_col].to_numpy() if id_col else np.arange(n)
+    order = np.argsort(ids, kind="stable")
+    if not np.array_equal(ids[order], np.arange(n)):
+        raise UserError(f"{target_file}: node ids ({id_col}) are not 0..{n - 1}, one row each")
+    classes, y = _musae_labels(target.iloc[order], which, target_file)
     if nodes.size and (nodes.max() >= n or nodes.min() < 0):
         raise UserError(f"{path}: feature ids name nodes outside 0..{n - 1}")
+    if cols.size and cols.min() < 0:
+        raise UserError(f"{features_file}: negative feature ids")
     x = np.zeros(
         (n, int(cols.max()) + 1 if cols.size else 1), dtype=np.float32
     )  # [N, F]
@@ -104,7 +172,7 @@ def read_fb100(path: str, name: str, seed: int = 0) -> Data:
 def load_musae(name: str, root: str, seed: int = 0) -> Data:
     """Facebook Page-Page from ``root/facebook_page_page/``."""
     folder = osp.join(root, "facebook_page_page")
-    if not is_musae_folder(folder):
+    if not all(osp.isfile(osp.join(folder, f)) for f in MUSAE_FILES):
         raise UserError(
             f"{name}: need {', '.join(MUSAE_FILES)} in {folder}; get them from {MUSAE_URL}"
         )

@@ -127,13 +127,18 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from gnndist.partition import format_report, read_meta
+    from gnndist.partition.format import verify_partition
 
     meta = read_meta(args.partdir)
+    checked = verify_partition(args.partdir, meta) if args.verify else None  # a bad file: one line, exit 2
     if args.json:
-        print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"]}))
+        print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"],
+                          "verified": checked is not None}))
     else:
         print(f"dataset {meta['dataset']}: N={meta['N']:,} E={meta['E']:,} (directed) F={meta['F']} classes={meta['classes']}")
         print(format_report(meta["report"]))
+        print(f"checksums: {checked} part files match META.json" if checked is not None
+              else "checksums: not verified (--no-verify)")
     return 0
 
 
@@ -254,7 +259,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         if "unrecognized arguments" in message and "--parts" in message:
             message += ("; --parts is for `gnndist partition`: train and run use one part per rank, "
-                        "so the parts are --nproc N (or torchrun's ranks)")
+                        "so the parts are --ranks N (or torchrun's ranks)")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -272,13 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
 
-    si = sub.add_parser("info", help="print the report of a saved partition")
+    si = sub.add_parser("info", help="check a saved partition's files and print its report")
     si.add_argument("partdir", help="a partition directory (META.json + part-K/), as written by `gnndist partition`")
-    si.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    si.add_argument("--json", action="store_true", help="print the report as one JSON object (with \"verified\")")
+    si.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                    help="check every part file's sha256 against META.json first: a missing or corrupt file "
+                         "is an error, exit 2 (default: on; --no-verify reads META.json only)")
     si.set_defaults(func=cmd_info)
 
     st = sub.add_parser("train", help="train on a saved partition (one rank per part)")
-    st.add_argument("partdir", help="a partition directory with one part per rank (--nproc N, or torchrun's ranks)")
+    st.add_argument("partdir", help="a partition directory with one part per rank (--ranks N, or torchrun's ranks)")
     add_train_args(st)
     st.set_defaults(func=cmd_train)
 

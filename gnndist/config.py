@@ -15,9 +15,14 @@ from typing import Any
 from gnndist.errors import UserError
 
 
-def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
-    """A config field with its CLI help; ``flag`` overrides the derived ``--name``."""
-    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None,
+        aliases: tuple[str, ...] = ()) -> Any:
+    """A config field with its CLI help; ``flag`` overrides the derived ``--name``.
+
+    ``aliases`` are old spellings the parser still accepts (hidden from ``--help``); they may
+    not be torchrun-safe (``tests/test_cli_torchrun.py``).
+    """
+    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag, "aliases": aliases})
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -68,7 +73,7 @@ class PartitionConfig:
 
 @dataclass
 class DistConfig:
-    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)")
+    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)", flag="--ranks", aliases=("--nproc",))
     strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
                         "(square rank count), auto (per layer, by the cost model)", ("1d", "1.5d", "2d", "auto"))
     replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
@@ -85,7 +90,7 @@ class DistConfig:
                             "they resume from the newest checkpoint (under torchrun: its --max-restarts)")
 
     def __post_init__(self) -> None:
-        _need(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
+        _need(self.nproc >= 1, f"--ranks must be >= 1, got {self.nproc}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
         _need(self.max_restarts >= 0, f"--max-restarts must be >= 0, got {self.max_restarts}")
         _need(self.alpha is None or self.alpha >= 0, f"--alpha must be >= 0, got {self.alpha}")
@@ -139,7 +144,7 @@ class KernelConfig:
 @dataclass
 class RunConfig:
     seed: int = opt(0, "training seed (weights and dropout masks)")
-    log: str | None = opt(None, "write one JSON line per epoch to this file")
+    log: str | None = opt(None, "write one JSON line per epoch to this file", flag="--log-file", aliases=("--log",))
     json: bool = opt(False, "print a JSON summary as the last line of standard output")
     checkpoint: str | None = opt(None, "directory of checkpoints (model, optimiser, epoch, best, RNG) and best.pt")
     checkpoint_every: int = opt(1, "epochs between checkpoints")
@@ -227,9 +232,13 @@ def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str,
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         kw["help"] += f" (default: {default})" if default not in (None, False) else ""
+        if f.metadata.get("aliases"):
+            kw["help"] += f" (old spelling: {', '.join(f.metadata['aliases'])}, not torchrun-safe)"
         if suppress:
             kw["default"] = argparse.SUPPRESS
         group.add_argument(_flag(f), **kw)
+        for alias in f.metadata.get("aliases", ()):  # torchrun's abbreviations would take --log, --nproc
+            group.add_argument(alias, **{**kw, "help": argparse.SUPPRESS})
 
 
 def build_section(section: type, args: argparse.Namespace):

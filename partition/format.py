@@ -102,16 +102,40 @@ def read_part(root: str | Path, rank: int, meta: dict | None = None) -> dict[str
     meta = meta or read_meta(root)
     if not 0 <= rank < meta["parts"]:
         raise UserError(f"{root} has {meta['parts']} parts; part {rank} does not exist")
+    arrays = {}
+    for rel in _files_of(root, rank, meta):
+        arrays[Path(rel).stem] = np.load(_checked(root, rel, meta), allow_pickle=False)
+    return arrays
+
+
+def verify_partition(root: str | Path, meta: dict | None = None) -> int:
+    """Check every part file of a partition against its sha256 in META.json; returns the files checked.
+
+    Raises the :class:`UserError` :func:`read_part` would (missing file, checksum mismatch, a part
+    with no files), for the first bad file, without loading any array.
+    """
+    root = Path(root)
+    meta = meta or read_meta(root)
+    files = [rel for rank in range(meta["parts"]) for rel in _files_of(root, rank, meta)]
+    for rel in files:
+        _checked(root, rel, meta)
+    return len(files)
+
+
+def _files_of(root: Path, rank: int, meta: dict) -> list[str]:
+    """The files META.json lists for part ``rank`` (paths relative to ``root``)."""
     prefix = f"part-{rank}/"
     names = [f for f in meta["sha256"] if f.startswith(prefix)]
     if not names:
         raise UserError(f"{root}: META.json lists no files for part {rank}")
-    arrays = {}
-    for rel in names:
-        path = root / rel
-        if not path.is_file():
-            raise UserError(f"missing partition file {path}")
-        if _sha256(path) != meta["sha256"][rel]:
-            raise UserError(f"checksum mismatch in {path}: the partition is corrupt, re-run `gnndist partition`")
-        arrays[Path(rel).stem] = np.load(path, allow_pickle=False)
-    return arrays
+    return names
+
+
+def _checked(root: Path, rel: str, meta: dict) -> Path:
+    """The path of ``rel`` under ``root`` once it exists and matches its sha256 in META.json."""
+    path = root / rel
+    if not path.is_file():
+        raise UserError(f"missing partition file {path}")
+    if _sha256(path) != meta["sha256"][rel]:
+        raise UserError(f"checksum mismatch in {path}: the partition is corrupt, re-run `gnndist partition`")
+    return path

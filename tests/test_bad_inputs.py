@@ -114,6 +114,12 @@ CASES = {
         or ["train", str(t / "copy"), "--nproc", "2"] + TRAIN1, "checksum mismatch"),
     "bit-flipped-part-file": lambda t, p1, p2, mp: (
         _flip_byte(_copy(p1, t) / "part-0" / "x.npy") or ["train", str(t / "copy")] + TRAIN1, "checksum mismatch"),
+    "info-emptied-part-file": lambda t, p1, p2, mp: (
+        (_copy(p2, t) / "part-1" / "x.npy").write_bytes(b"") and None or ["info", str(t / "copy")],
+        "checksum mismatch"),
+    "info-missing-part-file": lambda t, p1, p2, mp: (
+        (_copy(p2, t) / "part-1" / "col.npy").unlink() or ["info", str(t / "copy"), "--json"],
+        "missing partition file"),
     "meta-other-format-version": lambda t, p1, p2, mp: (
         ["train", str(_meta(_copy(p1, t), format_version=99))] + TRAIN1, "partition format version 99 is not supported"),
     "meta-not-json": lambda t, p1, p2, mp: (
@@ -160,7 +166,7 @@ CASES = {
                                                      "--strategy 2d needs a square number of ranks >= 4, got 2"),
     "backend-nccl-without-gpu": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "2", "--backend", "nccl"]
                                                        + TRAIN1, "--backend nccl needs one GPU per rank"),
-    "run-with-parts": lambda t, p1, p2, mp: (["run", "cora", "--parts", "4"], "the parts are --nproc N"),
+    "run-with-parts": lambda t, p1, p2, mp: (["run", "cora", "--parts", "4"], "the parts are --ranks N"),
     "invalid-choice": lambda t, p1, p2, mp: (["train", str(p1), "--strategy", "3d"], "invalid choice: '3d'"),
     "epochs-zero": lambda t, p1, p2, mp: (["train", str(p1), "--epochs", "0"], "--epochs must be >= 1"),
     "checkpoint-every-zero": lambda t, p1, p2, mp: (["train", str(p1), "--checkpoint", str(t / "ck"),
@@ -213,6 +219,20 @@ def test_info_json_into_a_closed_pipe(part2):
     r = subprocess.run(f"{sys.executable} -m gnndist.cli info {part2} --json | head -c 0", shell=True,
                        capture_output=True, text=True, timeout=60)
     assert r.stderr == "", r.stderr  # head exits at once: every write meets a closed pipe
+
+
+def test_info_verifies_every_file_unless_told_not_to(part2, tmp_path, capsys):
+    assert main(["info", str(part2)]) == 0
+    files = len(json.loads((part2 / "META.json").read_text())["sha256"])
+    assert f"checksums: {files} part files match META.json" in capsys.readouterr().out
+    broken = _copy(part2, tmp_path)
+    (broken / "part-1" / "x.npy").write_bytes(b"")
+    assert main(["info", str(broken), "--no-verify"]) == 0  # META.json alone: the report, and what it did not do
+    assert "checksums: not verified (--no-verify)" in capsys.readouterr().out
+    assert main(["info", str(broken), "--no-verify", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] is False
+    assert main(["info", str(part2), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] is True
 
 
 def test_help_lists_choices_defaults_and_positionals():

@@ -473,6 +473,59 @@ def test_social_formats():
     assert_clean(fb)
 
 
+def write_musae(folder, prefix, target, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)),
+                edge_columns=("id_1", "id_2"), features_name=None, n=6):
+    """A MUSAE set in its own file names: PREFIX_edges.csv, PREFIX_target.csv (``target``: column -> values),
+    PREFIX_features.json (or ``features_name``) with node k holding feature ids k and k + 1."""
+    import json
+
+    import pandas as pd
+
+    os.makedirs(folder, exist_ok=True)
+    pd.DataFrame(list(edges), columns=list(edge_columns)).to_csv(os.path.join(folder, f"{prefix}_edges.csv"), index=False)
+    pd.DataFrame(target).to_csv(os.path.join(folder, f"{prefix}_target.csv"), index=False)
+    with open(os.path.join(folder, features_name or f"{prefix}_features.json"), "w") as f:
+        json.dump({str(k): [k, k + 1] for k in range(n)}, f)
+    return str(folder)
+
+
+def test_musae_sets_by_their_own_file_names(tmp_path):
+    """Twitch (node ids in new_id, label mature), GitHub (ml_target), Wikipedia (traffic quintiles), an unknown
+    set (its 'target'), the MUSAE repository's layout (P.json); a folder of two sets wants one set's edges file."""
+    new_id = [3, 0, 5, 1, 4, 2]  # Twitch's rows are not in node order; its id column is the Twitch user id
+    mature = [True, False, True, True, False, False]
+    twitch = load(write_musae(tmp_path / "twitch" / "DE", "musae_DE", {
+        "id": [9100 + k for k in range(6)], "days": [7] * 6, "mature": mature, "views": [5] * 6,
+        "partner": [False] * 6, "new_id": new_id}, edge_columns=("from", "to")))
+    want = torch.zeros(6, dtype=torch.int64)
+    want[new_id] = torch.tensor(mature, dtype=torch.int64)
+    assert twitch.name == "DE" and twitch.num_classes == 2 and twitch.class_names == ["False", "True"]
+    assert torch.equal(twitch.y, want)
+    assert twitch.x.shape == (6, 7) and twitch.x[2].tolist() == [0, 0, 1, 1, 0, 0, 0]
+    assert twitch.edge_index.size(1) == 12
+    assert_clean(twitch)
+    git = load(write_musae(tmp_path / "git_web_ml", "musae_git", {
+        "id": range(6), "name": list("abcdef"), "ml_target": [0, 1, 1, 0, 1, 0]}))
+    assert git.y.tolist() == [0, 1, 1, 0, 1, 0] and git.num_classes == 2
+    wiki = load(write_musae(tmp_path / "chameleon", "musae_chameleon", {"id": range(6),
+                                                                        "target": [50, 10, 900, 7, 3000, 120]}))
+    assert wiki.num_classes == 5 and wiki.y.tolist() == [2, 1, 4, 0, 4, 3]  # cut at 10, 50, 120, 900: quantiles
+    other = load(write_musae(tmp_path / "lastfm", "lastfm_asia", {"id": range(6), "target": [5, 17, 5, 0, 17, 0]},
+                             edge_columns=("node_1", "node_2")))
+    assert other.y.tolist() == [1, 2, 1, 0, 2, 0] and other.class_names == ["0", "5", "17"]
+    repo = load(write_musae(tmp_path / "input", "facebook", {"id": range(6), "page_type": list("ttgcpp")},
+                            features_name="facebook.json"))
+    assert repo.y.tolist() == [3, 3, 1, 0, 2, 2]
+    both = write_musae(tmp_path / "two", "musae_git", {"id": range(6), "ml_target": [0, 1] * 3})
+    write_musae(both, "musae_ES", {"id": range(6), "mature": [0, 1] * 3})
+    with pytest.raises(UserError, match=r"2 MUSAE sets \(ES, git\); give one set's _edges.csv"):
+        load(both)
+    assert load(os.path.join(both, "musae_ES_edges.csv")).y.tolist() == [0, 1] * 3
+    write_musae(tmp_path / "bad", "musae_x", {"id": range(6), "score": range(6)})
+    with pytest.raises(UserError, match="no label column: it has id, score"):
+        load(str(tmp_path / "bad"))
+
+
 def test_ogb_never_writes_into_a_folder_outside_the_data_root(tmp_path, monkeypatch):
     """A shared dataset folder (here read through --root and as a path) stays as it was: OGB's processed/
     goes to a shadow in the data root, made once and reused."""

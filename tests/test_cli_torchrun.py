@@ -1,0 +1,118 @@
+"""gnndist's flags under torchrun: none is taken by torchrun's own parser, and two torchrun agents train exactly.
+
+torchrun's parser matches abbreviations of its options anywhere in the command line, the
+script's arguments included: ``--log`` was ambiguous (``--log-dir``, ``--logs-specs``) and
+failed the job before it started. Every primary spelling of every subcommand's flags must
+reach the script unchanged; old spellings kept as aliases are listed in ``UNSAFE_ALIASES``.
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+from torch.distributed.run import get_args_parser
+
+from gnndist.cli import build_parser
+
+# old spellings our parser still accepts, hidden from --help, that torchrun's parser takes or rejects
+UNSAFE_ALIASES = {
+    "--log": "ambiguous for torchrun (--log-dir, --logs-specs): use --log-file",
+    "--nproc": "ambiguous for torchrun (--nproc-per-node): use --ranks",
+}
+POSITIONAL = {"bench": "strong"}  # a subcommand's first positional, where "X" is not one of its choices
+LAUNCH = ["--nnodes", "1", "--nproc-per-node", "1", "-m", "gnndist.cli"]
+
+
+def _flags() -> list[tuple[str, str, bool, bool]]:
+    """(subcommand, flag, takes a value, primary spelling) for every flag of every subcommand."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [(name, flag, action.nargs != 0, action.help != argparse.SUPPRESS)
+            for name, parser in sub.choices.items() for action in parser._actions
+            for flag in action.option_strings if flag not in ("-h", "--help")]
+
+
+def _torchrun_passes(sub: str, flag: str, takes_value: bool) -> bool:
+    """True when torchrun's parser hands ``gnndist.cli SUB X FLAG [1]`` to the script unchanged."""
+    script = [sub, POSITIONAL.get(sub, "X"), flag] + (["1"] if takes_value else [])
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = get_args_parser().parse_args(LAUNCH + script)
+    except SystemExit:
+        return False
+    return args.training_script == "gnndist.cli" and args.training_script_args == script
+
+
+def test_every_flag_reaches_the_script_through_torchrun():
+    flags = _flags()
+    assert {"--log-file", "--ranks", "--epochs", "--json", "--no-progress"} <= {f for _, f, _, _ in flags}
+    taken = sorted({(sub, flag) for sub, flag, value, primary in flags if primary and not _torchrun_passes(sub, flag, value)})
+    assert not taken, f"torchrun's parser takes these gnndist flags: {taken}"
+    aliases = {flag for _, flag, _, primary in flags if not primary}
+    assert aliases == set(UNSAFE_ALIASES)  # every hidden alias documented here
+    assert all(not _torchrun_passes("train", flag, True) for flag in UNSAFE_ALIASES)  # and really unsafe
+
+
+def test_old_spellings_still_work_without_torchrun():
+    parse = build_parser().parse_args
+    old = vars(parse(["train", "P", "--log", "a.jsonl", "--nproc", "2"]))
+    new = vars(parse(["train", "P", "--log-file", "a.jsonl", "--ranks", "2"]))
+    assert old == new and new["RunConfig.log"] == "a.jsonl" and new["DistConfig.nproc"] == 2
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "--log-file" in text and "--ranks" in text and "--log LOG" not in text and "--nproc NPROC" not in text
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                             "MASTER_ADDR", "MASTER_PORT")}
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
+    """``torchrun --nnodes 2`` as two agents on localhost (c10d rendezvous assigns the node ranks) gives the
+    numbers of ``gnndist train --ranks 2``, epoch by epoch; the command line is the one that used to fail."""
+    flags = ["--epochs", "3", "--json", "--no-progress"]
+    port = _free_port()
+    logs = [tmp_path / f"agent{i}.jsonl" for i in range(2)]
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "gnndist-test",
+         "--local-addr", "127.0.0.1", "-m", "gnndist.cli", "train", str(part2), "--log-file", str(log)] + flags,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+        for log in logs]
+    try:
+        outs = [a.communicate(timeout=150) for a in agents]
+    finally:
+        for a in agents:  # a failed or hung agent leaves no process behind
+            if a.poll() is None:
+                os.killpg(a.pid, signal.SIGKILL)
+                a.wait()
+    assert [a.returncode for a in agents] == [0, 0], [err[-2000:] for _, err in outs]
+    ref_log = tmp_path / "ref.jsonl"
+    ref = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(part2), "--ranks", "2",
+                          "--log-file", str(ref_log)] + flags, capture_output=True, text=True, timeout=150, env=_env())
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    written = [log for log in logs if log.exists()]  # rank 0 writes the log and the summary: one agent holds it
+    assert len(written) == 1
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs if out.strip()]
+    assert len(summaries) == 1
+    want = json.loads(ref.stdout.strip().splitlines()[-1])
+    assert summaries[0]["nproc"] == want["nproc"] == 2
+    assert summaries[0]["final_loss"] == pytest.approx(want["final_loss"], abs=1e-5)
+    assert summaries[0]["test_acc"] == want["test_acc"]
+    rows = [json.loads(line) for line in written[0].read_text().splitlines()]
+    ref_rows = [json.loads(line) for line in ref_log.read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in ref_rows], abs=1e-5)
