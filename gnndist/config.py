@@ -83,6 +83,8 @@ class DistConfig:
     beta: float | None = opt(None, "cost model: bytes per second per rank, overriding --network's")
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
+    check_collectives: bool = opt(False, "compare every collective's op, axis and call number across ranks before "
+                                  "it runs: a desync is a named error, not a timeout (slower; for debugging)")
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
     comm_dtype: str = opt("fp32", "dtype exchanged rows travel in: bf16 halves the halo bytes (arithmetic stays fp32)",
                           ("fp32", "bf16"))

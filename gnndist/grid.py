@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -21,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnndist.errors import UserError
+from gnndist.errors import CollectiveDesync, PeerFailed, UserError
 
 _CURRENT: list = []  # [the grid init() built], for a layer called without one
 
@@ -38,6 +40,8 @@ class ProcessGrid:
     the axis it runs on; tensors live on ``grid.device`` (checked by every collective).
     ``staged``: the backend cannot take ``device`` tensors (gloo with ranks sharing a GPU),
     so collectives copy them to host memory and the results back.
+    ``checker``: with ``--check-collectives``, every collective is first compared across
+    ranks (:class:`CollectiveCheck`); ``None`` otherwise.
     """
 
     rank: int = 0
@@ -48,6 +52,7 @@ class ProcessGrid:
     backend: str = "none"
     timeout: float = 600.0
     staged: bool = False
+    checker: CollectiveCheck | None = field(default=None, repr=False)
     _axes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -89,21 +94,22 @@ class ProcessGrid:
         """
         self.check_replication(c)
         if c not in self._axes:
+            self._check("new_group", f"row/col c={c}")
             P, q = self.world_size, self.world_size // c
             i, j = divmod(self.rank, c)
             rows = [list(range(a * c, a * c + c)) for a in range(q)]
             cols = [list(range(b, P, c)) for b in range(c)]
-            self._axes[c] = {"row": self._axis(rows, i, j), "col": self._axis(cols, j, i)}
+            self._axes[c] = {"row": self._axis(rows, i, j, f"row (c={c})"), "col": self._axis(cols, j, i, f"col (c={c})")}
         return self._axes[c]
 
-    def _axis(self, members: list[list[int]], which: int, index: int) -> Axis:
+    def _axis(self, members: list[list[int]], which: int, index: int, name: str) -> Axis:
         group = None
         if self.distributed:
             for m in members:  # every rank creates every group, in the same order
                 g = dist.new_group(m) if len(m) < self.world_size else None
                 if m is members[which]:
                     group = g
-        return Axis(members[which], index, group)
+        return Axis(members[which], index, group, name)
 
     def axis(self, name: str, c: int = 1) -> Axis:
         """The named axis: ``world``, or ``row`` / ``col`` of replication ``c``."""
@@ -143,6 +149,7 @@ class ProcessGrid:
         ax = self.axis(axis) if isinstance(axis, str) else axis
         if not (self.distributed and ax.size > 1):
             return None if async_op else t
+        self._check(f"all_reduce_({op})", ax)
         red = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
         work = self._run(lambda h: dist.all_reduce(h, op=red, group=ax.group, async_op=async_op), [(t, "inout")],
                          async_op)
@@ -152,6 +159,7 @@ class ProcessGrid:
         """Copy rank ``src``'s ``t`` to every rank of the world."""
         self.check_devices("broadcast_", t)
         if self.distributed:
+            self._check(f"broadcast_(src={src})", "world")
             self._run(lambda h: dist.broadcast(h, src), [(t, "inout")], False)
         return t
 
@@ -159,6 +167,7 @@ class ProcessGrid:
         """Every rank's ``obj`` (picklable), in rank order, over the world."""
         if not self.distributed:
             return [obj]
+        self._check("all_gather_object", "world")
         out = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
@@ -180,6 +189,7 @@ class ProcessGrid:
         if not self.distributed or ax.size == 1:
             out.copy_(inp)
             return None
+        self._check("all_to_all_single", ax)
         return self._run(lambda o, i: dist.all_to_all_single(o, i, out_splits, in_splits, group=ax.group,
                                                              async_op=async_op), [(out, "out"), (inp, "in")], async_op)
 
@@ -190,9 +200,18 @@ class ProcessGrid:
 
     def barrier(self) -> None:
         if self.distributed:
+            self._check("barrier", "world")
             dist.barrier()
 
+    def _check(self, op: str, axis: Axis | str) -> None:
+        """With ``--check-collectives``: compare this collective with every rank's next one (else nothing)."""
+        if self.checker is not None:
+            self.checker.check(op, axis if isinstance(axis, str) else axis.name)
+
     def destroy(self) -> None:
+        if self.checker is not None:
+            self.checker.close()  # a rank still waiting in a collective hears that this one has left
+            self.checker = None
         if dist.is_initialized():
             dist.destroy_process_group()
         self._axes.clear()
@@ -242,10 +261,76 @@ class Axis:
     ranks: list[int]
     index: int
     group: object = None
+    name: str = "world"  # the same on every rank: ``world``, ``row`` or ``col``
 
     @property
     def size(self) -> int:
         return len(self.ranks)
+
+
+class CollectiveCheck:
+    """Compares every collective across ranks before it runs: a desync is a named error, not a hang.
+
+    SPMD code enters the same collectives in the same order on every rank (each on its own
+    members of an axis). Before each one, the ranks all-gather, over a gloo group of their
+    own, ``(call number, hash of op and axis)``; if any rank differs, every rank gathers the
+    calls' descriptions (op, axis, the gnndist function and line that called it) and raises
+    :class:`~gnndist.errors.CollectiveDesync` naming the first two ranks that diverge. A rank
+    that leaves the run (done, or failed) announces it, so a rank left waiting fails at once.
+    Turned on by ``--check-collectives`` or ``GNNDIST_CHECK_COLLECTIVES=1``; it costs one
+    small all-gather per collective.
+    """
+
+    END = "left the run (finished or failed)"
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.group = dist.new_group(backend="gloo")  # a CPU group of its own: never queued behind the real ones
+        self.calls = 0
+
+    def check(self, op: str, axis: str) -> None:
+        self.calls += 1
+        what = f"{op} on {axis}"
+        mine = torch.tensor([self.calls, zlib.crc32(what.encode())], dtype=torch.int64)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine, group=self.group)
+        if all(bool((t == every[0]).all()) for t in every):
+            return
+        said = [None] * self.world_size
+        where = self.END if op == self.END else f"{what} from {_caller()}"
+        dist.all_gather_object(said, (self.calls, where), group=self.group)
+        gone = [k for k, (_, w) in enumerate(said) if w == self.END]
+        if gone and op != self.END:  # a rank left (done, or failed: its own error is the root cause)
+            raise PeerFailed(f"rank {dist.get_rank()}: rank {gone[0]} left the run while this rank entered "
+                             f"call #{self.calls} {where} (--check-collectives)")
+        a = next(k for k in range(self.world_size) if not bool((every[k] == every[0]).all()))
+        first, other = 0, a
+        raise CollectiveDesync(
+            f"collectives diverged (--check-collectives): rank {first} entered call #{said[first][0]} "
+            f"{said[first][1]}, but rank {other} entered call #{said[other][0]} {said[other][1]}"
+        )
+
+    def close(self) -> None:
+        """Tell every rank still in a collective that this one has left; ignore what they say back."""
+        try:
+            self.check(self.END, "world")
+        except CollectiveDesync:
+            pass
+        except (RuntimeError, dist.DistError):  # the others are gone already
+            pass
+
+
+def _caller(depth: int = 3) -> str:
+    """The innermost ``depth`` functions of the package outside this module that led to a collective."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (package dirs side by side)
+    out, frame = [], sys._getframe(1)
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        if code.co_filename != __file__ and code.co_filename.startswith(root):
+            rel = os.path.relpath(code.co_filename, root)
+            out.append(f"{rel}:{frame.f_lineno} {getattr(code, 'co_qualname', code.co_name)}")
+        frame = frame.f_back
+    return " < ".join(out) or "?"
 
 
 def split_threads(local_world_size: int) -> int:
@@ -301,7 +386,8 @@ def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
     return backend, torch.device("cuda", local_rank % gpus), backend == "gloo"
 
 
-def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto") -> ProcessGrid:
+def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
+         check_collectives: bool = False) -> ProcessGrid:
     """Build the :class:`ProcessGrid` from the environment (torchrun or ``--nproc``).
 
     Args:
@@ -309,8 +395,11 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto") ->
             ``"gloo"`` or ``"nccl"``; see :func:`choose_backend`.
         timeout: seconds a rank waits for missing peers or a collective before failing.
         device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
+        check_collectives: compare every collective across ranks before it runs
+            (:class:`CollectiveCheck`); also on when ``GNNDIST_CHECK_COLLECTIVES=1``.
     """
     env = os.environ
+    check_collectives = check_collectives or env.get("GNNDIST_CHECK_COLLECTIVES", "0") not in ("", "0")
     world = int(env.get("WORLD_SIZE", "1"))
     rank = int(env.get("RANK", "0"))
     local_rank = int(env.get("LOCAL_RANK", "0"))
@@ -340,6 +429,8 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto") ->
             dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout), **extra)
             dist.barrier()
+            if check_collectives:
+                grid.checker = CollectiveCheck(world)
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "

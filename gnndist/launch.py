@@ -116,7 +116,7 @@ def run_rank(partdir: str, cfg: TrainConfig) -> dict:
 
     if cfg.kernel.kernel != "auto":
         os.environ["GNNDIST_KERNEL"] = cfg.kernel.kernel
-    grid = init(cfg.dist.backend, cfg.dist.timeout)
+    grid = init(cfg.dist.backend, cfg.dist.timeout, check_collectives=cfg.dist.check_collectives)
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
     try:
@@ -184,7 +184,9 @@ def _worker(partdir: str, cfg_dict: dict, errdir: str) -> dict | None:
     """Entry point of one ``--nproc`` rank (run by the elastic agent); rank 0 returns the summary.
 
     A signal from the launcher ends the rank at once, without a traceback; a user error is
-    written to ``errdir`` for the launcher to report once, and the rank exits 2.
+    written to ``errdir`` for the launcher to report once, and the rank exits 2; any other
+    error prints its traceback, is written there too (the root cause before any peer's "a
+    peer failed") and the rank exits 1.
     """
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -193,9 +195,17 @@ def _worker(partdir: str, cfg_dict: dict, errdir: str) -> dict | None:
     try:
         summary = run_rank(partdir, TrainConfig.from_dict(cfg_dict))
     except UserError as e:
-        record = {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed)}
+        record = {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
         _error_path(errdir, rank).write_text(json.dumps(record))
         sys.exit(2)
+    except Exception as e:  # a bug, not the input: its traceback here (the agent would keep it), the root cause there
+        traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        record = {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+                  "secondary": False, "code": 1}
+        _error_path(errdir, rank).write_text(json.dumps(record))
+        sys.stderr.flush()
+        sys.exit(1)
     atexit.register(_leave_now)  # after the agent has read the summary: skip C++ teardown
     return summary if rank == 0 else None
 
@@ -228,9 +238,10 @@ def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
         attempt, rank = (int(s) for s in path.stem.removeprefix("attempt").split("-rank"))
         records.append((attempt, json.loads(path.read_text()), rank))
     last = max((a for a, _, _ in records), default=0)
-    errors = sorted((r["time"], r["message"]) for a, r, _ in records if a == last and not r["secondary"])
+    errors = sorted((r["time"], r["message"], r.get("code", 2)) for a, r, _ in records
+                    if a == last and not r["secondary"])
     if errors:
-        return errors[0][1], 2
+        return errors[0][1], errors[0][2]
     killed = sorted((f.timestamp, rank, -f.exitcode) for rank, f in failures.items() if (f.exitcode or 0) < 0)
     if killed:
         _, rank, sig = killed[0]

@@ -24,6 +24,7 @@ from gnndist import metrics
 from gnndist.config import TrainConfig
 from gnndist.errors import PeerFailed, UserError
 from gnndist.graph import DistGraph
+from gnndist.kernels.csr import rows2d
 from gnndist.nn import build_model
 from gnndist.timing import PARTS, peak_memory_bytes
 
@@ -57,7 +58,7 @@ class Trainer:
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         out = graph.y.shape[1] if self.multilabel else 1 if self.binary else graph.num_classes
         ea = getattr(graph, "edge_attr", None)
-        edge_dim = ea.reshape(ea.shape[0], -1).shape[1] if ea is not None else 0
+        edge_dim = rows2d(ea).shape[1] if ea is not None else 0
         self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute,
                                  edge_dim=edge_dim)
         self.model.to(self.grid.device)

@@ -7,6 +7,8 @@ features of row ``i``'s in-neighbours, and the transpose carries gradients back 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -152,3 +154,12 @@ def _offsets(counts: Tensor, dtype: torch.dtype) -> Tensor:
     rowptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
     torch.cumsum(counts, 0, out=rowptr[1:])
     return rowptr.to(dtype)
+
+
+def rows2d(t: Tensor) -> Tensor:
+    """``t`` as ``[rows, everything else]`` (a view where possible), also when it has no rows (``reshape(0, -1)`` fails).
+
+    Shapes:
+        t ``[n, *]`` -> ``[n, prod(*)]`` (``[n]`` -> ``[n, 1]``)
+    """
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))

@@ -56,7 +56,7 @@ class GATConv(MessagePassing):
             nn.init.zeros_(self.bias)
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        h = self.lin(x).view(-1, self.heads, self.out_channels)  # [n_owned, H, C]
+        h = self.lin(x).view(x.shape[0], self.heads, self.out_channels)  # [n_owned, H, C]
         h_ext = graph.extend(h, self.tag)  # [n_owned + n_halo, H, C]: the one exchange
         edges = self.edges(graph)
         a_src = (h_ext * self.att_src).sum(-1)  # [n_owned + n_halo, H]
@@ -65,7 +65,7 @@ class GATConv(MessagePassing):
         alpha = edges.softmax(score)  # [nnz, H]
         alpha = edges.dropout(graph, alpha, self.dropout, self.dropout_key("attention"), self.training)
         out = self.propagate(graph, h_ext, edge_weight=alpha)  # [n_owned, H, C]
-        out = out.reshape(out.shape[0], -1) if self.concat else out.mean(dim=1)
+        out = out.flatten(1) if self.concat else out.mean(dim=1)
         return out + self.bias if self.bias is not None else out
 
     def extra_repr(self) -> str:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.cost import aggregate_first
+from gnndist.kernels.csr import rows2d
 from gnndist.nn.gcn_conv import GCNConv
 from gnndist.nn.gin_conv import GINConv
 from gnndist.nn.norm import DistBatchNorm, apply_norm
@@ -132,7 +133,7 @@ class GINE(nn.Module):
 
     def forward(self, graph, x: Tensor) -> Tensor:
         x = self.inp(x)
-        ea = graph.edge_attr.reshape(graph.edge_attr.shape[0], -1).to(x.dtype)  # [nnz_local, edge_dim]
+        ea = rows2d(graph.edge_attr).to(x.dtype)  # [nnz_local, edge_dim]
         for i, conv in enumerate(self.convs):
             x = graph.dropout(x, self.dropout, key=i, training=self.training)
             x = F.relu(apply_norm(self.norms[i], graph, conv(graph, x, edge_attr=ea)))

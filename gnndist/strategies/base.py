@@ -175,8 +175,8 @@ class BlockStrategy(Strategy):
         pending = gather_start(x, b.expand, self.counter, tag)
         out = spmm(b.csr_int, x)  # [n_owned + n_fold, F] while the halo travels
         halo = gather_wait(x, pending)  # [n_halo, F]
-        if b.fold is None:
-            return out + spmm(b.csr_bnd, halo) if b.csr_bnd.nnz else out
+        if b.fold is None:  # even with no boundary nonzeros: the halo's backward is a collective every rank enters
+            return out + spmm(b.csr_bnd, halo)
         bnd_own, bnd_fold = b.boundary_split()
         partial = out[b.n_owned :] + spmm(bnd_fold, halo)  # [n_fold, F]: other owners' rows, complete
         pending_fold = fold_start(partial, b.fold, b.n_owned, self.counter, tag)

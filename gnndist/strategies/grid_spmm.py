@@ -98,8 +98,9 @@ class Grid15D(BlockStrategy):
         # 1. my nonzeros in global (new) ids, sent to the replica whose slab holds the column
         csr = graph.csr
         local_col = csr.col.long()
-        gcol = torch.where(local_col < n_owned, local_col + lo,
-                           graph.halo_gid[(local_col - n_owned).clamp(min=0)])  # [nnz]
+        gcol = local_col + lo  # [nnz]
+        halo = local_col >= n_owned  # only these index the halo (which may be empty)
+        gcol[halo] = graph.halo_gid[local_col[halo] - n_owned].long()
         grow = csr.row.long() + lo  # [nnz]
         counts, grow, gcol = _group_by(owner(gcol) % c, c, grow, gcol)
         pairs, _ = _all_to_all_v(grid, torch.stack([grow, gcol], 1), counts, row_ax)  # [nnz_block, 2]: A[R_i, S_j]

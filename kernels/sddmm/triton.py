@@ -13,7 +13,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import triton_common
-from ..csr import CSR
+from ..csr import CSR, rows2d
 from ..spmm.triton import spmm_launch
 
 
@@ -55,22 +55,22 @@ def _sddmm_dot_kernel(ROW, COL, A, B, OUT, nnz, H, D, BLOCK_E: tl.constexpr, BLO
 
 def sddmm_add_launch(csr: CSR, a: Tensor, b: Tensor) -> Tensor:
     """``out[e] = a[row e] + b[col e]``. Shapes: a ``[n_rows, *]``, b ``[n_cols, *]`` -> ``[nnz, *]``."""
-    a2, b2 = a.reshape(a.shape[0], -1).contiguous(), b.reshape(b.shape[0], -1).contiguous()
+    a2, b2 = rows2d(a).contiguous(), rows2d(b).contiguous()
     width = a2.shape[1]
-    out = torch.empty((csr.nnz, width), dtype=a.dtype, device=a.device)  # [nnz, D]
+    out = torch.empty((csr.nnz,) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)  # [nnz, *]: no view
     if out.numel():
         def grid(meta):
             return (triton.cdiv(csr.nnz, meta["BLOCK_E"]), triton.cdiv(width, meta["BLOCK_D"]))
 
-        _sddmm_add_kernel[grid](csr.row, csr.col, a2, b2, out, csr.nnz, width)
-    return out.view((csr.nnz,) + tuple(a.shape[1:]))
+        _sddmm_add_kernel[grid](csr.row, csr.col, a2, b2, out.view(csr.nnz, width), csr.nnz, width)
+    return out
 
 
 def sddmm_dot_launch(csr: CSR, a: Tensor, b: Tensor) -> Tensor:
     """``out[e, h] = <a[row e, h], b[col e, h]>``. Shapes: ``[*, H, D]`` -> ``[nnz, H]``; ``[*, D]`` -> ``[nnz]``."""
     heads = a.shape[1] if a.dim() == 3 else 1
     a2, b2 = a.contiguous(), b.contiguous()
-    out = torch.empty((csr.nnz, heads), dtype=a.dtype, device=a.device)  # [nnz, H]
+    out = torch.empty((csr.nnz, heads) if a.dim() == 3 else (csr.nnz,), dtype=a.dtype, device=a.device)  # no view
     if out.numel():
         if a.shape[-1] == 0:
             out.zero_()
@@ -78,8 +78,8 @@ def sddmm_dot_launch(csr: CSR, a: Tensor, b: Tensor) -> Tensor:
             def grid(meta):
                 return (triton.cdiv(csr.nnz, meta["BLOCK_E"]), heads)
 
-            _sddmm_dot_kernel[grid](csr.row, csr.col, a2, b2, out, csr.nnz, heads, a.shape[-1])
-    return out if a.dim() == 3 else out.view(csr.nnz)
+            _sddmm_dot_kernel[grid](csr.row, csr.col, a2, b2, out.view(csr.nnz, heads), csr.nnz, heads, a.shape[-1])
+    return out  # [nnz, H] or [nnz]
 
 
 class TritonSddmm(torch.autograd.Function):
@@ -97,7 +97,7 @@ class TritonSddmm(torch.autograd.Function):
         grad = grad.contiguous()
         grad_a = grad_b = None
         if ctx.op == "add":
-            g = grad.reshape(csr.nnz, -1)  # [nnz, K]
+            g = rows2d(grad)  # [nnz, K]
             if ctx.needs_input_grad[1]:
                 grad_a = spmm_launch(csr, g, gather=False).view(a.shape)
             if ctx.needs_input_grad[2]:
@@ -106,9 +106,9 @@ class TritonSddmm(torch.autograd.Function):
             head_dim = a.shape[-1] if a.dim() == 3 else 0
             w = grad if a.dim() == 3 else grad.view(csr.nnz)
             if ctx.needs_input_grad[1]:
-                grad_a = spmm_launch(csr, b.reshape(b.shape[0], -1), w, head_dim=head_dim).view(a.shape)
+                grad_a = spmm_launch(csr, rows2d(b), w, head_dim=head_dim).view(a.shape)
             if ctx.needs_input_grad[2]:
-                grad_b = spmm_launch(csr_t, a.reshape(a.shape[0], -1), w[perm], head_dim=head_dim).view(b.shape)
+                grad_b = spmm_launch(csr_t, rows2d(a), w[perm], head_dim=head_dim).view(b.shape)
         return None, grad_a, grad_b, None
 
 

@@ -13,7 +13,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import triton_common
-from ..csr import CSR
+from ..csr import CSR, rows2d
 
 
 @triton.autotune(configs=triton_common.row_configs(), key=["F"],
@@ -82,18 +82,19 @@ def _launch(kernel, csr: CSR, width: int, *tensors: Tensor) -> None:
 class TritonSegmentSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, scores: Tensor) -> Tensor:
-        s = scores.reshape(csr.nnz, -1).contiguous()  # [nnz, H]
-        out = torch.empty_like(s)
+        s = rows2d(scores).contiguous()  # [nnz, H]
+        out = torch.empty(scores.shape, dtype=s.dtype, device=s.device)  # the output itself, not a view of one
         if out.numel():
-            _launch(_softmax_kernel, csr, s.shape[1], s, out)
+            _launch(_softmax_kernel, csr, s.shape[1], s, out.view(s.shape))
         ctx.csr = csr
         ctx.save_for_backward(out)
-        return out.view(scores.shape)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (y,) = ctx.saved_tensors
         csr: CSR = ctx.csr
+        y = rows2d(y)  # [nnz, H]
         g = grad.reshape(y.shape).contiguous()
         out = torch.empty_like(y)
         if out.numel():

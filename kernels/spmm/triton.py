@@ -49,7 +49,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import dispatch, triton_common
-from ..csr import CSR
+from ..csr import CSR, rows2d
 from . import transposed_product
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ def tune_tiles(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = F
     others at their best so far and the fastest kept; an option that fails to compile or
     run is skipped. :func:`spmm_launch` uses the result for inputs of the same key.
     """
-    x2 = x.reshape(x.shape[0], -1)
+    x2 = rows2d(x)
     key = _tune_key(x2.shape[1], x2, weight, mean, head_dim)
     hit = csr._cache.get(key)
     if hit is not None:
@@ -331,7 +331,7 @@ def tuned(csr: CSR, x: Tensor, weight: Tensor | None, mean: bool, head_dim: int)
 
 def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = False, head_dim: int = 0,
                 col: Tensor | None = None, gather: bool = True, tiles: tuple | None = None,
-                wide: bool | None = None) -> Tensor:
+                wide: bool | None = None, out: Tensor | None = None) -> Tensor:
     """``out[i] = sum_{e in row i} w[e] x[src e]`` (``/deg`` if ``mean``), via the cached segment plan.
 
     ``src e`` is ``col[e]`` (default ``csr.col``; pass e.g. a permutation to read edge values
@@ -339,14 +339,16 @@ def spmm_launch(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = 
     ``[nnz, H]`` with ``head_dim=D`` weighing each ``D``-wide head of the features.
     ``tiles`` overrides the tiles (default: those :func:`tune_tiles` measured for these inputs
     on ``csr``, else :data:`TILES`); ``wide`` forces int64 (True) or int32
-    offsets (default: int64 only where ``rows * F`` or ``nnz`` reach 2**31).
+    offsets (default: int64 only where ``rows * F`` or ``nnz`` reach 2**31). ``out``: a contiguous
+    ``[n_rows, F]`` buffer to write (e.g. a view of the caller's output), else a new one.
 
     Shapes:
         x ``[*, F]`` -> ``[n_rows, F]`` (dtype of x)
     """
     x = x.contiguous()
     feat = x.shape[1]
-    out = torch.empty((csr.n_rows, feat), dtype=x.dtype, device=x.device)  # [n_rows, F]
+    if out is None:
+        out = torch.empty((csr.n_rows, feat), dtype=x.dtype, device=x.device)  # [n_rows, F]
     if out.numel() == 0:
         return out
     if csr.nnz == 0:
@@ -381,10 +383,13 @@ class TritonSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         head_dim = x.shape[2] if x.dim() == 3 else 0
-        out = spmm_launch(csr, x.reshape(x.shape[0], -1), edge_weight, reduce == "mean", head_dim)
+        # the output itself, never a view of one: a caller may modify it in place (GCN's scale and self loop)
+        out = x.new_empty((csr.n_rows,) + tuple(x.shape[1:]))  # [n_rows, F] or [n_rows, H, D]
+        spmm_launch(csr, rows2d(x), edge_weight, reduce == "mean", head_dim,
+                    out=rows2d(out))
         ctx.csr, ctx.reduce, ctx.impl = csr, reduce, dispatch.pinned()
         ctx.save_for_backward(x, edge_weight)
-        return out.view((csr.n_rows,) + tuple(x.shape[1:]))  # [n_rows, F] or [n_rows, H, D]
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
