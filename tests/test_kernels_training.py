@@ -68,3 +68,40 @@ def test_training_through_triton_equals_reference(part, model, monkeypatch):
     assert sorted(ref["grads"]) == sorted(got["grads"]), model
     for n, g in ref["grads"].items():
         assert_close(f"{model} grad {n}", g, got["grads"][n], rtol=1e-4, atol=1e-6)
+
+
+def _ops(csr, n: int):
+    """Each op with inputs that require grad: name -> (implementations, call(impl))."""
+    from gnndist import kernels
+
+    x = torch.randn(n, 3, 4, requires_grad=True)  # [n, H, D]: the multi-head shapes, the ones views come from
+    w = torch.rand(csr.nnz, 3, requires_grad=True)  # [nnz, H]
+    s = torch.randn(csr.nnz, 3, requires_grad=True)  # [nnz, H]
+    x2 = torch.randn(n, 5, requires_grad=True)  # [n, F]
+    return {
+        "spmm": (("triton", "sparse", "reference"), lambda i: kernels.spmm(csr, x2, impl=i)),
+        "spmm per head": (("triton", "reference"), lambda i: kernels.spmm(csr, x, w, impl=i)),
+        "sddmm add": (("triton", "reference"), lambda i: kernels.sddmm(csr, x[:, :, 0], x[:, :, 1], impl=i)),
+        "sddmm dot": (("triton", "reference"), lambda i: kernels.sddmm(csr, x, x, "dot", impl=i)),
+        "sddmm dot 2d": (("triton", "reference"), lambda i: kernels.sddmm(csr, x2, x2, "dot", impl=i)),
+        "segment_softmax": (("triton", "reference"), lambda i: kernels.segment_softmax(csr, s, impl=i)),
+        "segment_max": (("triton", "reference"), lambda i: kernels.segment_max(csr, x2, impl=i)),
+    }
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["edges", "no-edges"])
+def test_every_kernel_output_may_be_modified_in_place(empty):
+    """No path hands out a view of its own buffer (autograd forbids in-place writes to those), with or without edges."""
+    from gnndist.kernels import CSR
+
+    n = 7
+    row = torch.tensor([], dtype=torch.long) if empty else torch.tensor([0, 0, 1, 3, 3, 3, 6])
+    col = torch.tensor([], dtype=torch.long) if empty else torch.tensor([1, 2, 0, 4, 5, 6, 0])
+    csr = CSR.from_coo(row, col, n, n)
+    for name, (impls, call) in _ops(csr, n).items():
+        for impl in impls:
+            out = call(impl)
+            assert out._base is None, f"{name} ({impl}) returns a view"
+            if name == "segment_softmax":  # its backward reads its output (as torch.softmax's does): not in place
+                out = out * 2.0
+            out.mul_(2.0).sum().backward()  # raises for a custom Function's view

@@ -19,8 +19,8 @@ def segment_max(csr: CSR, x: Tensor) -> Tensor:
         x ``[n_cols, F]`` -> ``[n_rows, F]``
     """
     n_rows, nnz, feat = csr.n_rows, csr.nnz, x.shape[1]
-    if nnz == 0:
-        return x.new_zeros((n_rows, feat))
+    if nnz == 0:  # zeros that still depend on x: a backward through them reaches x (and any exchange before it)
+        return x.new_zeros((n_rows, feat)) + x[:0].sum(0)
     row, col = csr.row.long(), csr.col.long()
     vals = x.detach()[col]  # [nnz, F]
     index = row.unsqueeze(1).expand(-1, feat)  # [nnz, F]
