@@ -26,7 +26,7 @@ $(STAMP): $(VPY) setup.cfg pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/gnndist run cora --nproc 4
+	$(VENV)/bin/gnndist run cora --ranks 4
 
 test: setup
 	$(VPY) -m pytest -q -x tests
