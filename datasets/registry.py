@@ -64,6 +64,37 @@ def detect_format(path: str) -> str:
     )
 
 
+def resolve(path: str) -> tuple[str, str]:
+    """``(format, path)`` of the graph at ``path``: the file or folder itself, else the one graph file in a folder.
+
+    A folder that is no format of its own (a Shchur ``.npz``, a heterophily ``.npz`` or a
+    ``.jlg`` in a folder of its name) stands for the one graph file directly inside it; an
+    edge list loses to any other format there (an ids ``.csv`` beside a ``.jlg``). Several
+    graph files: a one-line error naming them.
+    """
+    try:
+        return detect_format(path), path
+    except UserError:
+        if not osp.isdir(path):
+            raise
+    found = []
+    for name in sorted(os.listdir(path)):
+        f = osp.join(path, name)
+        if osp.isfile(f) and not name.lower().startswith(("readme", "license")):
+            try:
+                found.append((detect_format(f), f))
+            except UserError:
+                continue
+    graphs = [(fmt, f) for fmt, f in found if fmt != "edgelist"] or found
+    if len(graphs) == 1:
+        return graphs[0]
+    if graphs:
+        raise UserError(f"{path} holds {len(graphs)} graphs: pass one of "
+                        + ", ".join(osp.basename(f) for _, f in graphs))
+    detect_format(path)  # raises: format not recognised
+    raise AssertionError("unreachable")
+
+
 def load(
     dataset: str, root: str | None = None, format: str | None = None, seed: int = 0
 ) -> Data:
@@ -95,8 +126,8 @@ def load(
         n, deg = parsed
         data = synth.synthetic(n, avg_degree=deg, seed=seed, name=key)
     elif osp.exists(dataset):
-        fmt = detect_format(dataset)
-        data = FORMATS[fmt](dataset, _path_name(dataset), seed)
+        fmt, path = resolve(dataset)
+        data = FORMATS[fmt](path, _path_name(dataset), seed)
     elif os.sep in dataset or dataset.startswith("."):
         raise UserError(f"{dataset}: no such file or folder")
     else:

@@ -551,3 +551,19 @@ def test_ogb_never_writes_into_a_folder_outside_the_data_root(tmp_path, monkeypa
     inside = write_ogb(data, str(tmp_path / "ours"), "ogbn-inside")
     assert_same(load(inside), data)
     assert os.path.isfile(os.path.join(inside, "processed", "geometric_data_processed.pt"))
+
+
+def test_a_folder_stands_for_the_one_graph_file_in_it(tmp_path):
+    """``gnndist run <folder>`` of a folder holding one ``.jlg`` (or ``.npz``); two graphs there: one line naming both."""
+
+    def jlg(path, n, edges):
+        path.write_text(f"{n},{len(edges)},u,g\n" + "".join(f"{a},{b}\n" for a, b in edges))
+
+    one = tmp_path / "one"
+    one.mkdir()
+    jlg(one / "graph.jlg", 5, [(1, 2), (2, 3), (4, 5)])
+    (one / "graph-ids.csv").write_text("0,1\n1,2\n")  # an edge list beside it loses to the .jlg
+    assert load(str(one)).num_nodes == load(str(one / "graph.jlg")).num_nodes == 5
+    jlg(one / "other.jlg", 4, [(1, 2)])
+    with pytest.raises(UserError, match=r"holds 2 graphs: pass one of graph.jlg, other.jlg"):
+        load(str(one))
