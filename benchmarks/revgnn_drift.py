@@ -1,0 +1,126 @@
+"""RevGNN's per-epoch training loss on P ranks against one process, at 16 and 64 blocks (issue 20).
+
+For every depth (``--layers``) and world size P (``--worlds``), RevGNN trains on Cora with
+the settings of ``gnndist run cora --model revgnn --layers L --epochs E --ranks P`` (the
+recipe and preset the CLI applies, the partition it caches), here through the Python API:
+``P`` gloo CPU ranks spawned by ``gnndist.testing.run_distributed``. Each row gives the
+largest relative difference of the per-epoch global loss from one process,
+``max_e |loss_P[e] - loss_1[e]| / |loss_1[e]|``, the epoch where it is reached, and how many
+epochs from the first stay within ``--goal`` (1e-5).
+
+The first row of each depth, P = 1 ``stored``, compares one process's reversible training
+(backward recovers each block's input from its output) with the same model trained with
+stored activations (``RevGNN(reversible=False)``, plain autograd): the two are one function,
+so this row is the reconstruction's own drift, with no partition involved.
+``--model resgcn`` runs the same table for ResGCN+ (stored activations only), the peer with
+the same pre-activation residual blocks: how far any deep model of this recipe drifts.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py                  # 16, 64 blocks; P = 2, 3; 20 epochs
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --dropout 0      # the same without dropout
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --stored         # every run with stored activations
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --model resgcn --layers 16
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --flags "--weight-decay 0 --seed 1"
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --quick          # 16 blocks, P = 2, 8 epochs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+
+def _config(dataset: str, model: str, layers: int, epochs: int, dropout: float | None, flags: str):
+    """The ``TrainConfig`` and partition settings ``gnndist run DATASET --model MODEL ...`` would build."""
+    from gnndist.cli import build_parser
+    from gnndist.config import DataConfig, PartitionConfig, build_section, train_config_from_args
+
+    argv = ["run", dataset, "--model", model, "--layers", str(layers), "--epochs", str(epochs), "--no-progress"]
+    if dropout is not None:
+        argv += ["--dropout", str(dropout)]
+    args = build_parser().parse_args(argv + flags.split())
+    cfg = train_config_from_args(args, dataset)
+    return cfg, build_section(PartitionConfig, args), build_section(DataConfig, args)
+
+
+def _partdir(dataset: str, world: int, cfg, part, dcfg) -> str:
+    """The partition ``gnndist run`` caches for ``world`` ranks (made here when it is not there yet)."""
+    from gnndist.cli import make_partition, partition_dir
+
+    part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
+    target = partition_dir(dataset, part, dcfg)
+    if not (target / "META.json").is_file():
+        make_partition(dataset, part, dcfg, None)
+    return str(target)
+
+
+def _losses(grid, partdir: str, cfg_dict: dict, reversible: bool) -> list[float]:
+    """One rank's training: the per-epoch global losses."""
+    from gnndist.config import TrainConfig
+    from gnndist.graph import DistGraph
+    from gnndist.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(cfg_dict)
+    trainer = Trainer(DistGraph.load(partdir, grid), cfg)
+    if hasattr(trainer.model, "reversible"):
+        trainer.model.reversible = reversible
+    trainer.fit()
+    return [row["loss"] for row in trainer.history]
+
+
+def _compare(ref: list[float], got: list[float], goal: float) -> tuple[float, int, int]:
+    """Largest relative difference, its epoch, and the number of leading epochs within ``goal``."""
+    diffs = [abs(g - r) / abs(r) for r, g in zip(ref, got)]
+    worst = max(range(len(diffs)), key=diffs.__getitem__)
+    within = next((e for e, d in enumerate(diffs) if d > goal), len(diffs))
+    return diffs[worst], worst, within
+
+
+def main() -> None:
+    from gnndist.testing import run_distributed
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="cora")
+    ap.add_argument("--model", default="revgnn", choices=["revgnn", "resgcn"])
+    ap.add_argument("--layers", default="16,64", help="comma-separated block counts (default: 16,64)")
+    ap.add_argument("--worlds", default="2,3", help="comma-separated world sizes P compared with 1 (default: 2,3)")
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--dropout", type=float, default=None, help="default: the model preset's")
+    ap.add_argument("--stored", action="store_true", help="train with stored activations (reversible=False) at every P")
+    ap.add_argument("--flags", default="", help="more 'gnndist run' flags, e.g. '--weight-decay 0 --seed 1'")
+    ap.add_argument("--goal", type=float, default=1e-5)
+    ap.add_argument("--quick", action="store_true", help="16 blocks, P = 2, 8 epochs")
+    args = ap.parse_args()
+    if args.quick:
+        args.layers, args.worlds, args.epochs = "16", "2", 8
+    rev = args.model == "revgnn" and not args.stored
+    path = "reversible" if rev else "stored"
+
+    rows = []
+    print(f"{'model':>6} {'blocks':>6} {'P':>2} {'path':>10}  {'vs 1 rank':>10}  {'max rel loss diff':>17}  "
+          f"{'at epoch':>8}  {'epochs within goal':>18}  {'s':>6}", flush=True)
+    for layers in [int(v) for v in args.layers.split(",")]:
+        cfg, part, dcfg = _config(args.dataset, args.model, layers, args.epochs, args.dropout, args.flags)
+        t0 = time.perf_counter()
+        one = _partdir(args.dataset, 1, cfg, part, dcfg)
+        ref = run_distributed(_losses, 1, one, cfg.to_dict(), rev)[0]
+        runs = [(1, "stored" if rev else "reversible", one, not rev)] if args.model == "revgnn" else []
+        runs += [(p, path, _partdir(args.dataset, p, cfg, part, dcfg), rev) for p in map(int, args.worlds.split(","))]
+        dt = time.perf_counter() - t0  # the reference run's time goes with the first row
+        for world, label, partdir, reversible in runs:
+            t0 = time.perf_counter()
+            got = run_distributed(_losses, world, partdir, cfg.to_dict(), reversible, timeout=3600)[0]
+            rel, epoch, within = _compare(ref, got, args.goal)
+            rows.append((world, rel))
+            print(f"{args.model:>6} {layers:>6} {world:>2} {label:>10}  {path:>10}  {rel:17.2e}  {epoch:>8}  "
+                  f"{within:>12} of {len(ref):<3}  {time.perf_counter() - t0 + dt:6.1f}", flush=True)
+            dt = 0.0
+        print(f"{'':>13} losses of 1 rank {path}: {ref[0]:.6f} ... {ref[-1]:.6f}", flush=True)
+    worst = max(r for world, r in rows if world > 1)
+    print(f"{args.dataset}, {args.epochs} epochs, dropout {cfg.model.dropout}, hidden {cfg.model.hidden}, "
+          f"norm {cfg.model.norm}, lr {cfg.optim.lr}, weight decay {cfg.optim.weight_decay}, seed {cfg.run.seed}: "
+          f"worst P > 1 difference {worst:.2e} ({'meets' if worst <= args.goal else 'misses'} the goal {args.goal:g})")
+
+
+if __name__ == "__main__":
+    main()
