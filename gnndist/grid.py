@@ -283,8 +283,8 @@ class CollectiveCheck:
 
     END = "left the run (finished or failed)"
 
-    def __init__(self, world_size: int):
-        self.world_size = world_size
+    def __init__(self, world_size: int, timeout: float):
+        self.world_size, self.timeout = world_size, timeout
         self.group = dist.new_group(backend="gloo")  # a CPU group of its own: never queued behind the real ones
         self.calls = 0
 
@@ -293,7 +293,14 @@ class CollectiveCheck:
         what = f"{op} on {axis}"
         mine = torch.tensor([self.calls, zlib.crc32(what.encode())], dtype=torch.int64)
         every = [torch.empty_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(every, mine, group=self.group)
+        try:
+            dist.all_gather(every, mine, group=self.group)
+        except (RuntimeError, dist.DistError) as e:
+            if op == self.END:
+                raise
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise PeerFailed(f"rank {dist.get_rank()}: {what} from {_caller()} failed: a peer rank died or did not "
+                             f"answer within --timeout {self.timeout:g}s (--check-collectives: {text})") from None
         if all(bool((t == every[0]).all()) for t in every):
             return
         said = [None] * self.world_size
@@ -430,7 +437,7 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
                                     world_size=world, timeout=timedelta(seconds=timeout), **extra)
             dist.barrier()
             if check_collectives:
-                grid.checker = CollectiveCheck(world)
+                grid.checker = CollectiveCheck(world, timeout)
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
