@@ -13,7 +13,7 @@ from gnndist.testing import HAS_CUDA, HAS_TRITON
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 # every multi-rank run the tests start (the CLI's ranks too) compares its collectives across ranks
-os.environ["GNNDIST_CHECK_COLLECTIVES"] = "1"
+os.environ.setdefault("GNNDIST_CHECK_COLLECTIVES", "1")
 
 
 def pytest_collection_modifyitems(config, items):

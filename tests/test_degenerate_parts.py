@@ -23,7 +23,7 @@ from gnndist.strategies import get_strategy
 from gnndist.testing import assert_close, run_distributed
 from gnndist.trainer import Trainer
 
-EPOCHS = 3
+EPOCHS = 2
 MODELS = [("gcn", "none"), ("sage", "none"), ("gin", "batch"), ("gat", "none"), ("gcn2", "none")]
 CASES = {  # world -> (strategy, replication) trained there
     3: [("1d", None), ("1.5d", 3), ("auto", None)],

@@ -20,7 +20,7 @@ from gnndist.strategies import get_strategy
 from gnndist.testing import assert_close, run_distributed
 from gnndist.trainer import Trainer
 
-EPOCHS = 10
+EPOCHS = 6
 CASES = [  # (model, norm, overlap)
     ("gcn", "none", True),
     ("sage", "none", True),
