@@ -311,10 +311,9 @@ class CollectiveCheck:
             raise PeerFailed(f"rank {dist.get_rank()}: rank {gone[0]} left the run while this rank entered "
                              f"call #{self.calls} {where} (--check-collectives)")
         a = next(k for k in range(self.world_size) if not bool((every[k] == every[0]).all()))
-        first, other = 0, a
         raise CollectiveDesync(
-            f"collectives diverged (--check-collectives): rank {first} entered call #{said[first][0]} "
-            f"{said[first][1]}, but rank {other} entered call #{said[other][0]} {said[other][1]}"
+            f"collectives diverged (--check-collectives): rank 0 entered call #{said[0][0]} "
+            f"{said[0][1]}, but rank {a} entered call #{said[a][0]} {said[a][1]}"
         )
 
     def close(self) -> None:
