@@ -57,15 +57,15 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path
         sources.append(root)
     if sources:
         name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
-    obj = part.objective if part.method == "metis" else "none"
+    obj = part.objective if part.method != "random" else "none"
     key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
     if data.split_seed:
         key += f"-split{data.split_seed}"
     if data.random_splits:
         key += f"-rsplits{data.random_splits}"
-    if part.method == "metis" and part.balance != "auto":
+    if part.method != "random" and part.balance != "auto":
         key += "-b" + "+".join(part.constraints)
-    if part.method == "metis" and not part.refine:
+    if part.method != "random" and not part.refine:
         key += "-norefine"
     if part.cost_network != "ib":
         key += f"-{part.cost_network}"
@@ -164,7 +164,7 @@ def _say_modelled_widths(partdir, cfg, read_meta) -> None:
     except (UserError, KeyError, TypeError):
         return  # launch reports a bad directory; a partition from before the cost model has no widths
     trained = list(model_widths(modelled[0], modelled[-1], cfg.model.hidden, cfg.model.layers))
-    if modelled != trained and meta.get("method") == "metis":  # same data: the hidden widths and depth differ
+    if modelled != trained and meta.get("method") != "random":  # same data: the hidden widths and depth differ
         stage(f"note: this partition was chosen for a model of widths {'-'.join(map(str, modelled))}, training "
               f"{'-'.join(map(str, trained))}; results are the same, the balance may not be the fastest "
               f"(gnndist partition --hidden {cfg.model.hidden} --layers {cfg.model.layers} chooses for this one)", cfg)

@@ -45,13 +45,16 @@ class DataConfig:
 @dataclass
 class PartitionConfig:
     parts: int = opt(1, "number of parts (= ranks)")
-    method: str = opt("metis", "partitioner", ("metis", "random"))
+    method: str = opt("auto", "partitioner: auto (every backend that fits, the least modelled epoch time kept), METIS, "
+                      "KaMinPar (fast, lean at scale), hypergraph (Mt-KaHyPar: the halo volume itself) or random",
+                      ("auto", "metis", "kaminpar", "hypergraph", "random"))
     objective: str = opt("vol", "METIS objective: communication volume or edge cut (--balance auto uses cut "
                          "above 2^25 adjacency entries, ~3.7x faster there)", ("vol", "cut"))
     seed: int = opt(0, "partitioner seed", flag="--partition-seed")
-    balance: str = opt("auto", "METIS balance: auto (the setting of least modelled epoch time), or constraints "
-                       "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2)")
-    refine: bool = opt(True, "volume-balanced refinement after METIS: lowers the busiest rank's halo rows")
+    balance: str = opt("auto", "balance: auto (the setting of least modelled epoch time), or constraints "
+                       "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
+                       "hypergraph take one)")
+    refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
     cost_network: str = opt("ib", "cost-model preset of --balance auto and the report's modelled epoch time",
                             ("nvlink", "ib", "ethernet"), flag="--partition-network")
     # the model the cost model times, widths (F, hidden, ..., hidden, classes); gnndist run takes the trained model's

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gnndist.partition.backends import BACKENDS, Request, backend
 from gnndist.partition.balance import (
     HIDDEN,
     METIS_MAX_ENTRIES,
@@ -39,7 +40,7 @@ from gnndist.partition.book import (
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
-from gnndist.partition.metis import metis_assign, metis_library, random_assign
+from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 from gnndist.partition.refine import refine as refine_assign
 from gnndist.partition.refine import unit_costs
 from tqdm import tqdm
@@ -47,7 +48,7 @@ from tqdm import tqdm
 from gnndist.cost import epoch_time
 from gnndist.errors import UserError
 
-METHODS = ("metis", "random")
+METHODS = ("auto", *BACKENDS)
 BALANCE = ("nodes", "edges", "train")
 REFINE_MAX_CELLS = 1 << 28  # the refinement holds an [N, P] int32 table of neighbour counts
 
@@ -146,7 +147,7 @@ def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, .
 def partition(
     data,
     parts: int,
-    method: str = "metis",
+    method: str = "auto",
     objective: str = "vol",
     seed: int = 0,
     balance: str | tuple[str, ...] = "auto",
@@ -154,6 +155,7 @@ def partition(
     refine: bool = True,
     cost_network: str | None = None,
     widths: tuple[int, ...] | None = None,
+    threads: int = 1,
 ) -> Partition:
     """Partition ``data`` into ``parts`` parts and compute the quality report.
 
@@ -161,20 +163,26 @@ def partition(
         data: ``torch_geometric.data.Data`` with ``x``, ``y``, ``edge_index`` and masks.
             Self-loops and duplicate edges are dropped; the graph is symmetrised.
         parts: number of parts (= ranks), ``1 <= parts <= N``.
-        method: ``"metis"`` (default) or ``"random"`` (the baseline).
+        method: ``"auto"`` (default: every backend that fits the graph, the fastest modelled result
+            kept), or one backend of :data:`~gnndist.partition.backends.BACKENDS`: ``"metis"``,
+            ``"kaminpar"``, ``"hypergraph"`` (Mt-KaHyPar, the halo volume itself) or ``"random"``
+            (the baseline).
         objective: METIS objective, ``"vol"`` (communication volume, default) or ``"cut"``.
-        seed: seed of METIS / of the random assignment: the same seed gives the same parts.
+        seed: seed of the partitioner: the same seed gives the same parts.
         balance: ``"auto"`` (default: the setting of least modelled epoch time, see
-            :mod:`gnndist.partition.balance`), or METIS balance constraints among ``nodes``,
-            ``edges``, ``train``, each optionally ``name:tolerance`` (``"nodes,edges:1.2"``).
-        progress: show a progress bar on a terminal.
-        refine: run the volume-balanced refinement after METIS (:mod:`gnndist.partition.refine`).
+            :mod:`gnndist.partition.balance`), or balance constraints among ``nodes``,
+            ``edges``, ``train``, ... each optionally ``name:tolerance`` (``"nodes,edges:1.2"``).
+        progress: show a progress bar on a terminal (one line per stage when piped).
+        refine: run the volume-balanced refinement after the partitioner (:mod:`gnndist.partition.refine`).
         cost_network: cost-model preset of the modelled epoch time (``ib`` by default).
         widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN; another
             model's: :func:`model_widths_of`).
+        threads: partitioner threads (KaMinPar, Mt-KaHyPar); above 1 KaMinPar's parts may vary run to run.
     """
     if method not in METHODS:
         raise UserError(f"--method must be one of {list(METHODS)}, got {method!r}")
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     setting = parse_balance(balance)
     net = network(cost_network)
     n = int(data.num_nodes)
@@ -191,12 +199,12 @@ def partition(
     if widths is None:
         widths = model_widths_of(data)
     extra: dict = {"cost_model": {"network": net.name, "widths": list(widths)}}
-    if method == "metis":
-        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
-        assign, setting, objective, extra = _metis_choice(csr, parts, objective, seed, setting, columns, refine,
-                                                          widths, net, extra, bar)
+    if method == "random":
+        chosen, assign = "random", random_assign(n, parts, seed)
     else:
-        assign = random_assign(n, parts, seed)
+        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
+        assign, chosen, setting, objective, extra = _choose(csr, parts, method, objective, seed, setting, columns,
+                                                            refine, widths, net, extra, bar, threads)
     t_assign = time.perf_counter() - t0
     book = PartitionBook(parts, assign)
     loads = rank_loads(csr, assign, parts)
@@ -216,10 +224,12 @@ def partition(
     bar.close()
     n_owned = np.diff(book.offsets)
     nnz = np.diff(new_csr.rowptr[book.offsets])
+    balanced = chosen != "random"
     report = {
-        "parts": parts, "method": method, "objective": objective if method == "metis" else None,
-        "seed": seed, "balance": list(setting.constraints) if method == "metis" else [],
-        "tolerances": dict(zip(setting.constraints, setting.tolerances)) if method == "metis" else {},
+        "parts": parts, "method": method, "backend": chosen, "library": backend(chosen).library(new_csr.nnz),
+        "objective": objective if chosen == "metis" else (backend(chosen).objective if balanced else None),
+        "seed": seed, "balance": list(setting.constraints) if balanced else [],
+        "tolerances": dict(zip(setting.constraints, setting.tolerances)) if balanced else {},
         "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
         "edge_cut": cross // 2,
         "comm_volume": int(vol),
@@ -239,72 +249,103 @@ def partition(
             "train": _imbalance(np.bincount(assign, weights=train, minlength=parts)),
         },
         "assign_seconds": round(t_assign, 3),
-        "metis_lib": metis_library(new_csr.nnz) if method == "metis" else None,
+        "metis_lib": metis_library(new_csr.nnz) if chosen == "metis" else None,
         **extra,
     }
     return Partition(data, book, new_csr, method, objective, seed, report)
 
 
-def _metis_choice(csr, parts, objective, seed, setting, columns, refine, widths, net, extra, bar):
-    """Run METIS (and the refinement) for one setting, or for each of auto's and keep the fastest modelled one.
+def _choose(csr, parts, method, objective, seed, setting, columns, refine, widths, net, extra, bar, threads):
+    """Run the partitioner (and the refinement) for each candidate (backend, setting) and keep the fastest modelled.
 
-    Returns the assignment, its setting, the objective METIS ran with, and the report's extra fields.
+    ``method`` ``auto`` tries every backend :func:`~gnndist.partition.balance.auto_plan` finds fitting
+    (a backend whose package is missing is skipped, with the reason in the report); a named backend
+    tries only itself, and fails in one line when it cannot take the input.
+    Returns the assignment, its backend and setting, the METIS objective, and the report's extra fields.
     """
     explicit = setting is not None
-    settings, forced = ((setting,), None) if explicit else auto_plan(csr.nnz)
+    skipped: dict[str, str] = {}
+    if explicit:
+        names = list(BACKENDS) if method == "auto" else [method]
+        names = [b for b in names if b != "random"]
+        plan = [(b, setting) for b in names]
+        forced = None
+    else:
+        plan, forced = auto_plan(csr.nnz, method)
     objective = forced or objective
-    metis_graph = csr
-    if csr.nnz > METIS_MAX_ENTRIES and not explicit:
-        metis_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
-        extra["metis_sampled_entries"] = int(metis_graph.nnz)
+    usable = []
+    for b, s in plan:
+        why = backend(b).unsupported(csr, Request(parts, _weights_of(s, columns), None, seed, objective, threads))
+        if why is None:
+            usable.append((b, s))
+        elif method != "auto":
+            raise UserError(why)
+        else:
+            skipped.setdefault(b, why)
+    if not usable:
+        raise UserError("no partitioner can take this input: " + "; ".join(skipped.values()))
+    part_graph = csr
+    if csr.nnz > METIS_MAX_ENTRIES and not explicit and any(b == "metis" for b, _ in usable):
+        part_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
+        extra["metis_sampled_entries"] = int(part_graph.nnz)
     n = csr.num_nodes
     can_refine = refine and n * parts <= REFINE_MAX_CELLS and parts > 1
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
-    metis_runs: dict[Setting, np.ndarray] = {}  # METIS's assignment per setting (a derived one starts from one)
+    runs: dict[tuple[str, Setting], np.ndarray] = {}  # each backend's assignment per setting (a derived one starts from one)
 
-    def run_metis(s: Setting) -> np.ndarray:
-        if s not in metis_runs:
+    def run(b: str, s: Setting) -> np.ndarray:
+        if (b, s) not in runs:
             own = s.structural
             cols = dict(columns)
             if len(own) < len(s.constraints):  # send / recv / time: read off a partition balancing the rest
                 base = Setting(*zip(*own)) if own else PLAIN
-                cols.update(derived_weights(csr, run_metis(base), parts, unit_costs(widths, net).sum(0)))
+                cols.update(derived_weights(csr, run(b, base), parts, unit_costs(widths, net).sum(0)))
             names = [c for c in s.constraints if cols[c].any()]  # no halo at all: nothing to balance
-            bar.set_postfix_str(f"metis {s.label}")
+            bar.set_postfix_str(f"{b} {s.label}")
             weights = np.stack([cols[c] for c in names], axis=1) if names else None
             tol = np.array([t for c, t in zip(s.constraints, s.tolerances) if c in names]) if names else None
-            metis_runs[s] = metis_assign(metis_graph.rowptr, metis_graph.col, parts, objective, seed, weights, tol)
-        return metis_runs[s]
+            graph = part_graph if b == "metis" else csr
+            runs[b, s] = backend(b).assign(graph, Request(parts, weights, tol, seed, objective, threads))
+        return runs[b, s]
 
-    for s in settings:
-        assign = run_metis(s)
-        metis_time = time_of(rank_loads(csr, assign, parts))
+    for b, s in usable:
+        assign = run(b, s)
+        raw_time = time_of(rank_loads(csr, assign, parts))
         stats = None
         # refinement keeps the structural constraints (it balances volume and time itself); with none,
-        # it keeps the node balance METIS gave (no part above the mean may grow)
+        # it keeps the node balance the partitioner gave (no part above the mean may grow)
         kept = s.structural or [("nodes", 1.0)]
         if can_refine and s.constraints:
-            bar.set_postfix_str(f"refine {s.label}")
+            bar.set_postfix_str(f"refine {b} {s.label}")
             weights = np.stack([columns[c] for c, _ in kept], axis=1)
             tol = np.array([t for _, t in kept])
             assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes)
         loads = rank_loads(csr, assign, parts)
         send = np.array([ld.expand_send for ld in loads], dtype=float)
-        tried.append({"setting": s, "assign": assign, "refine": stats, "record": {
-            "balance": s.label, "metis_modelled_epoch_s": metis_time, "modelled_epoch_s": time_of(loads),
-            "comm_volume": int(send.sum()), "max_send_over_mean": _imbalance(send),
+        tried.append({"method": b, "setting": s, "assign": assign, "refine": stats, "record": {
+            "method": b, "balance": s.label, "partitioner_modelled_epoch_s": raw_time,
+            "modelled_epoch_s": time_of(loads), "comm_volume": int(send.sum()), "max_send_over_mean": _imbalance(send),
             "edge_imbalance": _imbalance(np.array([ld.nnz for ld in loads], dtype=float))}})
     best = min(range(len(tried)), key=lambda i: (tried[i]["record"]["modelled_epoch_s"], i))
     chosen = tried[best]
     if chosen["refine"] is not None:
         extra["refine"] = chosen["refine"]
-    if not explicit:
-        plain = next((t["record"]["metis_modelled_epoch_s"] for t in tried if t["setting"] == PLAIN), None)
-        extra["auto"] = {"chosen": chosen["setting"].label, "objective": objective,
+    if skipped:
+        extra["skipped"] = skipped
+    if not explicit or method == "auto":
+        plain = next((t["record"]["partitioner_modelled_epoch_s"] for t in tried
+                      if t["setting"] == PLAIN and t["method"] == "metis"), None)
+        extra["auto"] = {"chosen": chosen["setting"].label, "chosen_method": chosen["method"], "objective": objective,
                          "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried]}
-    return chosen["assign"], chosen["setting"], objective, extra
+    return chosen["assign"], chosen["method"], chosen["setting"], objective, extra
+
+
+def _weights_of(s: Setting, columns: dict) -> np.ndarray | None:
+    """A stand-in ``[N, ncon]`` weight table with one column per constraint of ``s`` (for the capability check)."""
+    n = len(columns["nodes"])
+    return np.ones((n, len(s.constraints)), dtype=np.int64) if len(s.constraints) > 1 else None
 
 
 def load(root: str | Path, rank: int) -> tuple[dict[str, np.ndarray], dict]:
@@ -318,8 +359,10 @@ def format_report(r: dict) -> str:
     hf = r["halo_fraction"]
     imb = r["imbalance"]
     obj = f", objective {r['objective']}" if r.get("objective") else ""
+    chosen = r.get("backend")
+    how = f" -> {chosen} ({r['library']})" if chosen and chosen != "random" else ""
     lines = [
-        f"partition: {r['parts']} parts, method {r['method']}{obj}, seed {r['seed']}",
+        f"partition: {r['parts']} parts, method {r['method']}{how}{obj}, seed {r['seed']}",
         f"  graph            {r['num_nodes']:,} nodes, {r['num_edges']:,} undirected edges",
         f"  edge cut         {r['edge_cut']:,} ({r['edge_cut'] / max(r['num_edges'], 1):.1%} of edges)",
         f"  comm volume      {r['comm_volume']:,} rows"
@@ -343,8 +386,11 @@ def format_report(r: dict) -> str:
         if auto:
             plain = auto["plain_metis_modelled_epoch_s"]
             how = (f" (auto: best of {len(auto['candidates'])} setting(s)"
+                   + (f" of {len({c.get('method', 'metis') for c in auto['candidates']})} backend(s)")
                    + (f"; plain METIS {plain * 1e3:.4g} ms" if plain is not None else "") + ")")
         lines.append(f"  balance          {bal}{how}")
+    if r.get("skipped"):
+        lines.append("  not tried        " + "; ".join(r["skipped"].values()))
     if r.get("refine"):
         f = r["refine"]
         lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "

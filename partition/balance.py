@@ -38,6 +38,7 @@ DEFAULT_NETWORK = "ib"
 # then one METIS run with the edge-cut objective on a sampled graph (see auto_plan)
 MEDIUM = 1 << 23
 LARGE = 1 << 25
+HYPERGRAPH_MAX_ENTRIES = 1 << 21  # auto runs the hypergraph backend up to this many entries (~2M)
 METIS_MAX_ENTRIES = 3 << 24  # above this, METIS sees a uniformly sampled subgraph of about this size (~50M)
 
 
@@ -108,17 +109,39 @@ def parse_balance(spec) -> Setting | None:
     return Setting(tuple(names), tuple(tols))
 
 
-def auto_plan(nnz: int) -> tuple[tuple[Setting, ...], str | None]:
-    """The settings ``auto`` tries on a graph of ``nnz`` adjacency entries, and the objective it forces.
+def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]], str | None]:
+    """The (backend, setting) pairs ``auto`` tries on a graph of ``nnz`` adjacency entries, and the METIS
+    objective it forces.
 
-    Each try is one METIS run; at 50M edges one run with the ``vol`` objective takes ~6 min
-    here, with ``cut`` ~1.5 min (benchmarks/README.md), so large graphs get one ``cut`` run.
+    ``method`` is ``auto`` (every backend that fits) or one backend. Each try is one partitioner run.
+    METIS with the ``vol`` objective takes ~6 min at 50M entries here, with ``cut`` ~1.5 min
+    (benchmarks/README.md), so large graphs get fewer runs; above :data:`LARGE` ``auto`` hands the
+    graph to KaMinPar alone (several times faster and leaner than METIS there), else one METIS ``cut``
+    run on a sample. The hypergraph backend (Mt-KaHyPar: the halo volume itself) runs up to
+    :data:`HYPERGRAPH_MAX_ENTRIES`, where its time stays within a METIS ``vol`` sweep's.
+    KaMinPar and Mt-KaHyPar balance one weight: they get the one-constraint settings.
     """
-    if nnz <= MEDIUM:
-        return AUTO_SETTINGS, None
-    if nnz <= LARGE:
-        return (PLAIN, AUTO_SETTINGS[2]), None
-    return (PLAIN,), "cut"
+    from gnndist.partition.backends import BACKENDS
+
+    if method == "random":
+        return [], None
+    single = [s for s in AUTO_SETTINGS if len(s.constraints) == 1]
+    if method != "auto":
+        pool = AUTO_SETTINGS if method == "metis" else single
+        if nnz <= MEDIUM:
+            return [(method, s) for s in pool], None
+        if nnz <= LARGE:
+            return [(method, s) for s in ((PLAIN, AUTO_SETTINGS[2]) if method == "metis" else (PLAIN,))], None
+        return [(method, PLAIN)], "cut" if method == "metis" else None
+    if nnz > LARGE:
+        if BACKENDS["kaminpar"].available() is None:
+            return [("kaminpar", PLAIN)], None
+        return [("metis", PLAIN)], "cut"
+    plan, forced = auto_plan(nnz, "metis")
+    plan.append(("kaminpar", PLAIN))
+    if nnz <= HYPERGRAPH_MAX_ENTRIES:
+        plan.append(("hypergraph", PLAIN))
+    return plan, forced
 
 
 def network(name: str | None) -> Network:

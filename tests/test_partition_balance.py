@@ -127,8 +127,8 @@ def test_auto_is_deterministic_and_not_slower_than_either_metis_setting():
     b = partition(data, 4, seed=3, progress=False)
     assert np.array_equal(a.book.assign, b.book.assign)
     assert a.report["auto"] == b.report["auto"] and a.report["modelled_epoch_s"] == b.report["modelled_epoch_s"]
-    plain = partition(data, 4, seed=3, balance="nodes", refine=False, progress=False).report
-    old_default = partition(data, 4, seed=3, balance="nodes,edges,train", refine=False, progress=False).report
+    plain = partition(data, 4, seed=3, method="metis", balance="nodes", refine=False, progress=False).report
+    old_default = partition(data, 4, seed=3, method="metis", balance="nodes,edges,train", refine=False, progress=False).report
     assert a.report["auto"]["plain_metis_modelled_epoch_s"] == pytest.approx(plain["modelled_epoch_s"])
     assert a.report["modelled_epoch_s"] <= min(plain["modelled_epoch_s"], old_default["modelled_epoch_s"]) + 1e-15
     assert {"max_send_over_mean", "modelled_epoch_s", "tolerances", "refine", "cost_model"} <= set(a.report)
@@ -175,21 +175,22 @@ def test_cli_report_and_info(tmp_path, capsys):
     assert main(["partition", "cora", "--parts", "4", "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["max_send_over_mean"] >= 1.0 and report["modelled_epoch_s"] > 0
-    assert report["auto"]["chosen"] and len(report["auto"]["candidates"]) == len(AUTO_SETTINGS)
+    tried = len(AUTO_SETTINGS) + 2  # every METIS setting, KaMinPar and the hypergraph on Cora
+    assert report["auto"]["chosen"] and len(report["auto"]["candidates"]) == tried
     assert main(["info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["modelled_epoch_s"] == report["modelled_epoch_s"] and info["auto"] == report["auto"]
     assert main(["info", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "modelled epoch" in text and "max send / mean" in text and f"auto: best of {len(AUTO_SETTINGS)}" in text
+    assert "modelled epoch" in text and "max send / mean" in text and f"auto: best of {tried} setting(s) of 3 backend(s)" in text
 
 
 def test_cache_key_names_the_non_default_settings():
     key = lambda **kw: partition_dir("cora", PartitionConfig(parts=2, **kw), DataConfig()).name  # noqa: E731
-    assert key() == "cora-p2-metis-vol-s0"
-    assert key(balance="nodes,edges:1.2") == "cora-p2-metis-vol-s0-bnodes+edges:1.2"
-    assert key(refine=False) == "cora-p2-metis-vol-s0-norefine"
-    assert key(cost_network="ethernet") == "cora-p2-metis-vol-s0-ethernet"
+    assert key() == "cora-p2-auto-vol-s0"
+    assert key(balance="nodes,edges:1.2") == "cora-p2-auto-vol-s0-bnodes+edges:1.2"
+    assert key(refine=False) == "cora-p2-auto-vol-s0-norefine"
+    assert key(cost_network="ethernet") == "cora-p2-auto-vol-s0-ethernet"
 
 
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):
@@ -199,11 +200,11 @@ def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypat
     from gnndist.partition import balance
 
     data = synthetic(4000, avg_degree=20, num_classes=8, num_features=8, seed=0)
-    full = partition(data, 8, balance="nodes", refine=False, progress=False).report
+    full = partition(data, 8, method="metis", balance="nodes", refine=False, progress=False).report
     monkeypatch.setattr(balance, "MEDIUM", 1000)
     monkeypatch.setattr(balance, "LARGE", 2000)
     monkeypatch.setattr(gp, "METIS_MAX_ENTRIES", 40_000)
-    r = partition(data, 8, progress=False).report
+    r = partition(data, 8, method="metis", progress=False).report
     assert r["objective"] == "cut" and r["auto"]["objective"] == "cut" and len(r["auto"]["candidates"]) == 1
     assert 0.9 * 40_000 < r["metis_sampled_entries"] < 1.1 * 40_000
     assert r["imbalance"]["nodes"] <= 1.03 + 1e-9
@@ -284,7 +285,7 @@ def test_volume_weights_sum_to_each_parts_halo_rows():
 
 def test_volume_balance_spreads_the_halo_rows():
     data = synthetic(3000, avg_degree=12, num_classes=4, num_features=4, seed=1)
-    plain = partition(data, 8, balance="nodes", refine=False, progress=False).report
+    plain = partition(data, 8, method="metis", balance="nodes", refine=False, progress=False).report
     vb = partition(data, 8, balance="nodes,send:1.1,recv:1.1", refine=False, progress=False).report
     assert vb["tolerances"] == {"nodes": 1.03, "send": 1.1, "recv": 1.1}
     assert vb["imbalance"]["nodes"] <= 1.03 + 1e-9
@@ -306,7 +307,7 @@ def test_time_weights_follow_the_cost_model_and_time_balance_runs():
     t = unit[0] + unit[1] * csr.degree() + unit[2] * 0.5 * (w["send"] + w["recv"] / RECV_SCALE)
     assert np.array_equal(w["time"], np.maximum(np.rint(t * TIME_SCALE / t.mean()), 1).astype(np.int64))
     assert abs(w["time"].mean() - TIME_SCALE) < 1
-    r = partition(data, 6, balance="time:1.05", progress=False, widths=widths).report
+    r = partition(data, 6, method="metis", balance="time:1.05", progress=False, widths=widths).report
     assert r["tolerances"] == {"time": 1.05} and r["refine"]["modelled_epoch_s_after"] <= r["refine"][
         "modelled_epoch_s_before"]
     # the refinement of a derived-only setting keeps METIS's node balance: no part above the mean grew

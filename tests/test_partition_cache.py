@@ -35,16 +35,16 @@ def test_cache_is_in_the_data_root_and_nothing_is_written_under_root(tmp_path, c
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["dir"]
     expected = partition_dir("cora", PartitionConfig(parts=2, balance="nodes"), DataConfig(root=str(root)))
     assert out == str(expected) and expected.parent == cache == partition_cache()
-    assert expected.name.startswith("cora-") and expected.name.endswith("-p2-metis-vol-s0-bnodes")
+    assert expected.name.startswith("cora-") and expected.name.endswith("-p2-auto-vol-s0-bnodes")
     assert read_meta(expected)["parts"] == 2
     assert _files(root) == before
 
 
 def test_keys_tell_roots_and_paths_apart(tmp_path, cache, monkeypatch):
     key = lambda dataset, root=None: partition_dir(dataset, PartitionConfig(parts=2), DataConfig(root=root)).name  # noqa: E731
-    assert key("cora") == key("cora", str(cache.parent)) == "cora-p2-metis-vol-s0"  # the data root: no hash
+    assert key("cora") == key("cora", str(cache.parent)) == "cora-p2-auto-vol-s0"  # the data root: no hash
     a, b = key("cora", str(tmp_path / "a")), key("cora", str(tmp_path / "b"))
-    assert a != b and a.startswith("cora-") and a.endswith("-p2-metis-vol-s0")
+    assert a != b and a.startswith("cora-") and a.endswith("-p2-auto-vol-s0")
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
         (tmp_path / d / "g.pt").touch()
@@ -52,7 +52,7 @@ def test_keys_tell_roots_and_paths_apart(tmp_path, cache, monkeypatch):
     monkeypatch.setenv("GNNDIST_PARTITIONS", str(tmp_path / "parts"))  # a cache shared by several data roots
     assert partition_cache() == tmp_path / "parts"
     assert partition_dir("cora", PartitionConfig(), DataConfig()).parent == tmp_path / "parts"
-    assert key("cora") != "cora-p2-metis-vol-s0"
+    assert key("cora") != "cora-p2-auto-vol-s0"
 
 
 def test_a_read_only_cache_fails_before_loading(cache, monkeypatch, capsys):
@@ -67,8 +67,8 @@ def test_make_partition_models_the_given_model(tmp_path):
     _, report = make_partition("cora", part, DataConfig(), str(tmp_path / "p"))
     assert report["cost_model"]["widths"] == [CORA_F, 64, 64, CORA_CLASSES]
     default = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
-    assert default == "cora-p2-metis-vol-s0"
-    assert partition_dir("cora", part, DataConfig()).name == "cora-p2-metis-vol-s0-bnodes-h64x3"
+    assert default == "cora-p2-auto-vol-s0"
+    assert partition_dir("cora", part, DataConfig()).name == "cora-p2-auto-vol-s0-bnodes-h64x3"
     assert partition_dir("cora", PartitionConfig(parts=2, model_hidden=64), DataConfig()).name != default
 
 
@@ -77,10 +77,10 @@ def test_partition_flags_and_run_pass_the_model(cache, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["cost_model"]["widths"] == [CORA_F, CORA_CLASSES]
-    assert report["dir"] == str(cache / "cora-p2-metis-vol-s0-bnodes-h32x1")
+    assert report["dir"] == str(cache / "cora-p2-auto-vol-s0-bnodes-h32x1")
     assert main(["run", "synthetic-200", "--balance", "nodes", "--hidden", "8", "--layers", "3", "--epochs", "1",
                  "--no-progress", "--json"]) == 0
-    meta = read_meta(cache / "synthetic-200-p1-metis-vol-s0-bnodes-h8x3")
+    meta = read_meta(cache / "synthetic-200-p1-auto-vol-s0-bnodes-h8x3")
     assert meta["report"]["cost_model"]["widths"] == [meta["F"], 8, 8, meta["classes"]]
 
 

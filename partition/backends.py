@@ -1,0 +1,261 @@
+"""Partitioner backends behind one interface: ``metis | kaminpar | hypergraph | random``.
+
+Each backend takes the symmetric CSR (no self-loops), ``[N, ncon]`` node weights and their
+tolerances, and returns an assignment ``[N]`` in ``[0, parts)``. Each can say why it cannot
+take an input (:meth:`Backend.unsupported`: one line naming an alternative), and which
+library and version it ran (:meth:`Backend.library`). They are chosen from :data:`BACKENDS`
+by name (``--method``); ``--balance auto`` asks :func:`gnndist.partition.balance.auto_plan`
+which of them fit a graph.
+
+* ``metis``: METIS k-way through ctypes (:mod:`gnndist.partition.metis`), several balance
+  constraints, objective ``vol`` or ``cut``.
+* ``kaminpar``: KaMinPar (Gottesbüren et al., ESA 2021), edge cut, one node weight; fast and
+  memory-lean at billions of entries. Handed the graph as a ParHIP binary file (its Python
+  API reads graphs from files only), 32-bit ids where they fit, compressed in memory above
+  :data:`KAMINPAR_COMPRESS_ENTRIES`.
+* ``hypergraph``: Mt-KaHyPar (Gottesbüren et al., 2022) on the column-net hypergraph whose net
+  ``v`` is ``{v} + N(v)``: its connectivity - 1 (km1) metric *is* the 1D halo volume, rows x
+  ranks that need them. The ``DETERMINISTIC`` preset, so a seed gives the same parts.
+* ``random``: the balanced random baseline (:func:`gnndist.partition.metis.random_assign`).
+
+Determinism: every backend gives the same assignment for the same inputs and seed. KaMinPar
+does so only with one thread (``threads=1``, the default); Mt-KaHyPar's deterministic preset
+at any thread count.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+
+import numpy as np
+from gnndist.partition.book import GlobalCSR
+from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
+
+from gnndist.errors import UserError
+
+KAMINPAR_COMPRESS_ENTRIES = 1 << 25  # above this KaMinPar compresses the graph it holds (~4x less memory)
+HYPERGRAPH_PRESET = "DETERMINISTIC"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one partitioner call is asked for.
+
+    Attributes:
+        parts: P.
+        weights: ``[N, ncon]`` non-negative integer node weights (None: every node weighs 1).
+        tolerances: ``[ncon]`` allowed heaviest part / mean part, each > 1 (None: 1.03).
+        seed: the seed; the same request and seed give the same assignment.
+        objective: METIS's ``vol`` or ``cut`` (the other backends have one objective each).
+        threads: threads the partitioner may use.
+    """
+
+    parts: int
+    weights: np.ndarray | None = None
+    tolerances: np.ndarray | None = None
+    seed: int = 0
+    objective: str = "vol"
+    threads: int = 1
+
+    @property
+    def constraints(self) -> int:
+        return 1 if self.weights is None else int((self.weights.reshape(len(self.weights), -1).sum(0) > 0).sum())
+
+    def single(self, n: int) -> tuple[np.ndarray, float]:
+        """The one weight column (ones when none) and its tolerance, for one-constraint backends."""
+        w = np.ones(n, dtype=np.int64) if self.weights is None else self.weights.reshape(n, -1)
+        if w.ndim == 2:
+            used = np.flatnonzero(w.sum(0) > 0)
+            w = w[:, used[0]] if len(used) else np.ones(n, dtype=np.int64)
+            tol = float(np.asarray(self.tolerances)[used[0]]) if self.tolerances is not None and len(used) else 1.03
+        else:
+            tol = float(np.asarray(self.tolerances).ravel()[0]) if self.tolerances is not None else 1.03
+        return np.asarray(w, dtype=np.int64), tol
+
+
+class Backend:
+    """One partitioner: :meth:`assign` and its declared capabilities."""
+
+    name: str = ""
+    package: str | None = None  # the pip package it needs, if any
+    objective: str = ""  # what it minimises, for the report
+
+    def available(self) -> str | None:
+        """None when the backend's library imports, else a one-line reason saying how to install it."""
+        if self.package is None:
+            return None
+        try:
+            __import__(self.package)
+        except ImportError:
+            return (f"--method {self.name} needs the {self.package} package: pip install {self.package} "
+                    f"(or `make install`)")
+        return None
+
+    def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
+        """None when the backend can take this input, else one line saying why and what to use instead."""
+        return self.available()
+
+    def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
+        """Assignment ``[N]`` int64 in ``[0, req.parts)``; raises :class:`UserError` when unsupported."""
+        raise NotImplementedError
+
+    def library(self, nnz: int = 0) -> str:
+        """The library and version this backend runs, e.g. ``kaminpar 3.7.3``."""
+        return f"{self.package} {_version(self.package)}" if self.package else "gnndist"
+
+    def _check(self, csr: GlobalCSR, req: Request) -> None:
+        why = self.unsupported(csr, req)
+        if why:
+            raise UserError(why)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+class Metis(Backend):
+    name, package, objective = "metis", "pymetis", "vol or cut (--objective)"
+
+    def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
+        self._check(csr, req)
+        return metis_assign(csr.rowptr, csr.col, req.parts, req.objective, req.seed, req.weights, req.tolerances)
+
+    def library(self, nnz: int = 0) -> str:
+        lib = metis_library(nnz)
+        return f"pymetis {_version('pymetis')}" if lib == "pymetis" else lib
+
+    def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
+        if req.objective not in OBJECTIVES:
+            return f"--objective must be one of {sorted(OBJECTIVES)}, got {req.objective!r}"
+        return self.available()
+
+
+class Random(Backend):
+    name, objective = "random", "none (baseline)"
+
+    def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
+        return random_assign(csr.num_nodes, req.parts, req.seed)
+
+
+class KaMinPar(Backend):
+    name, package, objective = "kaminpar", "kaminpar", "edge cut"
+
+    def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
+        if req.constraints > 1:
+            return (f"--method kaminpar balances one node weight, not {req.constraints} constraints; "
+                    "use --method metis for several (or --balance with one constraint)")
+        return self.available()
+
+    def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
+        self._check(csr, req)
+        n = csr.num_nodes
+        if req.parts == 1 or n == 0:
+            return np.zeros(n, dtype=np.int64)
+        import kaminpar
+
+        w, tol = req.single(n)
+        weighted = not bool((w == 1).all())
+        compress = csr.nnz > KAMINPAR_COMPRESS_ENTRIES
+        fd, path = tempfile.mkstemp(prefix="gnndist-kaminpar-", suffix=".parhip")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write_parhip(f, csr, w if weighted else None)
+            kaminpar.reseed(req.seed)
+            graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=compress)
+        except OSError as e:
+            raise UserError(f"cannot hand the graph to KaMinPar through {path}: {e.strerror or e}") from None
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        ctx = kaminpar.terapart_context() if compress else kaminpar.default_context()
+        out = kaminpar.KaMinPar(max(req.threads, 1), ctx).compute_partition(graph, req.parts, max(tol - 1.0, 1e-4))
+        del graph
+        return np.asarray(out, dtype=np.int64)
+
+
+def write_parhip(f, csr: GlobalCSR, vweights: np.ndarray | None = None, chunk: int = 1 << 24) -> None:
+    """Write ``csr`` as a ParHIP binary graph (KaMinPar's extension: 32-bit ids and offsets where they fit).
+
+    Layout: 3 x u64 header (version bits, n, m), ``n + 1`` offsets (byte addresses of each row's
+    first neighbour), ``m`` neighbour ids, then ``n`` vertex weights if any. Version bits, from the
+    least significant: no edge weights, no vertex weights, 32-bit offsets, 32-bit ids, 32-bit
+    vertex weights, 32-bit edge weights. Written in chunks: never a second copy of ``col``.
+    """
+    n, m = csr.num_nodes, csr.nnz
+    small = 24 + (n + 1) * 4 + m * 4 < 2**32 and (vweights is None or int(vweights.max(initial=0)) < 2**31)
+    vid = np.uint32 if small else np.uint64  # ids, offsets and vertex weights alike
+    item = np.dtype(vid).itemsize
+    version = 1 | (0 if vweights is not None else 2) | (4 | 8 | 16 | 32 if small else 0)
+    base = 24 + (n + 1) * item
+    np.array([version, n, m], dtype=np.uint64).tofile(f)
+    for r0 in range(0, n + 1, chunk):
+        (csr.rowptr[r0 : r0 + chunk].astype(np.uint64) * np.uint64(item) + np.uint64(base)).astype(vid).tofile(f)
+    for e0 in range(0, m, chunk):
+        csr.col[e0 : e0 + chunk].astype(vid).tofile(f)
+    if vweights is not None:
+        np.asarray(vweights).astype(vid).tofile(f)
+
+
+@lru_cache(maxsize=1)
+def _mtkahypar(threads: int):
+    """Mt-KaHyPar's process-wide initializer (it may be initialised once per process)."""
+    import mtkahypar
+
+    return mtkahypar.initialize(threads, False)
+
+
+class Hypergraph(Backend):
+    name, package, objective = "hypergraph", "mtkahypar", "km1 of the column-net hypergraph = halo volume"
+
+    def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
+        if req.constraints > 1:
+            return (f"--method hypergraph balances one node weight, not {req.constraints} constraints; "
+                    "use --method metis for several (or --balance with one constraint)")
+        return self.available()
+
+    def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
+        self._check(csr, req)
+        n = csr.num_nodes
+        if req.parts == 1 or n == 0:
+            return np.zeros(n, dtype=np.int64)
+        import mtkahypar
+
+        init = _mtkahypar(max(req.threads, 1))
+        mtkahypar.set_seed(req.seed)
+        ctx = init.context_from_preset(getattr(mtkahypar.PresetType, HYPERGRAPH_PRESET))
+        w, tol = req.single(n)
+        ctx.set_partitioning_parameters(req.parts, max(tol - 1.0, 1e-4), mtkahypar.Objective.KM1)
+        ctx.logging = False
+        nets = column_nets(csr)
+        hg = (init.create_hypergraph(ctx, n, n, nets) if (w == 1).all() else
+              init.create_hypergraph(ctx, n, n, nets, w.tolist(), [1] * n))
+        del nets
+        return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
+
+
+def column_nets(csr: GlobalCSR) -> list[list[int]]:
+    """The column-net hypergraph's nets, ``[v] + N(v)`` per node ``v`` (its km1 is the 1D halo volume)."""
+    nets = []
+    for r0 in range(0, csr.num_nodes, 1 << 16):
+        r1 = min(r0 + (1 << 16), csr.num_nodes)
+        seg = csr.col[csr.rowptr[r0] : csr.rowptr[r1]].tolist()
+        bounds = (csr.rowptr[r0 : r1 + 1] - csr.rowptr[r0]).tolist()
+        nets.extend([v] + seg[bounds[i] : bounds[i + 1]] for i, v in enumerate(range(r0, r1)))
+    return nets
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (Metis(), KaMinPar(), Hypergraph(), Random())}
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; a one-line :class:`UserError` listing the choices otherwise."""
+    if name not in BACKENDS:
+        raise UserError(f"--method must be one of {list(BACKENDS)}, got {name!r}")
+    return BACKENDS[name]
