@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR, unique_ids
+from gnndist.partition.book import GlobalCSR, exchange_pairs
 
 from gnndist.cost import NETWORKS, Network, RankLoad
 from gnndist.errors import UserError
@@ -162,12 +162,12 @@ def rank_loads(csr: GlobalCSR, assign: np.ndarray, parts: int) -> list[RankLoad]
 
     Equal to :func:`gnndist.partition.layouts.grid_loads` with ``c = 1`` on the renumbered graph.
     """
-    rows = csr.rows()
-    need = assign[rows] != assign[csr.col]
-    keys = unique_ids(csr.col[need] * parts + assign[rows[need]], csr.num_nodes * parts)  # (source, receiving part)
-    del rows, need
-    pair = np.bincount(assign[keys // parts] * parts + keys % parts,
-                       minlength=parts * parts).reshape(parts, parts)  # [src, dst] rows
+    return loads_from_pairs(exchange_pairs(csr, assign, parts)[0], csr, assign)
+
+
+def loads_from_pairs(pair: np.ndarray, csr: GlobalCSR, assign: np.ndarray) -> list[RankLoad]:
+    """The :class:`RankLoad` of every rank from the rows every pair of parts exchanges (``[src, dst]``)."""
+    parts = len(pair)
     messages = np.maximum(np.count_nonzero(pair, axis=0), np.count_nonzero(pair, axis=1))
     nnz = np.bincount(assign, weights=csr.degree(), minlength=parts)
     owned = np.bincount(assign, minlength=parts)

@@ -51,32 +51,98 @@ class GlobalCSR:
         return np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degree())
 
 
+CHUNK = 1 << 22  # adjacency entries (or edges) processed at once: bounds every temporary array
+
+
+def id_dtype(num_nodes: int) -> type:
+    """The narrowest id dtype for ``num_nodes`` nodes: int32 below 2^31, else int64."""
+    return np.int32 if num_nodes < 2**31 else np.int64
+
+
+def row_chunks(rowptr: np.ndarray, chunk: int = CHUNK):
+    """``(r0, r1)`` ranges of rows holding about ``chunk`` entries each (at least one row), in order."""
+    n = len(rowptr) - 1
+    r0 = 0
+    while r0 < n:
+        r1 = int(np.searchsorted(rowptr, rowptr[r0] + chunk, side="right")) - 1
+        r1 = min(max(r1, r0 + 1), n)
+        yield r0, r1
+        r0 = r1
+
+
 def csr_from_edge_index(edge_index: torch.Tensor | np.ndarray, num_nodes: int) -> GlobalCSR:
-    """Symmetrise, drop self-loops and duplicates, and sort into CSR.
+    """Symmetrise, drop self-loops and duplicates, and sort into CSR (int64 columns; see :func:`symmetric_csr`).
 
     Shapes:
         edge_index ``[2, E]`` -> rowptr ``[N + 1]``, col ``[nnz]`` with nnz even (both directions).
     """
-    ei = edge_index.numpy() if isinstance(edge_index, torch.Tensor) else np.asarray(edge_index)
-    ei = ei.astype(np.int64, copy=False)
-    if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
-        raise UserError(f"edge ids must lie in [0, {num_nodes}), found [{ei.min()}, {ei.max()}]")
-    keys = ei[0] * num_nodes + ei[1]  # [E] (row, col) pairs
-    clean = keys.size == 0 or bool(np.all(keys[1:] > keys[:-1]) and np.all(ei[0] != ei[1]))
-    if clean:  # sorted, no duplicates, no self-loops: symmetric iff the transposed pairs are the same set
-        clean = np.array_equal(keys, np.sort(ei[1] * num_nodes + ei[0]))
-    if clean:
-        rows, col = ei[0], ei[1]
-    else:
-        src, dst = ei[0], ei[1]
+    csr = symmetric_csr(edge_index, num_nodes)
+    return GlobalCSR(csr.rowptr, csr.col.astype(np.int64, copy=False))
+
+
+def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK) -> GlobalCSR:
+    """Symmetrise, drop self-loops and duplicates, and sort into CSR, in chunks of ``chunk`` edges.
+
+    The one array of the size of the graph is the result's ``col`` (int32 ids where they fit, see
+    :func:`id_dtype`); ``edge_index`` may be a memory-mapped ``[2, E]`` array of int32 or int64 ids,
+    read ``chunk`` edges at a time: (1) range check and degree count, (2) a counting sort of both
+    directions into ``col``, (3) per row chunk, sort and de-duplicate each row in place.
+
+    Shapes:
+        edge_index ``[2, E]`` -> rowptr ``[N + 1]`` int64, col ``[nnz]`` int32/int64 (both directions).
+    """
+    ei = edge_index.numpy() if isinstance(edge_index, torch.Tensor) else edge_index
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise UserError(f"edge_index must have shape [2, E], got {list(ei.shape)}")
+    if not np.issubdtype(ei.dtype, np.integer):
+        raise UserError(f"edge ids must be integers, got {ei.dtype}")
+    n, e = int(num_nodes), ei.shape[1]
+    chunk = max(int(chunk), 1)
+    count = np.zeros(n, dtype=np.int64)
+    lo, hi = 0, -1
+    for e0 in range(0, e, chunk):  # (1) ids in range, and every row's length before de-duplication
+        src, dst = np.asarray(ei[0, e0 : e0 + chunk]), np.asarray(ei[1, e0 : e0 + chunk])
+        if src.size:
+            lo, hi = min(lo, int(src.min()), int(dst.min())), max(hi, int(src.max()), int(dst.max()))
+            if lo < 0 or hi >= n:
+                raise UserError(f"edge ids must lie in [0, {n}), found [{lo}, {hi}]")
         keep = src != dst
-        keys = np.unique(np.concatenate([keys[keep], dst[keep] * num_nodes + src[keep]]))  # sorted (row, col)
-        rows = keys // num_nodes
-        col = keys - rows * num_nodes
-    del keys
-    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_nodes), out=rowptr[1:])
-    return GlobalCSR(rowptr, col)
+        count += np.bincount(src[keep], minlength=n) + np.bincount(dst[keep], minlength=n)
+    rowptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=rowptr[1:])
+    col = np.empty(int(rowptr[-1]), dtype=id_dtype(n))
+    fill = rowptr[:-1].copy()  # [N] next free slot of each row
+    for e0 in range(0, e, chunk):  # (2) counting sort of both directions, stable inside a chunk
+        src, dst = np.asarray(ei[0, e0 : e0 + chunk]), np.asarray(ei[1, e0 : e0 + chunk])
+        keep = src != dst
+        r = np.concatenate([src[keep], dst[keep]]).astype(np.int64, copy=False)
+        c = np.concatenate([dst[keep], src[keep]])
+        del src, dst, keep
+        order = np.argsort(r, kind="stable")
+        r = r[order]
+        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
+        rank = np.arange(len(r), dtype=np.int64) - np.repeat(first, np.diff(np.r_[first, len(r)]))
+        col[fill[r] + rank] = c[order]
+        fill[r[first]] += np.diff(np.r_[first, len(r)])  # rows are distinct here
+        del r, c, order, first, rank
+    # (3) sort and de-duplicate every row, in place (a row only shrinks, and is read before it is written)
+    new_deg = np.zeros(n, dtype=np.int64)
+    w = 0
+    nn = np.int64(n)
+    for r0, r1 in row_chunks(rowptr, chunk):
+        a, b = int(rowptr[r0]), int(rowptr[r1])
+        local = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(rowptr[r0 : r1 + 1]))
+        keys = local * nn + col[a:b]
+        keys.sort()
+        uniq = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, dtype=bool)
+        keys = keys[uniq]
+        rows = keys // nn
+        new_deg[r0:r1] = np.bincount(rows, minlength=r1 - r0)
+        col[w : w + len(keys)] = keys - rows * nn
+        w += len(keys)
+        del local, keys, uniq, rows
+    np.cumsum(new_deg, out=rowptr[1:])
+    return GlobalCSR(rowptr, col[:w])
 
 
 @dataclass
@@ -125,18 +191,29 @@ class LocalPart:
         return len(self.halo_gid)
 
 
-def renumbered_csr(csr: GlobalCSR, book: PartitionBook) -> GlobalCSR:
-    """The same graph with new ids: rows permuted by the book (each row's entries gathered, no sort).
+def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK) -> GlobalCSR:
+    """The same graph with new ids: rows permuted by the book (each row's entries gathered, no sort), in
+    chunks of ``chunk`` entries; the columns keep ``csr.col``'s dtype.
 
     Columns keep their order inside a row (renumbered, so no longer ascending).
     """
     deg_new = csr.degree()[book.new2old]  # [N]
     rowptr = np.zeros(csr.num_nodes + 1, dtype=np.int64)
     np.cumsum(deg_new, out=rowptr[1:])
-    shift = np.repeat(csr.rowptr[book.new2old] - rowptr[:-1], deg_new)  # [nnz] old position - new position
-    shift += np.arange(csr.nnz, dtype=np.int64)
-    col = book.old2new[csr.col[shift]]
+    col = np.empty(csr.nnz, dtype=csr.col.dtype)
+    old2new = book.old2new.astype(csr.col.dtype, copy=False)
+    for r0, r1 in row_chunks(rowptr, chunk):
+        pos, _ = entries_of(csr.rowptr, book.new2old[r0:r1])
+        col[rowptr[r0] : rowptr[r1]] = old2new[csr.col[pos]]
     return GlobalCSR(rowptr, col)
+
+
+def entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the adjacency entries of ``nodes`` (in their order) and, for each, the index of its node."""
+    lens = rowptr[nodes + 1] - rowptr[nodes]
+    owner = np.repeat(np.arange(len(nodes), dtype=np.int64), lens)
+    start = np.repeat(rowptr[nodes] - np.cumsum(lens) + lens, lens)
+    return start + np.arange(len(owner), dtype=np.int64), owner
 
 
 def build_local_parts(csr: GlobalCSR, book: PartitionBook):
@@ -209,6 +286,30 @@ def edge_values_in_csr(csr: GlobalCSR, book: PartitionBook, edge_index, values: 
     return values[idx]
 
 
+def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = CHUNK) -> tuple[np.ndarray, int]:
+    """Rows every part sends every other in the 1D halo exchange, and the edge cut, in chunks of rows.
+
+    Node ``u`` of part ``a`` is sent to every other part holding one of its neighbours (the graph is
+    symmetric, so those are the distinct parts in row ``u``).
+
+    Shapes:
+        assign ``[N]`` -> pair ``[parts, parts]`` int64 (``[src, dst]``), edge cut (undirected edges)
+    """
+    pair = np.zeros(parts * parts, dtype=np.int64)
+    cross = 0
+    for r0, r1 in row_chunks(csr.rowptr, chunk):
+        deg = np.diff(csr.rowptr[r0 : r1 + 1])
+        local = np.repeat(np.arange(r1 - r0, dtype=np.int64), deg)
+        q = assign[csr.col[csr.rowptr[r0] : csr.rowptr[r1]]]  # [entries] part of each neighbour
+        cross += int((q != np.repeat(assign[r0:r1], deg)).sum())
+        keys = unique_ids(local * parts + q, (r1 - r0) * parts)  # distinct (row, neighbour part)
+        own = assign[r0 + keys // parts]
+        q = keys % parts
+        far = q != own
+        pair += np.bincount(own[far] * parts + q[far], minlength=parts * parts)
+    return pair.reshape(parts, parts), cross // 2
+
+
 def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows each part receives (its halo size) and sends, without building the parts.
 
@@ -217,13 +318,8 @@ def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.nda
     Shapes:
         -> recv ``[parts]``, send ``[parts]`` int64
     """
-    rows = csr.rows()
-    need = assign[rows] != assign[csr.col]
-    keys = unique_ids(csr.col[need] * parts + assign[rows[need]], csr.num_nodes * parts)  # (source, receiving part)
-    del rows, need
-    recv = np.bincount(keys % parts, minlength=parts)
-    send = np.bincount(assign[keys // parts], minlength=parts)
-    return recv.astype(np.int64), send.astype(np.int64)
+    pair, _ = exchange_pairs(csr, assign, parts)
+    return pair.sum(0), pair.sum(1)
 
 
 def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int) -> int:
