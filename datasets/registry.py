@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import npz, ogb, planetoid, pyg_file, snap, social
+from . import npy_folder, npz, ogb, planetoid, pyg_file, snap, social
 from . import synthetic as synth
 from .validate import validate
 
@@ -169,6 +169,7 @@ register("facebook-page-page", social.load_musae)
 register("fb100-cornell5", social.load_fb100)
 register_format("musae", social.read_musae, social.is_musae)
 register_format("fb100", social.read_fb100, social.is_fb100)
+register_format("npy", npy_folder.read_npy_folder, npy_folder.is_npy_folder)
 register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)
 register_format("heterophily", npz.read_heterophily, npz.is_heterophily)

@@ -277,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
 
+    sy = sub.add_parser("synth", help="generate a synthetic-<N>[-d<deg>] graph into a .npy folder, in chunks")
+    sy.add_argument("name", help="synthetic-<N>[k|m|b][-d<avg degree>], e.g. synthetic-8m-d50")
+    sy.add_argument("--out", required=True, help="the folder to write (edge_index.npy, x.npy, y.npy, masks)")
+    sy.add_argument("--feature-dim", dest="features", type=int, default=64, help="features per node (default 64)")
+    sy.add_argument("--seed", type=int, default=0, help="seed of the graph, features and split (default 0)")
+    sy.set_defaults(func=lambda a: __import__("gnndist.datasets.npy_folder", fromlist=["cmd_synth"]).cmd_synth(a))
+
     si = sub.add_parser("info", help="check a saved partition's files and print its report")
     si.add_argument("partdir", help="a partition directory (META.json + part-K/), as written by `gnndist partition`")
     si.add_argument("--json", action="store_true", help="print the report as one JSON object (with \"verified\")")

@@ -42,12 +42,12 @@ from gnndist.partition.book import (
     renumbered_csr,
     symmetric_csr,
 )
-from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
+from gnndist.partition.format import FORMAT_VERSION, drop_pages, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
+from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.refine import refine as refine_assign
 from gnndist.partition.refine import unit_costs
-from tqdm import tqdm
 
 from gnndist.cost import epoch_time
 from gnndist.errors import UserError
@@ -109,6 +109,7 @@ class Partition:
                 lo, hi = self.book.offsets[lp.rank], self.book.offsets[lp.rank + 1]
                 arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
             yield arrays
+            drop_pages(getattr(d, "memmaps", ()))  # the rows gathered from memory-mapped inputs: not resident
 
     def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`)."""
@@ -125,11 +126,13 @@ class Partition:
             "split_kind": getattr(d, "split_kind", None),
             "offsets": self.book.offsets.tolist(),
             "report": self.report,
-            # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
-            "layouts": layout_loads(self.csr, self.book.offsets),
         }
-        parts = tqdm(self.part_arrays(), total=self.book.parts, desc="write parts", unit="part",
-                     disable=None if progress else True, leave=False)
+        st = Stages(1, "save", progress)
+        st.set_postfix_str("layout loads")
+        # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
+        meta["layouts"] = layout_loads(self.csr, self.book.offsets)
+        st.close()
+        parts = stages_of(self.part_arrays(), self.book.parts, "write part", progress)
         return write_partition(out, meta, parts)
 
 
@@ -194,7 +197,7 @@ def partition(
     n = int(data.num_nodes)
     check_parts(n, parts)
     t0 = time.perf_counter()
-    bar = tqdm(total=4, desc=f"partition into {parts}", unit="step", disable=None if progress else True, leave=False)
+    bar = Stages(5, f"partition into {parts}", progress)
     bar.set_postfix_str("symmetrise")
     csr = symmetric_csr(data.edge_index, n, chunk)
     bar.update()

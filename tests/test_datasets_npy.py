@@ -1,0 +1,115 @@
+"""The .npy folder input format: memory-mapped, detected by content, partitioned like the in-memory graph;
+synthetic graphs generated straight into it; bad inputs one line, exit 2, nothing half-written."""
+
+import errno
+import json
+import os
+
+import numpy as np
+import pytest
+from gnndist.datasets import load
+from gnndist.datasets.npy_folder import write_synthetic
+from gnndist.datasets.registry import detect_format
+from gnndist.partition import partition
+
+from gnndist.cli import main
+
+
+def _write(folder, data, ids=np.int64, masks=True, **override):
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {"edge_index": data.edge_index.numpy().astype(ids), "x": data.x.numpy(), "y": data.y.numpy()}
+    if masks:
+        arrays.update({m: getattr(data, m).numpy() for m in ("train_mask", "val_mask", "test_mask")})
+    arrays.update(override)
+    for k, v in arrays.items():
+        np.save(folder / f"{k}.npy", v)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cora():
+    return load("cora")
+
+
+@pytest.mark.parametrize("ids", [np.int32, np.int64])
+def test_folder_partitions_like_the_graph_in_memory(tmp_path, cora, ids):
+    """Only one direction of each edge, shuffled, with a duplicate and a self-loop: the same parts (checksums)."""
+    ei = cora.edge_index.numpy()
+    one = ei[:, ei[0] < ei[1]]
+    one = one[:, np.random.default_rng(0).permutation(one.shape[1])]
+    raw = np.concatenate([one, one[:, :5], [[3], [3]]], axis=1)
+    folder = _write(tmp_path / "cora_npy", cora, ids, edge_index=raw.astype(ids))
+    assert detect_format(str(folder)) == "npy"
+    data = load(str(folder))
+    assert data.raw_edges and data.x.shape == cora.x.shape and data.edge_index.dtype.itemsize == np.dtype(ids).itemsize
+    a = partition(cora, 3, method="random", progress=False).save(tmp_path / "a", dataset="cora", progress=False)
+    b = partition(data, 3, method="random", progress=False).save(tmp_path / "b", dataset="cora", progress=False)
+    meta = [json.loads((d / "META.json").read_text()) for d in (a, b)]
+    assert meta[0]["sha256"] == meta[1]["sha256"]
+
+
+def test_synthetic_is_generated_into_a_folder_and_partitions(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["synth", "synthetic-2000-d8", "--out", str(out), "--feature-dim", "5", "--seed", "3"]) == 0
+    data = load(str(out))
+    assert data.x.shape == (2000, 5) and data.edge_index.shape == (2, 8000) and data.num_classes == 8
+    assert int(data.train_mask.sum()) == 8 * 20
+    r = partition(data, 4, method="kaminpar", progress=False).report
+    assert r["vs_random"] < 0.8 and r["num_nodes"] == 2000
+    write_synthetic(str(tmp_path / "t"), 2000, 8, num_features=5, seed=3)
+    for f in ("edge_index.npy", "x.npy", "y.npy", "train_mask.npy"):  # the same seed: the same graph
+        assert (out / f).read_bytes() == (tmp_path / "t" / f).read_bytes()
+
+
+def _bad(tmp_path, cora, case):
+    folder = tmp_path / case
+    ei = cora.edge_index.numpy()
+    if case == "ids-out-of-range":
+        _write(folder, cora, edge_index=np.concatenate([ei, [[0], [cora.num_nodes + 7]]], axis=1))
+    elif case == "not-2xE":
+        _write(folder, cora, edge_index=ei.T.copy())
+    elif case == "float-ids":
+        _write(folder, cora, edge_index=ei.astype(np.float32))
+    elif case == "x-rows":
+        _write(folder, cora, masks=False, y=cora.y.numpy()[:-3])
+    elif case == "truncated":
+        _write(folder, cora)
+        path = folder / "x.npy"
+        path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
+    return folder
+
+
+@pytest.mark.parametrize("case,msg", [
+    ("ids-out-of-range", "must lie in"),
+    ("not-2xE", "shape [2, E]"),
+    ("float-ids", "must be integer"),
+    ("x-rows", "rows but the graph has"),
+    ("truncated", "truncated"),
+])
+def test_bad_folders_are_one_line_and_leave_nothing(tmp_path, cora, capsys, case, msg):
+    folder = _bad(tmp_path, cora, case)
+    out = tmp_path / "parts"
+    assert main(["partition", str(folder), "--parts", "2", "--method", "random", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err.splitlines()[-1] and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".parts")]
+
+
+def test_a_disk_that_fills_during_the_write_leaves_nothing(tmp_path, cora, capsys, monkeypatch):
+    from gnndist.partition import format as fmt
+
+    calls = []
+    real = np.save
+
+    def save(path, arr, **kw):
+        calls.append(path)
+        if len(calls) > 12:  # part 0 written, part 1 under way
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, arr, **kw)
+
+    monkeypatch.setattr(fmt.np, "save", save)
+    out = tmp_path / "parts"
+    assert main(["partition", "cora", "--parts", "3", "--method", "random", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and err.count("\n") == 1
+    assert not out.exists() and os.listdir(tmp_path) == []
