@@ -2,7 +2,8 @@
 
 For every graph and feature width F, times ``out[i] = sum_{e in row i} x[col e]`` with
 
-    gnndist          gnndist.kernels.spmm, default dispatch (Triton on CUDA, torch.sparse.mm on CPU)
+    gnndist          gnndist.kernels.spmm, default dispatch (Triton on CUDA, torch.sparse.mm on CPU), or
+                     the path GNNDIST_KERNEL forces (read once here, ``settings_from_env``)
     triton           gnndist's Triton kernel, forced (CUDA only)
     torch.sparse.mm  torch.sparse.mm on a prebuilt CSR tensor (cuSPARSE / MKL)
     pyg              torch_geometric.nn.SimpleConv(aggr="add"): MessagePassing's gather-scatter path
@@ -27,40 +28,32 @@ symmetrised; a synthetic 1M-node power-law graph (Chung-Lu, exponent 2.1, mean d
 from __future__ import annotations
 
 import argparse
-import gzip
 from pathlib import Path
 
-import numpy as np
 import torch
-from gnndist.kernels import CSR, dispatch
+from gnndist.kernels import CSR, KernelSettings, dispatch, settings_from_env
 
-from gnndist.bench.kernels import PEERS, copy_bandwidth, power_law, providers, symmetric_csr, timed
-
-
-def load_coauthor_cs(data: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
-    import scipy.sparse as sp
-
-    adj = np.load(data / "coauthor_cs" / "coauthor_cs.npz", allow_pickle=True)["adj_matrix"].item()
-    coo = sp.coo_matrix(adj)
-    return torch.from_numpy(coo.row).long(), torch.from_numpy(coo.col).long(), adj.shape[0]
-
-
-def load_snap_astroph(data: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
-    with gzip.open(data / "snap_ca_astroph" / "astro-ph-cc1.jlg", "rt") as f:
-        header = f.readline().split(",")
-        edges = np.loadtxt(f, delimiter=",", dtype=np.int64).reshape(-1, 2) - 1  # 1-based ids
-    return torch.from_numpy(edges[:, 0]), torch.from_numpy(edges[:, 1]), int(header[0])
+from gnndist.bench.kernels import (
+    PEERS,
+    copy_bandwidth,
+    load_coauthor_cs,
+    load_snap_astroph,
+    power_law,
+    providers,
+    symmetric_csr,
+    timed,
+)
 
 
 def bench_graph(name: str, csr: CSR, widths: list[int], device: torch.device, dtype: torch.dtype, reps: int,
-                max_gb: float, copy_gbs: float, summary: list[tuple]) -> None:
+                max_gb: float, copy_gbs: float, summary: list[tuple], settings: KernelSettings) -> None:
     csr = csr.to(device)
     csr.row, csr.transpose(), csr.row_order()  # build the caches outside the timings
     deg = csr.in_degree().float()
     print(f"\n## {name}: {csr.n_rows:,} nodes, {csr.nnz:,} directed edges, mean degree {deg.mean():.1f}, "
           f"max {int(deg.max()):,}, {csr.col.dtype}, {dtype}, {device.type}")
     print(f"{'F':>5} {'provider':<16} {'ms':>9} {'GB/s':>8} {'GFLOP/s':>8} {'vs best peer':>13} {'% copy bw':>10}")
-    funcs = providers(csr, device)
+    funcs = providers(csr, device, settings)
     elt, idx = torch.finfo(dtype).bits // 8, csr.col.element_size()
     for width in widths:
         x = torch.randn(csr.num_cols, width, device=device, dtype=dtype)
@@ -104,6 +97,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the synthetic power-law graph")
     parser.add_argument("--quick", action="store_true", help="F = 16, 64, 256; 200k-node synthetic graph; 3 reps")
     args = parser.parse_args()
+    settings = settings_from_env()
 
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
@@ -130,11 +124,11 @@ def main() -> None:
             raise SystemExit(f"unknown graph {name!r}; choose from {', '.join(graph_loaders)}")
         csr = symmetric_csr(*graph_loaders[name](), index_dtype)
         label = f"power-law-{nodes // 1000}k" if name == "power-law" else name
-        bench_graph(label, csr, widths, device, dtype, reps, max_gb, copy_gbs, summary)
+        bench_graph(label, csr, widths, device, dtype, reps, max_gb, copy_gbs, summary, settings)
 
     chosen = dispatch.select("spmm", CSR(torch.zeros(1, dtype=torch.long, device=device),
                                          torch.zeros(0, dtype=torch.long, device=device), 1),
-                             torch.zeros(1, 1, device=device, dtype=dtype), None, "sum")[0]
+                             torch.zeros(1, 1, device=device, dtype=dtype), None, "sum", impl=settings.impl)[0]
     print(f"\n## summary: gnndist dispatches to {chosen!r} here; goal (GPU): >= 1.0x torch.sparse.mm for F >= 64 "
           f"and >= 60% of copy bandwidth")
     for name, width, provider, ratio, pct in summary:

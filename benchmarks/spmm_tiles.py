@@ -5,7 +5,7 @@ calls with the L2 flushed between them, so host launch cost is hidden and only d
 counts) the sum SpMM ``out = A x`` with
 
     cusparse   torch.sparse.mm on a prebuilt CSR tensor of A
-    triton     gnndist's kernel with the fixed tiles of ``TILES`` (``GNNDIST_KERNEL=triton``)
+    triton     gnndist's kernel with the fixed tiles of ``TILES`` (what ``impl="triton"`` runs)
     tuned      the same kernel with tiles measured on this graph (``tune_tiles``, what
                dispatch does on CUDA before it times Triton against cuSPARSE); ``--sweep``
                prints every tile set the coordinate descent timed
@@ -23,14 +23,12 @@ traffic (indices once, every source row once per edge it feeds, output once).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from kernels import load_coauthor_cs, power_law, symmetric_csr  # noqa: E402  (benchmarks/kernels.py)
+from gnndist.bench.kernels import load_coauthor_cs, power_law, symmetric_csr
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -58,8 +56,10 @@ def call_ms(fn, reps: int = 20) -> float:
 
 def main() -> None:
     from gnndist.kernels import spmm
-    from gnndist.kernels.spmm import triton as tk
+    from gnndist.kernels.spmm import triton_tiles
     from gnndist.kernels.spmm.sparse import sparse_matrix
+    from gnndist.kernels.spmm.triton import tune_tiles
+    from gnndist.kernels.spmm.triton_kernel import spmm_launch
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data")
@@ -77,7 +77,7 @@ def main() -> None:
         else:
             src, dst, n = power_law(int(gname.rsplit("-", 1)[1].replace("k", "000")), 16.0)
         csr = symmetric_csr(src, dst, n, torch.int32).to(dev)
-        deg = csr.in_degree()
+        deg = csr.in_degree()  # [n_rows]
         print(f"\n## {gname}: {csr.n_rows:,} rows, {csr.nnz:,} nnz, mean {deg.float().mean():.1f}, "
               f"max {int(deg.max()):,} (built in {time.perf_counter() - t0:.1f} s)", flush=True)
         ones = torch.ones(csr.nnz, device=dev)
@@ -88,13 +88,13 @@ def main() -> None:
             for width in [int(w) for w in args.widths.split(",")]:
                 x = torch.randn(n, width, device=dev, dtype=dtype)
                 ref = torch.sparse.mm(sparse_matrix(csr, ones.double()), x.double())
-                got = tk.spmm_launch(csr, x, tiles=tk.tiles_for(width))
+                got = spmm_launch(csr, x, tiles=triton_tiles.tiles_for(width))
                 err = float(((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30)))
                 t_cs = bench(lambda: torch.sparse.mm(matrix, x))
-                t_tr = bench(lambda: tk.spmm_launch(csr, x, tiles=tk.tiles_for(width)))
-                tuned = tk.tune_tiles(csr, x, timer=lambda fn: bench(fn) * 1e-3)  # what dispatch does on CUDA
-                t_tu = bench(lambda: tk.spmm_launch(csr, x))
-                got = tk.spmm_launch(csr, x)
+                t_tr = bench(lambda: spmm_launch(csr, x, tiles=triton_tiles.tiles_for(width)))
+                tuned = tune_tiles(csr, x, timer=lambda fn: bench(fn) * 1e-3)  # what dispatch does on CUDA
+                t_tu = bench(lambda: spmm_launch(csr, x))
+                got = spmm_launch(csr, x)
                 err = max(err, float(((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30))))
                 elt = x.element_size()
                 nbytes = 4 * (csr.n_rows + 1 + csr.nnz) + elt * width * (csr.nnz + csr.n_rows)
@@ -104,21 +104,19 @@ def main() -> None:
                 print(line, flush=True)
                 summary.append((gname, dname, width, "sum", t_cs, t_tr, t_tu))
                 if args.sweep:
-                    key = tk._tune_key(width, x, None, False, 0)
-                    for tiles, sec in sorted(csr._cache[key][1].items(), key=lambda kv: kv[1]):
-                        mark = " <- TILES" if tiles == tk.tiles_for(width) else ""
+                    for tiles, sec in sorted(triton_tiles.timings(csr, x, None, False, 0).items(), key=lambda kv: kv[1]):
+                        mark = " <- TILES" if tiles == triton_tiles.tiles_for(width) else ""
                         print(f"    {sec * 1e6:10.1f} us  {tiles}{mark}", flush=True)
                     print(f"    tuned: {tuned}", flush=True)
                 if width == 128:
                     w = torch.rand(csr.nnz, device=dev, dtype=dtype)
                     mw = sparse_matrix(csr, w)
-                    inv = (1.0 / deg.clamp(min=1).float())[csr.row].to(dtype)
-                    mm = sparse_matrix(csr, inv)
+                    mm = sparse_matrix(csr, csr.mean_scale(torch.float32, per_edge=True).to(dtype))
                     for form, f_cs, f_tr in (
-                        ("weighted", lambda: torch.sparse.mm(mw, x), lambda: tk.spmm_launch(csr, x, w)),
-                        ("mean", lambda: torch.sparse.mm(mm, x), lambda: tk.spmm_launch(csr, x, mean=True)),
+                        ("weighted", lambda: torch.sparse.mm(mw, x), lambda: spmm_launch(csr, x, w)),
+                        ("mean", lambda: torch.sparse.mm(mm, x), lambda: spmm_launch(csr, x, mean=True)),
                         ("A^T w", lambda: torch.sparse.mm(sparse_matrix(csr_t, w[perm]), x),
-                         lambda: tk.spmm_launch(csr_t, x, w[perm])),
+                         lambda: spmm_launch(csr_t, x, w[perm])),
                     ):
                         a, b = bench(f_cs), bench(f_tr)
                         print(f"    {form:9s} cusparse {a * 1e3:8.1f} us  triton {b * 1e3:8.1f} us  "

@@ -1,11 +1,15 @@
 """Aggregation kernels for message passing on a CSR graph: Triton, torch.sparse and plain-PyTorch paths.
 
-    csr.py          CSR (rowptr, col) with cached row index, transpose and degree order
-    dispatch.py     capability-based choice of implementation; GNNDIST_KERNEL forces one
+    csr.py          CSR (rowptr, col) with cached row index, transpose, degree order, mean scaling
+    settings.py     KernelSettings (impl, tune) and settings_from_env(): the user's choice, read once
+    dispatch.py     capability-based choice of implementation; ``impl=`` forces one
     ops.py          the public functions below (shape checks, then dispatch)
     <op>/reference.py   plain PyTorch, the ground truth
-    <op>/triton.py      Triton kernel, launchers, autograd.Function
+    <op>/triton.py      Triton kernel, launchers, autograd.Function (spmm: split in triton_*.py)
     <op>/sparse.py      torch.sparse.mm path (spmm): the CPU default
+
+The ops decide from their arguments: ``spmm(csr, x, impl=s.impl, tune=s.tune)`` with
+``s = settings_from_env()`` read once by the entry point.
 """
 
 # The op subpackages share their names with the op functions. Importing a subpackage for the
@@ -18,5 +22,7 @@ from . import spmm as _spmm_pkg  # noqa: F401
 from .csr import CSR
 from .dispatch import NoKernelError
 from .ops import sddmm, segment_max, segment_softmax, spmm
+from .settings import KernelSettings, settings_from_env
 
-__all__ = ["CSR", "NoKernelError", "sddmm", "segment_max", "segment_softmax", "spmm"]
+__all__ = ["CSR", "KernelSettings", "NoKernelError", "sddmm", "segment_max", "segment_softmax", "settings_from_env",
+           "spmm"]

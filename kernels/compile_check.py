@@ -53,7 +53,8 @@ def cases(quick: bool = False) -> list[Case]:
     from .sddmm.triton import _sddmm_add_kernel, _sddmm_dot_kernel
     from .segment_max.triton import _segment_max_kernel
     from .segment_softmax.triton import _softmax_backward_kernel, _softmax_kernel
-    from .spmm.triton import TILES, TUNE_FIELDS, _combine_kernel, _spmm_kernel, tile_options
+    from .spmm.triton_kernel import _combine_kernel, _spmm_kernel
+    from .spmm.triton_tiles import TILES, TUNE_FIELDS, tile_options
 
     out = []
     spmm_args = "SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS n_chunk n_medium n_short p_chunk p_medium"

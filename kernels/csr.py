@@ -8,6 +8,7 @@ features of row ``i``'s in-neighbours, and the transpose carries gradients back 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -42,7 +43,7 @@ class CSR:
         self._row: Tensor | None = None
         self._transpose: tuple[CSR, Tensor] | None = None
         self._row_order: Tensor | None = None
-        self._cache: dict[object, object] = {}
+        self._cache: dict[tuple, object] = {}  # see cached()
 
     @property
     def n_rows(self) -> int:
@@ -102,11 +103,42 @@ class CSR:
             self._row_order = order.to(torch.int32)
         return self._row_order
 
-    def cached(self, key: object, build):
-        """``build()`` once per ``key``; for derived objects a kernel path wants to keep (e.g. a sparse tensor)."""
+    def mean_divisor(self, dtype: torch.dtype, per_edge: bool = False) -> Tensor:
+        """What ``reduce="mean"`` divides a row by: ``max(deg, 1)`` (so a row without edges gives 0), as ``dtype``.
+
+        The one home of the mean's scaling (the Triton kernels apply the same ``max(deg, 1)``
+        on the device). ``per_edge``: the divisor of every edge's row.
+
+        Shapes:
+            ``[n_rows]``, or ``[nnz]`` with ``per_edge``
+        """
+        divisor = self.in_degree().clamp(min=1).to(dtype)  # [n_rows]
+        return divisor[self.row] if per_edge else divisor
+
+    def mean_scale(self, dtype: torch.dtype, per_edge: bool = False) -> Tensor:
+        """``1 / mean_divisor``: the factor ``reduce="mean"`` gives every row (or every edge, ``per_edge``).
+
+        Shapes:
+            ``[n_rows]``, or ``[nnz]`` with ``per_edge``
+        """
+        return 1.0 / self.mean_divisor(dtype, per_edge)
+
+    # ------------------------------------------------------------------ cache of derived objects
+    # Kernel paths keep what they derive from this CSR (a sparse tensor, a segment plan, a measured
+    # choice) here, under a tuple key whose first item names the kind. Only these methods touch it.
+    def cached(self, key: tuple, build: Callable[[], object]) -> object:
+        """The object kept under ``key``, built by ``build()`` on first use (nothing is kept if it raises)."""
         if key not in self._cache:
             self._cache[key] = build()
         return self._cache[key]
+
+    def peek(self, key: tuple) -> object | None:
+        """The object kept under ``key``, or None; builds nothing."""
+        return self._cache.get(key)
+
+    def cached_items(self, kind: str) -> dict[tuple, object]:
+        """Everything kept under keys ``(kind, *rest)``: ``rest -> object``."""
+        return {k[1:]: v for k, v in self._cache.items() if k[:1] == (kind,)}
 
     @staticmethod
     def from_coo(row: Tensor, col: Tensor, n_rows: int, n_cols: int) -> CSR:

@@ -8,19 +8,21 @@ calls the first that fits; if none does, it raises one error listing every reaso
     cuda: triton, sparse, reference
     cpu:  sparse, reference          (triton only when forced, under TRITON_INTERPRET=1)
 
-``GNNDIST_KERNEL=reference|sparse|triton`` (or ``impl=`` on a call) forces one path.
+``impl=`` on a call forces one path; the caller decides it (an entry point reads the user's
+``GNNDIST_KERNEL`` once, :func:`gnndist.kernels.settings_from_env`, and passes the value down).
+Nothing here reads the environment except Triton's own ``TRITON_INTERPRET``.
 
 **Measured selection.** On CUDA, when more than one implementation of a :data:`MEASURED`
 op fits, the first call times each of them once on the real inputs (forward only) and
 caches the fastest on the CSR, per dtype, width bucket (next power of two), reduction and
 weight kind; a path with a ``tune(csr, *args)`` hook (the Triton SpMM: its tiles) measures
 its own settings on the inputs first and is timed with them (and still tunes when it is the
-only path that fits, e.g. per-head weights). An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
+only path that fits, e.g. per-head weights); ``tune=False`` skips those hooks. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
 transpose (``spmm.transposed_product``), so it is timed and chosen per direction: the
 forward may run Triton and the backward cuSPARSE. So dispatch never keeps a path that is
 slower than another on this graph, direction and device (e.g. Triton vs cuSPARSE);
-:func:`choices` lists what was decided and the times. A call forced to one path (``impl=``
-or ``GNNDIST_KERNEL``) keeps it in its backward (:func:`pinned`).
+:func:`choices` lists what was decided and the times. A call forced to one path (``impl=``)
+keeps it in its backward (:func:`pinned`), and an unforced one its ``tune`` (:func:`tuning`).
 """
 
 from __future__ import annotations
@@ -38,8 +40,6 @@ from gnndist.errors import UserError
 
 from .csr import CSR
 
-ENV_VAR = "GNNDIST_KERNEL"
-
 # op -> implementations that exist for it
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "spmm": ("triton", "sparse", "reference"),
@@ -55,7 +55,8 @@ ORDER: dict[str, tuple[str, ...]] = {
     "cuda": ("triton", "sparse", "reference"),
     "cpu": ("sparse", "reference"),
 }
-_PINNED: ContextVar[str | None] = ContextVar("gnndist_kernel_pinned", default=None)
+# (forced implementation or None, tune) of the op call running now, for its autograd function's backward
+_CALL: ContextVar[tuple[str | None, bool]] = ContextVar("gnndist_kernel_call", default=(None, True))
 
 
 class NoKernelError(UserError):
@@ -96,9 +97,13 @@ def why_not(op: str, name: str, csr: CSR, *args) -> str | None:
     return check(csr, *args) if check is not None else None
 
 
-def select(op: str, csr: CSR, *args, impl: str | None = None) -> tuple[str, Callable]:
-    """The implementation that will run ``op`` on these inputs: ``(name, function)``."""
-    forced = impl or os.environ.get(ENV_VAR) or None
+def select(op: str, csr: CSR, *args, impl: str | None = None, tune: bool = True) -> tuple[str, Callable]:
+    """The implementation that will run ``op`` on these inputs: ``(name, function)``.
+
+    ``impl`` forces one (its reason is raised if it does not fit); None tries :data:`ORDER`.
+    ``tune``: let a measured path measure its own settings first (see the module doc).
+    """
+    forced = impl or None
     names = (forced,) if forced else ORDER.get(csr.device.type, ("reference",))
     reasons, fits = [], []
     for name in names:
@@ -111,13 +116,13 @@ def select(op: str, csr: CSR, *args, impl: str | None = None) -> tuple[str, Call
             reasons.append(f"{name}: {reason}")
     fits = [n for n in fits if n != "reference"] or fits  # the reference is the last resort, never timed
     if len(fits) > 1:
-        name = _measured(op, csr, args, fits)
+        name = _measured(op, csr, args, fits, tune)
         return name, getattr(_module(op, name), op)
     if fits:
-        if not forced and op in MEASURED and csr.device.type in MEASURE_ON and fits[0] != "reference":
+        if tune and not forced and op in MEASURED and csr.device.type in MEASURE_ON and fits[0] != "reference":
             _tune(op, fits[0], csr, args)  # the only path that fits still measures its own settings
         return fits[0], getattr(_module(op, fits[0]), op)
-    how = f"forced by impl={impl!r}" if impl else f"forced by {ENV_VAR}={forced}" if forced else "tried"
+    how = f"forced by impl={impl!r}" if forced else "tried"
     raise NoKernelError(f"no {op} kernel fits ({how}) — " + "; ".join(reasons))
 
 
@@ -133,16 +138,19 @@ def _key(op: str, args: tuple) -> tuple:
     return tuple(parts)
 
 
-def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
+def _measured(op: str, csr: CSR, args: tuple, names: list[str], tune: bool) -> str:
     """The fastest of ``names`` for ``op`` on these inputs, timed once and cached on ``csr``."""
-    key = ("dispatch",) + _key(op, args)
-    hit = csr._cache.get(key)
-    if hit is not None:
-        return hit[0]
+    best, _ = csr.cached(("dispatch",) + _key(op, args), lambda: _measure(op, csr, args, names, tune))
+    return best
+
+
+def _measure(op: str, csr: CSR, args: tuple, names: list[str], tune: bool) -> tuple[str, dict[str, float]]:
+    """Time each of ``names`` (after its own tuning, if ``tune``): ``(fastest, seconds per name)``."""
     times, errors = {}, {}
     for name in names:
         try:
-            _tune(op, name, csr, args)
+            if tune:
+                _tune(op, name, csr, args)
             times[name] = _time(getattr(_module(op, name), op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
@@ -151,9 +159,8 @@ def _measured(op: str, csr: CSR, args: tuple, names: list[str]) -> str:
     if not times:
         raise next(iter(errors.values()))
     best = min(times, key=times.get)
-    csr._cache[key] = (best, times)
-    log.info("%s on %s, %s: %s", op, csr, key[2:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
-    return best
+    log.info("%s on %s, %s: %s", op, csr, _key(op, args)[1:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
+    return best, times
 
 
 def _tune(op: str, name: str, csr: CSR, args: tuple) -> None:
@@ -191,23 +198,28 @@ def device_time(fn: Callable[[], object], reps: int = 5, warmup: int = 2) -> flo
 
 def choices(csr: CSR) -> dict[tuple, tuple[str, dict[str, float]]]:
     """Measured choices made on ``csr``: key -> (implementation, seconds per implementation)."""
-    return {k[1:]: v for k, v in csr._cache.items() if isinstance(k, tuple) and k[:1] == ("dispatch",)}
+    return csr.cached_items("dispatch")
 
 
 def pinned() -> str | None:
-    """The implementation the running call was forced to (``impl=`` or ``GNNDIST_KERNEL``), else None.
+    """The implementation the running call was forced to (``impl=``), else None.
 
     An autograd function records it in its forward so that its backward's own kernels
     (e.g. ``A^T grad``) run on the same path instead of being chosen anew.
     """
-    return _PINNED.get()
+    return _CALL.get()[0]
 
 
-def run(op: str, csr: CSR, *args, impl: str | None = None):
+def tuning() -> bool:
+    """The running call's ``tune``: an autograd function records it for the kernels its backward dispatches."""
+    return _CALL.get()[1]
+
+
+def run(op: str, csr: CSR, *args, impl: str | None = None, tune: bool = True):
     """Run ``op`` with the first implementation that fits (see :func:`select`)."""
-    name, fn = select(op, csr, *args, impl=impl)
-    token = _PINNED.set(name if impl or os.environ.get(ENV_VAR) else None)
+    name, fn = select(op, csr, *args, impl=impl, tune=tune)
+    token = _CALL.set((name if impl else None, tune))
     try:
         return fn(csr, *args)
     finally:
-        _PINNED.reset(token)
+        _CALL.reset(token)

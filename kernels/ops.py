@@ -1,7 +1,9 @@
 """The public kernels: check shapes once, then hand over to the dispatcher.
 
 Every function takes ``impl=`` (``"triton"``, ``"sparse"``, ``"reference"``) to force a
-path for one call; ``GNNDIST_KERNEL`` does the same for the whole process.
+path for the call, or None (default) to let the dispatcher choose; ``spmm`` also takes
+``tune=``. Callers pass the run's :class:`~gnndist.kernels.settings.KernelSettings`
+(``impl=s.impl, tune=s.tune``), read once at the entry point.
 """
 
 from __future__ import annotations
@@ -10,6 +12,18 @@ from torch import Tensor
 
 from . import dispatch
 from .csr import CSR
+from .settings import settings_from_env
+
+
+# COMPATIBILITY (issue 22), temporary: until gnndist/ (graph, strategies, nn layers) passes the run's
+# settings down, a call without ``impl=`` still honours GNNDIST_KERNEL / GNNDIST_SPMM_TUNE through
+# settings_from_env(). Delete this function and its four uses then; the ops will decide from their
+# arguments alone (what dispatch.run already does).
+def _compat(impl: str | None, tune: bool = True) -> tuple[str | None, bool]:
+    if impl is not None:
+        return impl, tune
+    env = settings_from_env()
+    return env.impl, tune and env.tune
 
 
 def _check(csr: CSR, name: str, t: Tensor, first: int, what: str) -> None:
@@ -20,7 +34,7 @@ def _check(csr: CSR, name: str, t: Tensor, first: int, what: str) -> None:
 
 
 def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum", *,
-         impl: str | None = None) -> Tensor:
+         impl: str | None = None, tune: bool = True) -> Tensor:
     """Sparse-dense product: ``out[i] = sum_{e in row i} w[e] * x[col[e]]``.
 
     Args:
@@ -30,6 +44,10 @@ def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "
             ``x [n_cols, H, D]`` separately (attention).
         reduce: ``"sum"`` (default) or ``"mean"`` (divided by the row's edge count; rows
             without edges give 0).
+        impl: force one implementation (``"triton"``, ``"sparse"``, ``"reference"``; its
+            backward too); None (default): the dispatcher chooses, timing the paths on CUDA.
+        tune: when the dispatcher chooses on CUDA, measure the Triton path's tiles on this
+            graph first (default True).
 
     Shapes:
         x ``[n_cols, F]`` or ``[n_cols, H, D]``; edge_weight ``[nnz]`` or ``[nnz, H]``;
@@ -42,7 +60,8 @@ def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "
         _check(csr, "edge_weight", edge_weight, csr.nnz, "nnz")
         if edge_weight.dim() == 2 and (x.dim() != 3 or x.shape[1] != edge_weight.shape[1]):
             raise ValueError(f"edge_weight {tuple(edge_weight.shape)} needs x [n_cols, H, D], got {tuple(x.shape)}")
-    return dispatch.run("spmm", csr, x, edge_weight, reduce, impl=impl)
+    impl, tune = _compat(impl, tune)
+    return dispatch.run("spmm", csr, x, edge_weight, reduce, impl=impl, tune=tune)
 
 
 def sddmm(csr: CSR, a: Tensor, b: Tensor, op: str = "add", *, impl: str | None = None) -> Tensor:
@@ -65,7 +84,7 @@ def sddmm(csr: CSR, a: Tensor, b: Tensor, op: str = "add", *, impl: str | None =
     _check(csr, "b", b, csr.num_cols, "num_cols")
     if a.shape[1:] != b.shape[1:]:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} differ after the first dim")
-    return dispatch.run("sddmm", csr, a, b, op, impl=impl)
+    return dispatch.run("sddmm", csr, a, b, op, impl=_compat(impl)[0])
 
 
 def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Tensor:
@@ -75,7 +94,7 @@ def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Ten
         scores ``[nnz, H]`` or ``[nnz]`` -> same shape
     """
     _check(csr, "scores", scores, csr.nnz, "nnz")
-    return dispatch.run("segment_softmax", csr, scores, impl=impl)
+    return dispatch.run("segment_softmax", csr, scores, impl=_compat(impl)[0])
 
 
 def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
@@ -87,5 +106,5 @@ def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
         x ``[n_cols, F]`` -> ``[n_rows, F]``
     """
     _check(csr, "x", x, csr.num_cols, "num_cols")
-    return dispatch.run("segment_max", csr, x, impl=impl)
+    return dispatch.run("segment_max", csr, x, impl=_compat(impl)[0])
 

@@ -1,8 +1,8 @@
-"""Dispatch: capability reasons, CPU defaults, forcing a path with GNNDIST_KERNEL or impl=."""
+"""Dispatch: capability reasons, CPU defaults, forcing a path with impl=; the settings read from the environment."""
 
 import pytest
 import torch
-from gnndist.kernels import NoKernelError, dispatch, spmm
+from gnndist.kernels import KernelSettings, NoKernelError, dispatch, settings_from_env, spmm
 from gnndist.kernels.testing import graph
 
 
@@ -12,7 +12,7 @@ def _args(dtype=torch.float32):
 
 
 def test_cpu_default_is_torch_sparse_for_fp32_and_reference_for_bf16(monkeypatch):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    monkeypatch.setenv("GNNDIST_KERNEL", "reference")  # the dispatcher decides from its arguments, not from this
     csr, x = _args()
     assert dispatch.select("spmm", csr, x, None, "sum")[0] == "sparse"
     assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "reference"
@@ -20,11 +20,30 @@ def test_cpu_default_is_torch_sparse_for_fp32_and_reference_for_bf16(monkeypatch
     assert dispatch.select("segment_max", csr, x)[0] == "reference"
 
 
-def test_env_var_forces_a_path(monkeypatch):
+def test_impl_forces_a_path():
     csr, x = _args()
-    monkeypatch.setenv(dispatch.ENV_VAR, "reference")
-    assert dispatch.select("spmm", csr, x, None, "sum")[0] == "reference"
+    assert dispatch.select("spmm", csr, x, None, "sum", impl="reference")[0] == "reference"
+    assert spmm(csr, x.requires_grad_(), impl="reference").grad_fn.name() == "IndexAddBackward0"
+
+
+def test_settings_from_env():
+    assert settings_from_env({}) == KernelSettings(impl=None, tune=True)
+    assert settings_from_env({"GNNDIST_KERNEL": "auto"}) == settings_from_env({"GNNDIST_KERNEL": ""}) == KernelSettings()
+    assert settings_from_env({"GNNDIST_KERNEL": "triton", "GNNDIST_SPMM_TUNE": "0"}) == KernelSettings("triton", False)
+    with pytest.raises(NoKernelError, match="GNNDIST_KERNEL=cuda-magic: unknown implementation"):
+        settings_from_env({"GNNDIST_KERNEL": "cuda-magic"})
+    with pytest.raises(NoKernelError, match="unknown kernel 'cuda-magic'"):
+        KernelSettings(impl="cuda-magic")
+
+
+def test_env_var_still_forces_an_op_called_without_impl(monkeypatch):
+    """Compatibility until gnndist/ passes impl= down (ops._compat): GNNDIST_KERNEL reaches a call without impl=."""
+    csr, x = _args()
+    monkeypatch.setenv("GNNDIST_KERNEL", "reference")
     assert spmm(csr, x.requires_grad_()).grad_fn.name() == "IndexAddBackward0"
+    monkeypatch.setenv("GNNDIST_KERNEL", "cuda-magic")
+    with pytest.raises(NoKernelError, match="GNNDIST_KERNEL=cuda-magic: unknown implementation"):
+        spmm(csr, x)
 
 
 def test_forcing_triton_on_cpu_without_interpreter_says_why(monkeypatch):
@@ -44,14 +63,12 @@ def test_no_fitting_kernel_lists_every_reason(monkeypatch):
     assert "triton: " in message and "sparse: torch.sparse.mm has no torch.bfloat16 kernel on cpu" in message
 
 
-def test_unknown_or_missing_implementation(monkeypatch):
+def test_unknown_or_missing_implementation():
     csr, x = _args()
-    monkeypatch.setenv(dispatch.ENV_VAR, "cuda-magic")
     with pytest.raises(NoKernelError, match="unknown implementation"):
-        spmm(csr, x)
-    monkeypatch.setenv(dispatch.ENV_VAR, "sparse")
+        spmm(csr, x, impl="cuda-magic")
     with pytest.raises(NoKernelError, match="no sparse implementation of segment_max"):
-        dispatch.run("segment_max", csr, x)
+        dispatch.run("segment_max", csr, x, impl="sparse")
 
 
 def test_shape_errors_name_the_argument():

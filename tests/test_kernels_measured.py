@@ -16,7 +16,7 @@ from gnndist.kernels.testing import graph
 @pytest.fixture
 def measured(monkeypatch):
     """Measured dispatch on this device, Triton first, nothing forced."""
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv("GNNDIST_KERNEL", raising=False)  # the public ops' compatibility read (ops._compat)
     monkeypatch.setattr(dispatch, "MEASURE_ON", (DEVICE,))
     monkeypatch.setitem(dispatch.ORDER, DEVICE, ("triton", "sparse", "reference"))
 
@@ -104,9 +104,8 @@ def _recording(fn, name, ran):
 def test_forced_path_is_not_timed(monkeypatch):
     monkeypatch.setattr(dispatch, "MEASURE_ON", ("cpu",))
     monkeypatch.setattr(dispatch, "_time", lambda *a, **k: pytest.fail("timed a forced path"))
-    monkeypatch.setenv(dispatch.ENV_VAR, "sparse")
     csr = graph("power-law-int32")
-    assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4), None, "sum")[0] == "sparse"
+    assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4), None, "sum", impl="sparse")[0] == "sparse"
 
 
 @pytest.mark.triton
@@ -125,38 +124,53 @@ def test_a_path_that_fails_while_timed_is_skipped(measured, monkeypatch):
         dispatch.select("spmm", graph("empty-rows-int64", DEVICE), torch.randn(40, 4, device=DEVICE), None, "sum")
 
 
+@pytest.mark.triton
+def test_tune_false_reaches_the_backward(measured, monkeypatch):
+    """An unforced call with tune=False: both directions are timed, neither tunes its tiles."""
+    from gnndist.kernels.spmm import triton as tk
+
+    monkeypatch.setattr(tk, "tune", lambda *a: pytest.fail("tuned with tune=False"))
+    monkeypatch.setattr(dispatch, "_time", lambda fn, csr, args, reps=5: 1.0 if fn.__module__ == tk.__name__ else 2.0)
+    csr = graph("power-law-int32", DEVICE)
+    x = torch.randn(csr.num_cols, 8, device=DEVICE, requires_grad=True)
+    spmm(csr, x, tune=False).sum().backward()
+    assert [choice for choice, _ in dispatch.choices(csr.transpose()[0]).values()] == ["triton"]
+    assert dispatch.tuning() is True  # nothing left behind outside the call
+
+
 # ---------------------------------------------------------------------- tiles measured per graph
 @pytest.mark.triton
 def test_every_tile_option_the_tuning_may_choose_is_exact():
-    from gnndist.kernels.spmm import triton as tk
+    from gnndist.kernels.spmm import triton_kernel, triton_tiles
 
     csr = graph("power-law-int32", DEVICE)  # one hub row of ~50 edges: chunked at C = 16
     base = (16, (2, 4), (2, 4), (4, 4), 4, 1)
     x = torch.randn(csr.num_cols, 8, device=DEVICE)
     w = torch.rand(csr.nnz, device=DEVICE)
     ref = reference.spmm(csr, x.double(), w.double(), "mean")
-    options = {t for field, values in tk.TUNE_FIELDS for t in tk.tile_options(base, field, values)}
+    options = {t for field, values in triton_tiles.TUNE_FIELDS for t in triton_tiles.tile_options(base, field, values)}
     assert len(options) >= 8
     for tiles in options:
-        got = tk.spmm_launch(csr, x, w, mean=True, tiles=tiles)
+        got = triton_kernel.spmm_launch(csr, x, w, mean=True, tiles=tiles)
         torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6, msg=f"tiles {tiles}")
 
 
 @pytest.mark.triton
 def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monkeypatch):
     from gnndist.kernels.spmm import triton as tk
+    from gnndist.kernels.spmm import triton_kernel, triton_tiles
 
     csr = graph("power-law-int32", DEVICE)
-    monkeypatch.setattr(tk, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
+    monkeypatch.setattr(triton_tiles, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
     best = {"D_S": 16, "C": 256, "warps": 2, "stages": 3}  # the fake GPU's fastest option of each field
     launched = []
-    launch = tk.spmm_launch
+    launch = triton_kernel.spmm_launch
 
     def spy(csr, x, *args, tiles=None, **kw):
         launched.append(tiles)
         return launch(csr, x, *args, tiles=tiles, **kw)
 
-    monkeypatch.setattr(tk, "spmm_launch", spy)
+    monkeypatch.setattr(triton_kernel, "spmm_launch", spy)
 
     def timer(fn):
         fn()
@@ -170,8 +184,9 @@ def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monke
     n = len(launched)
     assert tk.tune_tiles(csr, x, timer=lambda fn: pytest.fail("tuned twice")) == tiles  # cached on the CSR
     assert len(launched) == n
-    assert tk.tuned(csr, x, None, False, 0) == tiles
-    assert tk.tuned(csr, x, None, True, 0) is None  # mean is its own key
+    assert triton_tiles.tuned(csr, x, None, False, 0) == tiles
+    assert triton_tiles.tuned(csr, x, None, True, 0) is None  # mean is its own key
+    assert min(triton_tiles.timings(csr, x, None, False, 0).items(), key=lambda kv: kv[1])[0] == tiles
     out = launch(csr, x)  # no tiles given: the tuned ones
     torch.testing.assert_close(out.double(), reference.spmm(csr, x.double()), rtol=1e-5, atol=1e-6)
 
@@ -179,17 +194,18 @@ def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monke
 @pytest.mark.triton
 def test_a_tile_option_that_fails_is_skipped(monkeypatch):
     from gnndist.kernels.spmm import triton as tk
+    from gnndist.kernels.spmm import triton_kernel, triton_tiles
 
     csr = graph("empty-rows-int64", DEVICE)
-    monkeypatch.setattr(tk, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
-    launch = tk.spmm_launch
+    monkeypatch.setattr(triton_tiles, "tiles_for", lambda feat: (16, (2, 4), (2, 4), (4, 4), 4, 1))
+    launch = triton_kernel.spmm_launch
 
     def flaky(csr, x, *args, tiles=None, **kw):
         if tiles is not None and tiles[4] == 2:
             raise RuntimeError("out of resources: registers")
         return launch(csr, x, *args, tiles=tiles, **kw)
 
-    monkeypatch.setattr(tk, "spmm_launch", flaky)
+    monkeypatch.setattr(triton_kernel, "spmm_launch", flaky)
     timed = []
 
     def timer(fn):
@@ -216,7 +232,10 @@ def test_dispatch_lets_the_triton_path_tune_before_timing_it(measured, monkeypat
     x = torch.randn(csr.num_cols, 2, 4, device=DEVICE)
     assert dispatch.select("spmm", csr, x, torch.rand(csr.nnz, 2, device=DEVICE), "sum")[0] == "triton"
     assert events == [("tune", csr)]
-    events.clear()
-    monkeypatch.setenv(dispatch.ENV_VAR, "triton")  # forced: the fixed tiles, nothing measured
-    dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")
+    events.clear()  # tune=False: nothing tunes, the paths are still timed
+    dispatch.select("spmm", graph("empty-rows-int64", DEVICE), torch.randn(40, 4, device=DEVICE), None, "sum",
+                    tune=False)
+    assert [e for e, _ in events] == ["time", "time"]
+    events.clear()  # forced: the fixed tiles, nothing measured
+    dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum", impl="triton")
     assert events == []

@@ -166,7 +166,7 @@ def test_cuda_large(width, dtype, variant):
 @pytest.mark.parametrize("name", GRAPHS)
 def test_triton_int64_offsets_equal_int32(name):
     """The int64-offset specialisation (graphs with rows * F >= 2**31) sums exactly like the int32 one."""
-    from gnndist.kernels.spmm.triton import spmm_launch
+    from gnndist.kernels.spmm.triton_kernel import spmm_launch
 
     csr = graph(name, DEVICE)
     x = torch.randn(csr.num_cols, 37, device=DEVICE)

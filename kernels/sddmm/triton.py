@@ -14,7 +14,7 @@ from torch import Tensor
 
 from .. import triton_common
 from ..csr import CSR, rows2d
-from ..spmm.triton import spmm_launch
+from ..spmm.triton_kernel import spmm_launch
 
 
 @triton.autotune(configs=triton_common.edge_configs(), key=["D"],

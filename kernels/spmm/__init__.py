@@ -1,4 +1,9 @@
-"""SpMM kernels: reference.py (plain PyTorch), triton.py, sparse.py (torch.sparse.mm).
+"""SpMM kernels: reference.py (plain PyTorch), sparse.py (torch.sparse.mm), and the Triton path:
+
+    triton_kernel.py  the @triton.jit kernels and their launcher ``spmm_launch``
+    triton_plan.py    the segment plan: rows cut into balanced segments, grouped by length
+    triton_tiles.py   the tiles per width, their options and their measurement per graph
+    triton.py         the autograd.Function and ``spmm``, the entry point dispatch loads
 
 The backward's ``grad_x = A^T grad`` is an SpMM of its own, on the cached transpose:
 :func:`transposed_product` sends it through the dispatcher, so on CUDA it is timed and
@@ -11,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import dispatch
 from ..csr import CSR
 
 
@@ -28,28 +34,22 @@ def transposed_weights(csr: CSR, edge_weight: Tensor | None, mean: bool, dtype: 
     if not mean:
         return None if edge_weight is None else edge_weight[perm]
     acc = torch.promote_types(torch.float32, dtype)
-
-    def inv_deg() -> Tensor:  # [nnz]: 1 / degree of every edge's row
-        return (1.0 / csr.in_degree().clamp(min=1).to(acc))[csr.row]
-
     if edge_weight is None:
-        return csr.cached(("mean_weights_t", acc), lambda: inv_deg()[perm])
+        return csr.cached(("mean_weights_t", acc), lambda: csr.mean_scale(acc, per_edge=True)[perm])
     w = edge_weight.to(torch.promote_types(acc, edge_weight.dtype))
-    return (w * inv_deg().reshape((-1,) + (1,) * (w.dim() - 1)))[perm]
+    return (w * csr.mean_scale(acc, per_edge=True).reshape((-1,) + (1,) * (w.dim() - 1)))[perm]
 
 
 def transposed_product(csr: CSR, grad: Tensor, edge_weight: Tensor | None, reduce: str,
-                       impl: str | None) -> Tensor:
+                       impl: str | None, tune: bool) -> Tensor:
     """``grad_x = A^T grad`` for the backward of ``spmm(csr, x, edge_weight, reduce)``.
 
     ``impl``: the path the forward was forced to (it is kept), or None to let the
-    dispatcher choose for ``A^T`` on its own (measured on CUDA).
+    dispatcher choose for ``A^T`` on its own (measured on CUDA; ``tune`` as the forward's).
 
     Shapes:
         grad ``[n_rows, F]`` or ``[n_rows, H, D]`` -> ``[n_cols, F]`` or ``[n_cols, H, D]``
     """
-    from .. import dispatch
-
     csr_t, _ = csr.transpose()
     w_t = transposed_weights(csr, edge_weight, reduce == "mean", grad.dtype)
-    return dispatch.run("spmm", csr_t, grad.contiguous(), w_t, "sum", impl=impl)
+    return dispatch.run("spmm", csr_t, grad.contiguous(), w_t, "sum", impl=impl, tune=tune)

@@ -26,6 +26,5 @@ def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "
         msg = msg * w.reshape(w.shape + (1,) * (msg.dim() - w.dim()))
     out = acc.new_zeros((csr.n_rows,) + tuple(x.shape[1:])).index_add_(0, csr.row, msg)  # [n_rows, *feat]
     if reduce == "mean":
-        deg = csr.in_degree().clamp(min=1).to(acc.dtype)  # [n_rows]
-        out = out / deg.reshape((-1,) + (1,) * (out.dim() - 1))
+        out = out / csr.mean_divisor(acc.dtype).reshape((-1,) + (1,) * (out.dim() - 1))
     return out.to(x.dtype)

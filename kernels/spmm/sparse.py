@@ -53,8 +53,7 @@ def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.
     else:
         values = edge_weight.to(dtype)
     if reduce == "mean":
-        inv_deg = 1.0 / csr.in_degree().clamp(min=1).to(dtype)  # [n_rows]
-        values = values * inv_deg[csr.row]
+        values = values * csr.mean_scale(dtype, per_edge=True)  # [nnz]
     return values
 
 
@@ -62,7 +61,7 @@ class SparseSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         values = edge_values(csr, edge_weight, reduce, x.dtype)  # [nnz]
-        ctx.csr, ctx.reduce, ctx.impl = csr, reduce, dispatch.pinned()
+        ctx.csr, ctx.reduce, ctx.impl, ctx.tune = csr, reduce, dispatch.pinned(), dispatch.tuning()
         ctx.save_for_backward(x, values, edge_weight)
         if edge_weight is None and reduce == "sum":
             matrix = csr.cached(("sparse", x.dtype), lambda: sparse_matrix(csr, values))
@@ -77,11 +76,11 @@ class SparseSpmm(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = grad_w = None
         if ctx.needs_input_grad[1]:  # A^T grad: its own dispatch (sparse when the forward was forced)
-            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl)  # [n_cols, F]
+            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl, ctx.tune)  # [n_cols, F]
         if ctx.needs_input_grad[2]:
             grad_w = (grad[csr.row] * x[csr.col]).sum(-1)  # [nnz]
             if ctx.reduce == "mean":
-                grad_w = grad_w / csr.in_degree().clamp(min=1).to(grad_w.dtype)[csr.row]
+                grad_w = grad_w / csr.mean_divisor(grad_w.dtype, per_edge=True)
         return None, grad_x, grad_w, None
 
 
