@@ -7,6 +7,8 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
+from .npy_folder import drop_pages
+
 
 def validate(data: Data) -> None:
     """Raise `UserError` with one line when ``data`` breaks the dataset contract.
@@ -46,7 +48,10 @@ def validate(data: Data) -> None:
             )
     if x.is_floating_point():  # in chunks of rows: no [N, F] temporary (x may be memory-mapped)
         rows = max((1 << 24) // max(x.size(1), 1), 1)
-        bad = sum(int((~torch.isfinite(x[r : r + rows])).any(dim=1).sum()) for r in range(0, n, rows))
+        bad = 0
+        for r in range(0, n, rows):
+            bad += int((~torch.isfinite(x[r : r + rows])).any(dim=1).sum())
+            drop_pages(getattr(data, "memmaps", ()))  # a memory-mapped x stays on disk
         if bad:
             raise UserError(f"{name}: features contain NaN or Inf in {bad} node rows")
     num_classes = getattr(data, "num_classes", None)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gnndist.datasets.npy_folder import drop_pages
 from gnndist.partition.backends import BACKENDS, Request, backend
 from gnndist.partition.balance import (
     HIDDEN,
@@ -42,7 +43,7 @@ from gnndist.partition.book import (
     renumbered_csr,
     symmetric_csr,
 )
-from gnndist.partition.format import FORMAT_VERSION, drop_pages, read_meta, read_part, write_partition
+from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 from gnndist.partition.progress import Stages, stages_of

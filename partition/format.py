@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import shutil
 import tempfile
@@ -73,17 +72,6 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def drop_pages(arrays) -> None:
-    """Drop the resident pages of memory-mapped ``arrays`` (``np.memmap``); they are read again when touched."""
-    for arr in arrays:
-        m = getattr(arr, "_mmap", None)
-        if m is not None:
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError, AttributeError):
-                pass
 
 
 def read_meta(root: str | Path) -> dict:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR, unique_ids
+from gnndist.partition.book import CHUNK, GlobalCSR, row_chunks, unique_ids
 
 from gnndist.cost import RankLoad
 
@@ -59,7 +59,7 @@ class GridExchange:
         return [RankLoad.from_array(row) for row in table]
 
 
-def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int) -> GridExchange:
+def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUNK) -> GridExchange:
     """Count the expand and fold of the c-replicated grid layout (see the module docstring).
 
     Loops over the q = P / c row groups only: a row group's rows are one contiguous id range,
@@ -70,6 +70,7 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int) -> GridExchange:
         csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
         offsets: ``[P + 1]`` first new id of each part; parts may be empty.
         c: replication, ``c | P``.
+        chunk: adjacency entries counted at once (any value gives the same counts).
     """
     off = np.asarray(offsets, dtype=np.int64)
     P = len(off) - 1
@@ -83,25 +84,30 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int) -> GridExchange:
     group_nnz = np.zeros((q, q), dtype=np.int64)
     for i in range(q):
         base = i * c  # first rank of row group i
-        lo, hi = off[base], off[base + c]
-        cols = csr.col[csr.rowptr[lo] : csr.rowptr[hi]]  # [nnz_i]
-        col_owner = owner[cols]
-        j_col = col_owner % c  # [nnz_i] grid column of the rank that multiplies each entry
-        nnz[base : base + c] = np.bincount(j_col, minlength=c)
-        group_nnz[i] = np.bincount(col_owner // c, minlength=q)
-
-        src = owner[unique_ids(cols, N)]  # owner of each distinct column
+        lo, hi = int(off[base]), int(off[base + c])
+        seen = np.zeros(N, dtype=bool)  # the group's distinct columns
+        fold_keys = np.zeros(c * c, dtype=np.int64)
+        for r0, r1 in row_chunks(csr.rowptr[lo : hi + 1] - csr.rowptr[lo], chunk):  # rows lo + r0 .. lo + r1
+            cols = csr.col[csr.rowptr[lo + r0] : csr.rowptr[lo + r1]]  # [entries of the chunk]
+            col_owner = owner[cols]
+            j_col = col_owner % c  # grid column of the rank that multiplies each entry
+            nnz[base : base + c] += np.bincount(j_col, minlength=c)
+            group_nnz[i] += np.bincount(col_owner // c, minlength=q)
+            seen[cols] = True
+            if c > 1:
+                r = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(csr.rowptr[lo + r0 : lo + r1 + 1]))
+                j_row = owner[lo + r] % c
+                far = j_col != j_row
+                keys = unique_ids((r[far] - r0) * c + j_col[far], (r1 - r0) * c)  # distinct (row, multiplying rank)
+                jr = owner[lo + r0 + keys // c] % c
+                fold_keys += np.bincount((keys % c) * c + jr, minlength=c * c)
+            del cols, col_owner, j_col
+        src = owner[np.flatnonzero(seen)]  # owner of each distinct column
         dst = base + src % c
         far = src != dst
         expand[base : base + c] = np.bincount((dst[far] - base) * P + src[far], minlength=c * P).reshape(c, P)
-
         if c > 1:
-            r = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(csr.rowptr[lo : hi + 1]))  # [nnz_i] local row
-            j_row = owner[lo + r] % c
-            far = j_col != j_row
-            keys = unique_ids(r[far] * c + j_col[far], (hi - lo) * c)  # distinct (row, multiplying rank)
-            jr = owner[lo + keys // c] % c
-            fold[base : base + c, base : base + c] = np.bincount((keys % c) * c + jr, minlength=c * c).reshape(c, c)
+            fold[base : base + c, base : base + c] = fold_keys.reshape(c, c)
     return GridExchange(c, expand, fold, nnz, np.diff(off), group_nnz)
 
 

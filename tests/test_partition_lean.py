@@ -80,3 +80,15 @@ def test_memory_mapped_ids_give_the_same_csr(tmp_path, dtype):
 def test_bad_edge_lists_are_one_line(bad, msg):
     with pytest.raises(UserError, match=msg):
         symmetric_csr(bad, 5)
+
+
+def test_layout_counts_do_not_depend_on_the_chunk():
+    from gnndist.partition.layouts import grid_exchange
+
+    p = partition(_messy(), 8, method="random", progress=False)
+    for c in (1, 2, 4):
+        want = grid_exchange(p.csr, p.book.offsets, c, chunk=1 << 40)
+        for chunk in (1, 7):
+            got = grid_exchange(p.csr, p.book.offsets, c, chunk=chunk)
+            for f in ("expand", "fold", "nnz", "rows", "group_nnz"):
+                assert np.array_equal(getattr(got, f), getattr(want, f)), (c, chunk, f)
