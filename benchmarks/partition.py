@@ -4,6 +4,9 @@
     python benchmarks/partition.py scale --graph synthetic-2m --parts 8   # time + peak RSS, end to end
     python benchmarks/partition.py --balance-table         # plain METIS vs the old default vs --balance auto
     python benchmarks/partition.py settings                # which of auto's METIS settings wins, 9 more graphs
+    python benchmarks/partition.py backends                # each backend's time and volume vs METIS vol, 8 graphs
+    gnndist synth synthetic-8m-d50 --out /tmp/s8m --feature-dim 128
+    python benchmarks/partition.py scale --graph /tmp/s8m --parts 64   # time, peak RSS, bytes per entry
 
 Peak RSS is the process high-water mark (``ru_maxrss``), so run ``scale`` in its own process.
 """
@@ -33,8 +36,8 @@ def quality(args: argparse.Namespace) -> None:
     for name in args.datasets.split(","):
         data = load(name, root=args.root)
         for parts in (int(p) for p in args.parts.split(",")):
-            vol = partition(data, parts, objective="vol").report
-            cut = partition(data, parts, objective="cut").report
+            vol = partition(data, parts, "metis", objective="vol").report
+            cut = partition(data, parts, "metis", objective="cut").report
             rnd = vol["random_comm_volume"]
             print(f"{name:<14}{parts:>6}{vol['comm_volume']:>12,}{cut['comm_volume']:>12,}{rnd:>10,}"
                   f"{vol['comm_volume'] / rnd:>12.3f}{cut['comm_volume'] / rnd:>12.3f}"
@@ -65,16 +68,17 @@ def balance_table(args: argparse.Namespace) -> None:
             kw = {"progress": False, "cost_network": args.network,
                   "widths": model_widths_of(data, args.hidden, args.layers)}
             runs = {
-                "plain METIS (nodes)": partition(data, parts, balance="nodes", refine=False, **kw).report,
-                "old default (nodes,edges,train)": partition(data, parts, balance="nodes,edges,train", refine=False,
-                                                             **kw).report,
-                "auto + refinement": partition(data, parts, **kw).report,
+                "plain METIS (nodes)": partition(data, parts, "metis", balance="nodes", refine=False, **kw).report,
+                "old default (nodes,edges,train)": partition(data, parts, "metis", balance="nodes,edges,train",
+                                                             refine=False, **kw).report,
+                "auto + refinement": partition(data, parts, "metis", **kw).report,
+                "auto, every backend": partition(data, parts, **kw).report,
             }
             for setting, r in runs.items():
-                chosen = r["auto"]["chosen"] if "auto" in r else ""
+                chosen = f"{r['backend']} {r['auto']['chosen']}" if "auto" in r else ""
                 print(f"| {label} | {parts} | {setting} | {r['comm_volume']:,} | {r['max_send_over_mean']:.3f} | "
                       f"{r['imbalance']['edges']:.3f} | {r['modelled_epoch_s'] * 1e3:.4f} | {chosen} |", flush=True)
-            plain, old, auto = runs.values()
+            plain, old, _, auto = runs.values()
             best = min(plain["modelled_epoch_s"], old["modelled_epoch_s"])
             aims.append((label, parts, auto["modelled_epoch_s"] / best, _floor(auto, net) / best,
                          max(auto["peers_per_part"]), max(plain["peers_per_part"]), auto["max_send_over_mean"],
@@ -89,25 +93,62 @@ def balance_table(args: argparse.Namespace) -> None:
 
 
 def scale(args: argparse.Namespace) -> None:
+    """End to end in this process: load (a name or a .npy folder), partition, save; time, peak RSS, per entry."""
     t0 = time.perf_counter()
     data = load(args.graph)
     t1 = time.perf_counter()
-    print(f"generate {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1] // 2:,} undirected edges, "
-          f"{t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
+    print(f"load {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1]:,} stored edges, F = "
+          f"{data.x.shape[1]}, {t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
     p = partition(data, args.parts, method=args.method, objective=args.objective,
-                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine)
+                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine, threads=args.threads)
     t2 = time.perf_counter()
     r = p.report
-    print(f"partition {args.method}({r['objective']}, balance {args.balance}) into {args.parts}: {t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), "
-          f"comm volume {r['comm_volume']:,} (random {r['random_comm_volume']:,}, ratio {r['vs_random']:.3f}), "
-          f"max send / mean {r['max_send_over_mean']:.3f}, modelled epoch {r['modelled_epoch_s'] * 1e3:.3f} ms, "
-          f"peak RSS {_rss_gb():.2f} GiB", flush=True)
+    nnz = 2 * r["num_edges"]
+    print(f"partition {args.method} -> {r['backend']} ({r['library']}, balance {args.balance}) into {args.parts}: "
+          f"{t2 - t1:.1f} s (assignment {r['assign_seconds']:.1f} s), comm volume {r['comm_volume']:,} "
+          f"(random {r['random_comm_volume']:,}, ratio {r['vs_random']:.3f}), edge cut {r['edge_cut']:,}, "
+          f"max send / mean {r['max_send_over_mean']:.3f}, node imbalance {r['imbalance']['nodes']:.3f}, "
+          f"modelled epoch {r['modelled_epoch_s'] * 1e3:.3f} ms, peak RSS {_rss_gb():.2f} GiB", flush=True)
     print(json.dumps({k: r.get(k) for k in ("objective", "balance", "tolerances", "refine", "auto",
-                                            "metis_sampled_entries")}), flush=True)
+                                            "metis_sampled_entries", "skipped")}), flush=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
         p.save(f"{d}/parts", dataset=args.graph)
         t3 = time.perf_counter()
-        print(f"save: {t3 - t2:.1f} s; total {t3 - t0:.1f} s; peak RSS {_rss_gb():.2f} GiB", flush=True)
+        part_x = max(r["nodes_per_part"]) * data.x.shape[1] * 4
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(f"save: {t3 - t2:.1f} s; total {t3 - t0:.1f} s; peak RSS {_rss_gb():.2f} GiB; {nnz:,} adjacency "
+              f"entries: {peak / nnz:.1f} bytes per entry ({(peak - part_x) / nnz:.1f} less one part's features), "
+              f"{(t3 - t1) / nnz * 1e6:.3f} us per entry partition + save", flush=True)
+
+
+BACKEND_GRAPHS = ",".join(["cora", "amazon-photo", "coauthor-cs", "/work/shared/data/fb100_cornell5/Cornell5.mat"] + [
+    "/work/shared/data/" + f for f in ("snap_ca_astroph/astro-ph-cc1.jlg", "snap_ca_condmat/ca-condmat-cc1.jlg",
+                                       "snap_email_enron/email-enron.jlg",
+                                       "snap_facebook_combined/facebook-combined.jlg")])
+
+
+def backends(args: argparse.Namespace) -> None:
+    """Every backend alone (balance nodes:1.03, no refinement) and the default (auto + refinement): seconds,
+    volume, volume over METIS ``vol``'s and node imbalance, one markdown row per graph, P and backend."""
+    print("| graph (adjacency entries) | P | partitioner | seconds | volume | / METIS vol | node imbalance |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for path in args.datasets.split(","):
+        data = load(path, root=args.root)
+        name = getattr(data, "name", None) or path.rsplit("/", 1)[-1]
+        for P in (int(x) for x in args.parts.split(",")):
+            runs = [(f"metis {o}", "metis", o, "nodes", False) for o in ("vol", "cut")]
+            runs += [(b, b, "vol", "nodes", False) for b in args.backends.split(",") if b not in ("metis", "")]
+            runs.append(("default (auto + refinement)", "auto", "vol", "auto", True))
+            base = None
+            for label, method, obj, bal, ref in runs:
+                t0 = time.perf_counter()
+                r = partition(data, P, method, obj, 0, bal, progress=False, refine=ref, threads=args.threads).report
+                secs = time.perf_counter() - t0
+                base = base or r["comm_volume"]
+                if method == "auto":
+                    label += f": {r['backend']} {r['auto']['chosen']}"
+                print(f"| {name} ({2 * r['num_edges']:,}) | {P} | {label} | {secs:.1f} | {r['comm_volume']:,} | "
+                      f"{r['comm_volume'] / base:.3f} | {r['imbalance']['nodes']:.3f} |", flush=True)
 
 
 SETTINGS_GRAPHS = ",".join("/work/shared/data/" + f for f in (
@@ -160,12 +201,20 @@ def main() -> None:
     s = sub.add_parser("scale")
     s.add_argument("--graph", default="synthetic-2m")
     s.add_argument("--parts", type=int, default=8)
-    s.add_argument("--method", default="metis", choices=("metis", "random"))
+    s.add_argument("--method", default="auto", choices=("auto", "metis", "kaminpar", "hypergraph", "random"))
+    s.add_argument("--threads", type=int, default=1, help="KaMinPar's threads (1: deterministic)")
     s.add_argument("--objective", default="vol", choices=("vol", "cut"))
     s.add_argument("--balance", default="auto")
     s.add_argument("--refine", default=True, action=argparse.BooleanOptionalAction)
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
     s.set_defaults(func=scale)
+    b = sub.add_parser("backends", help=backends.__doc__.splitlines()[0])
+    b.add_argument("--datasets", default=BACKEND_GRAPHS)
+    b.add_argument("--parts", default="8,32")
+    b.add_argument("--backends", default="kaminpar,hypergraph")
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--root", default="/work/shared/data")
+    b.set_defaults(func=backends)
     st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
     st.add_argument("--datasets", default=SETTINGS_GRAPHS)
     st.add_argument("--parts", default="8,32")

@@ -38,7 +38,7 @@ DEFAULT_NETWORK = "ib"
 # then one METIS run with the edge-cut objective on a sampled graph (see auto_plan)
 MEDIUM = 1 << 23
 LARGE = 1 << 25
-HYPERGRAPH_MAX_ENTRIES = 1 << 21  # auto runs the hypergraph backend up to this many entries (~2M)
+HYPERGRAPH_MAX_ENTRIES = 1 << 19  # auto runs the hypergraph backend up to this many entries (~524k: ~13 s at 238k)
 METIS_MAX_ENTRIES = 3 << 24  # above this, METIS sees a uniformly sampled subgraph of about this size (~50M)
 
 
@@ -118,7 +118,8 @@ def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]
     (benchmarks/README.md), so large graphs get fewer runs; above :data:`LARGE` ``auto`` hands the
     graph to KaMinPar alone (several times faster and leaner than METIS there), else one METIS ``cut``
     run on a sample. The hypergraph backend (Mt-KaHyPar: the halo volume itself) runs up to
-    :data:`HYPERGRAPH_MAX_ENTRIES`, where its time stays within a METIS ``vol`` sweep's.
+    :data:`HYPERGRAPH_MAX_ENTRIES` (its deterministic preset took 13 s on Amazon Photo's 238k entries and
+    184 s on Cornell5's 1.58M here, benchmarks/README.md), where it stays within seconds.
     KaMinPar and Mt-KaHyPar balance one weight: they get the one-constraint settings.
     """
     from gnndist.partition.backends import BACKENDS
