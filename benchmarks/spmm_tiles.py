@@ -104,7 +104,8 @@ def main() -> None:
                 print(line, flush=True)
                 summary.append((gname, dname, width, "sum", t_cs, t_tr, t_tu))
                 if args.sweep:
-                    for tiles, sec in sorted(triton_tiles.timings(csr, x, None, False, 0).items(), key=lambda kv: kv[1]):
+                    timed = triton_tiles.timings(csr, x, None, False, 0)
+                    for tiles, sec in sorted(timed.items(), key=lambda kv: kv[1]):
                         mark = " <- TILES" if tiles == triton_tiles.tiles_for(width) else ""
                         print(f"    {sec * 1e6:10.1f} us  {tiles}{mark}", flush=True)
                     print(f"    tuned: {tuned}", flush=True)

@@ -53,38 +53,11 @@ def cases(quick: bool = False) -> list[Case]:
     from .sddmm.triton import _sddmm_add_kernel, _sddmm_dot_kernel
     from .segment_max.triton import _segment_max_kernel
     from .segment_softmax.triton import _softmax_backward_kernel, _softmax_kernel
-    from .spmm.triton_kernel import _combine_kernel, _spmm_kernel
-    from .spmm.triton_tiles import TILES, TUNE_FIELDS, tile_options
+    from .spmm.triton_kernel import _combine_kernel
 
     out = []
-    spmm_args = "SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS n_chunk n_medium n_short p_chunk p_medium"
     for dtype in ("fp32", "bf16"):
-        for block_f, (C, (rl, dl), (rm, dm), (rs, ds), warps, stages) in TILES.items():
-            if quick and block_f != 128:
-                continue
-            for flags in ({}, {"HAS_W": True}, {"MEAN": True}, {"HAS_W": True, "W_PER_HEAD": True},
-                          {"GATHER": False}, {"WIDE": True}):
-                if dtype == "bf16" and flags and "HAS_W" not in flags:
-                    continue
-                types = f"*i32 *i32 *i32 *i32 *{dtype} *{dtype} *{dtype} *fp32 i32 i32 i32 i32 i32 i32 i32 i32"
-                const = {"HAS_W": False, "W_PER_HEAD": False, "GATHER": True, "MEAN": False, "WIDE": False,
-                         "BLOCK_F": block_f, "STAGES": stages, "R_L": rl, "D_L": dl, "R_M": rm, "D_M": dm,
-                         "R_S": rs, "D_S": ds} | flags
-                tag = "edge-values" if flags == {"GATHER": False} else ",".join(flags) or "sum"
-                out.append(Case(f"spmm F<={block_f} {dtype} {tag}", _spmm_kernel, _sig(spmm_args, types), const, warps))
-        for block_f, base in TILES.items():  # the options tune_tiles may time, one field changed at a time
-            if quick and block_f != 128 or dtype == "bf16" and block_f != 128:
-                continue
-            types = f"*i32 *i32 *i32 *i32 *{dtype} *{dtype} *{dtype} *fp32 i32 i32 i32 i32 i32 i32 i32 i32"
-            for fname, values in TUNE_FIELDS:
-                for C, (rl, dl), (rm, dm), (rs, ds), warps, stages in tile_options(base, fname, values)[1:]:
-                    if fname == "C":
-                        continue  # the chunk length is not a compile-time constant
-                    const = {"HAS_W": False, "W_PER_HEAD": False, "GATHER": True, "MEAN": False, "WIDE": False,
-                             "BLOCK_F": block_f, "STAGES": stages, "R_L": rl, "D_L": dl, "R_M": rm, "D_M": dm,
-                             "R_S": rs, "D_S": ds}
-                    name = f"spmm tune F<={block_f} {dtype} {fname} R_S{rs} D_S{ds} R_M{rm} D_M{dm} w{warps} s{stages}"
-                    out.append(Case(name, _spmm_kernel, _sig(spmm_args, types), const, warps))
+        out += _spmm_cases(dtype, quick)
         out.append(Case(f"spmm combine {dtype}", _combine_kernel,
                         _sig("LONG_ROW PART_PTR PART OUT ROWPTR F", f"*i32 *i32 *fp32 *{dtype} *i32 i32"),
                         {"MEAN": True, "WIDE": False, "BLOCK_P": 8, "BLOCK_F": 128}))
@@ -103,6 +76,41 @@ def cases(quick: bool = False) -> list[Case]:
                         _sig("ROW COL A B OUT nnz D", f"*i32 *i32 *{dtype} *{dtype} *{dtype} i32 i32"), edge))
         out.append(Case(f"sddmm dot {dtype}", _sddmm_dot_kernel.fn,
                         _sig("ROW COL A B OUT nnz H D", f"*i32 *i32 *{dtype} *{dtype} *{dtype} i32 i32 i32"), edge))
+    return out
+
+
+def _spmm_cases(dtype: str, quick: bool) -> list[Case]:
+    """The SpMM kernel at the default tiles of every width with its flags, then the options the tuning may time."""
+    from .spmm.triton_kernel import _spmm_kernel
+    from .spmm.triton_tiles import TILES, TUNE_FIELDS, tile_options
+
+    out = []
+    spmm_args = "SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS n_chunk n_medium n_short p_chunk p_medium"
+    types = f"*i32 *i32 *i32 *i32 *{dtype} *{dtype} *{dtype} *fp32 i32 i32 i32 i32 i32 i32 i32 i32"
+    for block_f, (C, (rl, dl), (rm, dm), (rs, ds), warps, stages) in TILES.items():
+        if quick and block_f != 128:
+            continue
+        for flags in ({}, {"HAS_W": True}, {"MEAN": True}, {"HAS_W": True, "W_PER_HEAD": True},
+                      {"GATHER": False}, {"WIDE": True}):
+            if dtype == "bf16" and flags and "HAS_W" not in flags:
+                continue
+            const = {"HAS_W": False, "W_PER_HEAD": False, "GATHER": True, "MEAN": False, "WIDE": False,
+                     "BLOCK_F": block_f, "STAGES": stages, "R_L": rl, "D_L": dl, "R_M": rm, "D_M": dm,
+                     "R_S": rs, "D_S": ds} | flags
+            tag = "edge-values" if flags == {"GATHER": False} else ",".join(flags) or "sum"
+            out.append(Case(f"spmm F<={block_f} {dtype} {tag}", _spmm_kernel, _sig(spmm_args, types), const, warps))
+    for block_f, base in TILES.items():  # the options tune_tiles may time, one field changed at a time
+        if quick and block_f != 128 or dtype == "bf16" and block_f != 128:
+            continue
+        for fname, values in TUNE_FIELDS:
+            for C, (rl, dl), (rm, dm), (rs, ds), warps, stages in tile_options(base, fname, values)[1:]:
+                if fname == "C":
+                    continue  # the chunk length is not a compile-time constant
+                const = {"HAS_W": False, "W_PER_HEAD": False, "GATHER": True, "MEAN": False, "WIDE": False,
+                         "BLOCK_F": block_f, "STAGES": stages, "R_L": rl, "D_L": dl, "R_M": rm, "D_M": dm,
+                         "R_S": rs, "D_S": ds}
+                name = f"spmm tune F<={block_f} {dtype} {fname} R_S{rs} D_S{ds} R_M{rm} D_M{dm} w{warps} s{stages}"
+                out.append(Case(name, _spmm_kernel, _sig(spmm_args, types), const, warps))
     return out
 
 

@@ -17,8 +17,9 @@ op fits, the first call times each of them once on the real inputs (forward only
 caches the fastest on the CSR, per dtype, width bucket (next power of two), reduction and
 weight kind; a path with a ``tune(csr, *args)`` hook (the Triton SpMM: its tiles) measures
 its own settings on the inputs first and is timed with them (and still tunes when it is the
-only path that fits, e.g. per-head weights); ``tune=False`` skips those hooks. An SpMM's backward ``A^T grad`` is dispatched as an SpMM on the cached
-transpose (``spmm.transposed_product``), so it is timed and chosen per direction: the
+only path that fits, e.g. per-head weights); ``tune=False`` skips those hooks. An SpMM's
+backward ``A^T grad`` is dispatched as an SpMM on the cached transpose
+(``spmm.transposed_product``), so it is timed and chosen per direction: the
 forward may run Triton and the backward cuSPARSE. So dispatch never keeps a path that is
 slower than another on this graph, direction and device (e.g. Triton vs cuSPARSE);
 :func:`choices` lists what was decided and the times. A call forced to one path (``impl=``)
@@ -159,7 +160,8 @@ def _measure(op: str, csr: CSR, args: tuple, names: list[str], tune: bool) -> tu
     if not times:
         raise next(iter(errors.values()))
     best = min(times, key=times.get)
-    log.info("%s on %s, %s: %s", op, csr, _key(op, args)[1:], ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
+    log.info("%s on %s, %s: %s", op, csr, _key(op, args)[1:],
+             ", ".join(f"{n} {1e3 * t:.3f} ms" for n, t in times.items()))
     return best, times
 
 

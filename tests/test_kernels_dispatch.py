@@ -28,7 +28,8 @@ def test_impl_forces_a_path():
 
 def test_settings_from_env():
     assert settings_from_env({}) == KernelSettings(impl=None, tune=True)
-    assert settings_from_env({"GNNDIST_KERNEL": "auto"}) == settings_from_env({"GNNDIST_KERNEL": ""}) == KernelSettings()
+    assert settings_from_env({"GNNDIST_KERNEL": "auto"}) == KernelSettings()
+    assert settings_from_env({"GNNDIST_KERNEL": ""}) == KernelSettings()
     assert settings_from_env({"GNNDIST_KERNEL": "triton", "GNNDIST_SPMM_TUNE": "0"}) == KernelSettings("triton", False)
     with pytest.raises(NoKernelError, match="GNNDIST_KERNEL=cuda-magic: unknown implementation"):
         settings_from_env({"GNNDIST_KERNEL": "cuda-magic"})

@@ -24,7 +24,7 @@ PEERS = ("torch.sparse.mm", "pyg", "index_add_")
 
 
 def load_coauthor_cs(data: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Coauthor CS's edges from its GraphGallery npz under ``data`` (the datasets' layout), structure only: ``(src, dst, n)``."""
+    """Coauthor CS's edges from its GraphGallery npz under ``data`` (the datasets' layout): ``(src, dst, n)``."""
     import scipy.sparse as sp
 
     from gnndist.datasets.npz import SHCHUR

@@ -27,7 +27,7 @@ from . import transposed_product, triton_kernel, triton_tiles
 
 def tune_tiles(csr: CSR, x: Tensor, weight: Tensor | None = None, mean: bool = False, head_dim: int = 0,
                timer: Callable[[Callable[[], object]], float] | None = None) -> tuple:
-    """The fastest tiles of :func:`triton_kernel.spmm_launch` for these inputs (``triton_tiles.search``; kept on ``csr``).
+    """The fastest tiles of ``triton_kernel.spmm_launch`` for these inputs (``triton_tiles.search``), kept on ``csr``.
 
     Later launches on inputs like these use them.
 
@@ -69,7 +69,8 @@ class TritonSpmm(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = grad_w = None
         if ctx.needs_input_grad[1]:  # A^T grad: its own dispatch (triton when the forward was forced)
-            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl, ctx.tune)  # [n_cols, F] or [n_cols, H, D]
+            # [n_cols, F] or [n_cols, H, D]
+            grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl, ctx.tune)
         if ctx.needs_input_grad[2]:
             grad_w = sddmm_dot_launch(csr, grad, x)  # [nnz] or [nnz, H]
             if ctx.reduce == "mean":
