@@ -70,7 +70,7 @@ def one(partdir: str, model: str, layers: int, recompute: bool, hidden: int, epo
     dt = (time.perf_counter() - t0) / epochs
     out = {"model": model, "layers": layers, "recompute": recompute, "device": str(grid.device),
            "base_rss_mb": base / 2**20, "step_rss_mb": (proc_status()["VmHWM"] - base) / 2**20, "step_s": dt,
-           "comm_bytes": graph.counter.bytes_sent}
+           "comm_bytes": graph.context.counter.bytes_sent}
     if cuda:
         out["step_gpu_mb"] = (torch.cuda.max_memory_allocated() - base_gpu) / 2**20
     return out

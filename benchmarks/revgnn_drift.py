@@ -33,7 +33,8 @@ import time
 def _config(dataset: str, model: str, layers: int, epochs: int, dropout: float | None, flags: str):
     """The ``TrainConfig`` and partition settings ``gnndist run DATASET --model MODEL ...`` would build."""
     from gnndist.cli import build_parser
-    from gnndist.config import DataConfig, PartitionConfig, build_section, train_config_from_args
+    from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.presets import from_args as train_config_from_args
 
     argv = ["run", dataset, "--model", model, "--layers", str(layers), "--epochs", str(epochs), "--no-progress"]
     if dropout is not None:
@@ -45,7 +46,7 @@ def _config(dataset: str, model: str, layers: int, epochs: int, dropout: float |
 
 def _partdir(dataset: str, world: int, cfg, part, dcfg) -> str:
     """The partition ``gnndist run`` caches for ``world`` ranks (made here when it is not there yet)."""
-    from gnndist.cli import make_partition, partition_dir
+    from gnndist.cache import make_partition, partition_dir
 
     part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
     target = partition_dir(dataset, part, dcfg)

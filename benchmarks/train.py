@@ -60,7 +60,7 @@ from collections.abc import Callable
 
 import torch
 
-from gnndist.bench.peer import pyg_step, time_steps  # one copy of the PyG step and the timing loop
+from gnndist.bench.peer import gnndist_trainer, pyg_step, synchronize, time_steps  # one copy of each step
 
 KERNEL_ENV = "GNNDIST_KERNEL"  # read by gnndist.kernels.dispatch at every call
 KERNELS = ("auto", "sparse", "triton", "reference")
@@ -83,11 +83,6 @@ def load_graph(name: str, root: str, quick: bool, nodes: int | None):
 
 
 # ---------------------------------------------------------------------- device
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def free(device: torch.device) -> None:
     """Drop what the last provider left (cycles included) and hand cached blocks back to the device."""
     gc.collect()
@@ -127,18 +122,8 @@ def save_partition(data, out: str) -> None:
 
 def gnndist_step(partdir: str, hidden: int, normalize: bool, device: torch.device,
                  map_first: bool = False) -> tuple[Callable[[int], float], object]:
-    from gnndist.partition import load as load_part
-
-    from gnndist.config import ModelConfig, RunConfig, TrainConfig
-    from gnndist.graph import DistGraph
-    from gnndist.grid import ProcessGrid
-    from gnndist.trainer import Trainer
-
-    arrays, meta = load_part(partdir, 0)
-    g = DistGraph(arrays, meta, ProcessGrid(device=device))  # every array of the part on `device`
-    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5, normalize_features=normalize),
-                      run=RunConfig(progress=False))
-    tr = Trainer(g, cfg)  # the model on grid.device
+    """gnndist's timed step (``gnndist.bench.peer``'s trainer), optionally mapping before aggregating in layer 0."""
+    tr = gnndist_trainer(partdir, hidden, 2, device, normalize)  # the model on grid.device
     if map_first:  # A/B of gnndist.cost.aggregate_first: the first layer maps, then aggregates (fwd + bwd SpMM)
         tr.model.convs[0].aggregate_first = False
     return tr.train_step, tr
@@ -182,9 +167,11 @@ def print_choices(graph, label: str) -> None:
     backward) and the times of both paths."""
     from gnndist.kernels import CSR, dispatch
 
+    from gnndist.strategies import BlockStrategy
+
     found: dict[int, tuple[str, CSR]] = {id(graph.csr): ("A", graph.csr)}
-    for s in {graph.strategy, *(graph.strategy_of(t) for t in graph.calls)}:
-        b = getattr(s, "block", None)
+    for s in {graph.strategy, *(graph.strategy.layout_for(t) for t in graph.context.calls)}:
+        b = s.block if isinstance(s, BlockStrategy) else None
         for name, m in (("A interior", getattr(b, "csr_int", None)), ("A boundary", getattr(b, "csr_bnd", None)),
                         ("A full", getattr(b, "_full", None)), *(("A split", m) for m in (getattr(b, "_split", None) or ()))):
             if isinstance(m, CSR):

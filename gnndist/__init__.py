@@ -1,10 +1,13 @@
 """gnndist: distributed full-graph GNN training that gives exactly the numbers of one device.
 
     import gnndist
-    grid = gnndist.init()                                  # torchrun / --nproc environment
-    graph = gnndist.DistGraph.load("parts/cora-p4", grid)  # this rank's part only
-    model = gnndist.nn.build_model("gcn", graph.x.shape[1], 16, graph.num_classes, 2, 0.5)
-    out = model(graph, graph.x)                            # [n_owned, classes]
+
+    def train(grid, partdir):                                      # one rank's body
+        graph = gnndist.DistGraph.load(partdir, grid)              # this rank's part only
+        trainer = gnndist.Trainer(graph, gnndist.TrainConfig(), model=MyModel)  # MyModel(in, out)
+        return trainer.fit()                                       # a RunSummary, exact for any P
+
+    summary = gnndist.launch(train, "parts/cora-p4", nproc=4)      # or one rank of torchrun
 
 Subpackages: ``gnndist.partition`` (METIS, plans, on-disk format), ``gnndist.kernels``
 (aggregation ops), ``gnndist.datasets`` (loaders, synthetic graphs), ``gnndist.nn``
@@ -18,6 +21,7 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
+    "launch": "gnndist.launcher",
     "init": "gnndist.grid",
     "ProcessGrid": "gnndist.grid",
     "DistGraph": "gnndist.graph",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
+import functools
 import json
 import os
 import signal
@@ -16,100 +16,17 @@ import sys
 import time
 from pathlib import Path
 
+from gnndist.cache import ensure_partition, make_partition, partition_dir
 from gnndist.config import (
     DataConfig,
     PartitionConfig,
     add_section,
     add_train_args,
     build_section,
-    train_config_from_args,
+    parse_ints,
 )
-from gnndist.errors import UserError
-
-
-def partition_cache() -> Path:
-    """Folder of cached partitions: ``$GNNDIST_PARTITIONS``, else ``<data root>/partitions``.
-
-    The data root is :func:`gnndist.datasets.default_root` (``$GNNDIST_DATA``, else
-    ``~/.cache/gnndist``), never ``--root``: a dataset folder given with ``--root`` is only read.
-    """
-    from gnndist.datasets import default_root
-
-    return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
-
-
-def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
-    """Cache directory of a partition: :func:`partition_cache` / key.
-
-    The key names the dataset, split, parts, method, objective, seed and every non-default
-    setting (balance, refinement, network, modelled model ``-h<hidden>x<layers>``). When the data
-    may not be the one the cache's own data root holds (a path, a ``--root`` other than the data
-    root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
-    data comes from, so that two datasets of one name never share a partition.
-    """
-    from gnndist.datasets import default_root
-
-    is_path = os.sep in dataset or os.path.exists(dataset)
-    name = Path(dataset).name if is_path else dataset
-    root = os.path.realpath(data.root or default_root())
-    sources = [os.path.realpath(dataset)] if is_path else []
-    if root != os.path.realpath(default_root()) or os.environ.get("GNNDIST_PARTITIONS"):
-        sources.append(root)
-    if sources:
-        name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
-    obj = part.objective if part.method != "random" else "none"
-    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
-    if data.split_seed:
-        key += f"-split{data.split_seed}"
-    if data.random_splits:
-        key += f"-rsplits{data.random_splits}"
-    if part.method != "random" and part.balance != "auto":
-        key += "-b" + "+".join(part.constraints)
-    if part.method != "random" and not part.refine:
-        key += "-norefine"
-    if part.cost_network != "ib":
-        key += f"-{part.cost_network}"
-    default = PartitionConfig()
-    if (part.model_hidden, part.model_layers) != (default.model_hidden, default.model_layers):
-        key += f"-h{part.model_hidden}x{part.model_layers}"
-    return partition_cache() / key
-
-
-def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
-                   say=lambda msg: None) -> tuple[Path, dict]:
-    """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
-
-    Returns the directory and the report; ``say`` hears each stage. The cost model times a model
-    of widths ``(F, part.model_hidden, ..., classes)`` with ``part.model_layers`` layers.
-    """
-    from gnndist.datasets import load
-    from gnndist.partition import model_widths_of, partition
-
-    target = Path(out) if out else partition_dir(dataset, part, dcfg)
-    _check_writable(target, cached=not out)
-    say(f"loading {dataset}")
-    data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
-    if dcfg.random_splits:
-        from gnndist.datasets.split import add_random_splits
-
-        add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
-    say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
-    widths = model_widths_of(data, part.model_hidden, part.model_layers)
-    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
-                  refine=part.refine, cost_network=part.cost_network, widths=widths)
-    say(f"writing the parts to {target}")
-    name = getattr(data, "name", None) or Path(dataset).name
-    return p.save(target, dataset=name), p.report
-
-
-def _check_writable(target: Path, cached: bool) -> None:
-    """Refuse at once, before loading and partitioning, a ``target`` whose nearest existing folder is read-only."""
-    folder = target
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        hint = "; set $GNNDIST_PARTITIONS to a writable folder for the cache" if cached else ""
-        raise UserError(f"cannot write the partition to {target}: {folder} is read-only{hint}")
+from gnndist.errors import RanksFailed, RanksStopped, UserError
+from gnndist.presets import from_args
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -143,19 +60,19 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gnndist.launch import launch
+    from gnndist.launcher import train
     from gnndist.partition import read_meta
 
     dataset = _dataset_of(args.partdir, read_meta)
-    cfg = train_config_from_args(args, dataset)
+    cfg = from_args(args, dataset)
     _say_recipe(dataset, cfg)
     _say_modelled_widths(args.partdir, cfg, read_meta)
-    return launch(str(args.partdir), cfg)
+    return train(str(args.partdir), cfg)
 
 
 def _say_modelled_widths(partdir, cfg, read_meta) -> None:
     """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
-    from gnndist.launch import stage
+    from gnndist.launcher import stage
     from gnndist.partition.balance import model_widths
 
     try:
@@ -171,8 +88,8 @@ def _say_modelled_widths(partdir, cfg, read_meta) -> None:
 
 
 def _say_recipe(dataset: str | None, cfg) -> None:
-    from gnndist.config import dataset_recipe
-    from gnndist.launch import stage
+    from gnndist.launcher import stage
+    from gnndist.presets import dataset_recipe
 
     recipe = dataset_recipe(dataset)
     if recipe is not None:
@@ -188,10 +105,10 @@ def _dataset_of(partdir, read_meta) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launch import launch, make_strategy, stage, under_torchrun
-    from gnndist.partition import read_meta
+    from gnndist.launcher import stage, train, under_torchrun
+    from gnndist.strategies import strategy_from_config
 
-    cfg = train_config_from_args(args, args.dataset)
+    cfg = from_args(args, args.dataset)
     _say_recipe(args.dataset, cfg)
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":  # the partition holds one random split per run
@@ -199,32 +116,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
     part = build_section(PartitionConfig, args)  # partitioned for the model trained: its hidden width and depth
     part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
-    make_strategy(cfg).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
-    target = partition_dir(args.dataset, part, dcfg)
+    strategy_from_config(cfg.dist).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
+    if under_torchrun():  # rank 0 partitions inside the process group; the others wait for it there
+        prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.run.json)
+        return train(str(partition_dir(args.dataset, part, dcfg)), cfg, prepare=prepare)
+    return train(str(ensure_partition(args.dataset, part, dcfg, say=lambda msg: stage(msg, cfg))), cfg)
 
-    def ready() -> bool:
-        try:
-            return (target / "META.json").is_file() and read_meta(target)["parts"] == world
-        except UserError:
-            return False
 
-    if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
-        deadline = time.monotonic() + cfg.dist.timeout  # rank 0 partitions; the others wait for it
-        while not ready():
-            if time.monotonic() > deadline:
-                raise UserError(f"partition {target} did not appear within {cfg.dist.timeout:g}s (rank 0 failed?)")
-            time.sleep(0.5)
-    elif not ready():
-        make_partition(args.dataset, part, dcfg, None, say=lambda msg: stage(msg, cfg))  # into the cache: target
-    else:
-        stage(f"using the cached partition {target}", cfg)
-    return launch(str(target), cfg)
+def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, json_out: bool) -> None:
+    """Rank 0's share of ``gnndist run`` under torchrun: the cached partition, made if missing."""
+    ensure_partition(dataset, part, dcfg, say=lambda msg: print(f"gnndist: {msg}", flush=True,
+                                                                 file=sys.stderr if json_out else sys.stdout))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from gnndist.cost import network
     from gnndist.datasets import load
-    from gnndist.simulate import check_inputs, format_table, parse_ints, simulate
+    from gnndist.simulate import check_inputs, format_table, simulate
 
     parts = parse_ints(args.parts, "--parts", 1)
     replication = parse_ints(args.replication, "--replication", 2)
@@ -356,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe (`| head`) is caught below, not at exit
         return code
+    except RanksStopped as e:
+        print(f"gnndist: {e}", file=sys.stderr, flush=True)
+        return 128 + e.signum
     except UserError as e:
         print(f"gnndist: error: {e}", file=sys.stderr)
-        return 2
+        return e.code if isinstance(e, RanksFailed) else 2
     except KeyboardInterrupt:
         print("gnndist: interrupted", file=sys.stderr)
         return 130
@@ -386,7 +297,9 @@ def exit_rank(code: int):
 
 
 if __name__ == "__main__":
+    from gnndist.launcher import under_torchrun
+
     code = main()
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a rank under torchrun
+    if under_torchrun():  # a rank under torchrun
         exit_rank(code)
     sys.exit(code)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gnndist.errors import UserError
@@ -28,6 +28,17 @@ def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None 
 def _need(cond: bool, msg: str) -> None:
     if not cond:
         raise UserError(msg)
+
+
+def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
+    """A comma-separated list of integers ``>= minimum``, or a :class:`UserError` naming ``flag``."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < minimum for v in values):
+        raise UserError(f"{flag} must be a comma-separated list of integers >= {minimum}, got {text!r}")
+    return values
 
 
 @dataclass
@@ -105,13 +116,16 @@ class DistConfig:
         if self.strategy == "1.5d":
             _need(self.replication is not None, "--strategy 1.5d needs --replication C (C divides the rank count)")
         if self.replication is not None:
-            _need(self.strategy in ("1.5d", "2d"), f"--replication is for --strategy 1.5d or 2d, not {self.strategy}")
+            _need(self.strategy != "2d", f"--strategy 2d has the square grid of the rank count: drop --replication "
+                                         f"{self.replication}")
+            _need(self.strategy == "1.5d", f"--replication is for --strategy 1.5d, not {self.strategy}")
             _need(self.replication >= 2, f"--replication must be >= 2, got {self.replication} (1 is --strategy 1d)")
 
 
 @dataclass
 class ModelConfig:
-    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, gcn2, resgcn, revgnn, ...)")
+    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, gcn2, resgcn, revgnn, ...); "
+                     "its preset sets the defaults of the flags not given")
     layers: int = opt(2, "number of GNN layers")
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
@@ -120,10 +134,7 @@ class ModelConfig:
     recompute: bool = opt(False, "activation checkpointing: recompute every block in backward, halo exchanges "
                           "included (gcn2, resgcn)")
 
-    def __post_init__(self) -> None:
-        from gnndist.nn import MODELS
-
-        _need(self.model in MODELS, f"unknown --model {self.model!r}; known: {', '.join(sorted(MODELS))}")
+    def __post_init__(self) -> None:  # the name is checked against the registry where presets are applied
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
@@ -143,7 +154,14 @@ class OptimConfig:
 
 @dataclass
 class KernelConfig:
-    kernel: str = opt("auto", "aggregation kernel (sets GNNDIST_KERNEL)", ("auto", "reference", "sparse", "triton"))
+    kernel: str = opt("auto", "aggregation kernel: auto (chosen per input by capability and measured speed), or "
+                      "one forced for every call (default: $GNNDIST_KERNEL, else auto)",
+                      ("auto", "reference", "sparse", "triton"))
+
+    @property
+    def choice(self) -> str | None:
+        """The ``impl=`` every kernel call receives (``None``: the dispatcher chooses)."""
+        return None if self.kernel == "auto" else self.kernel
 
 
 @dataclass
@@ -253,6 +271,8 @@ def build_section(section: type, args: argparse.Namespace):
     return section(**kw)
 
 
+Preset = Callable[["TrainConfig"], "TrainConfig"]  # a function returning a config (gnndist.presets)
+
 TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig, "kernel": KernelConfig, "run": RunConfig,
                   "eval": EvalConfig}
 
@@ -262,37 +282,15 @@ def add_train_args(parser: argparse.ArgumentParser) -> None:
         add_section(parser, sec, suppress=True)
 
 
-# dataset family (a pattern of the dataset's name) -> why, and config defaults that beat gnndist's
-# defaults but not a model's preset or the flags given. Amazon co-purchase graphs (Shchur et al.
-# 2018) have binary bag-of-words features: row-normalised, with hidden 16, a GCN had not
-# converged after 200 epochs (Photo 60.4 +- 6.3); raw features and hidden 64 reach 90.2 +- 2.0
-# (benchmarks/README.md, "Accuracy").
-DATASET_RECIPES: list[tuple[str, str, dict[str, dict]]] = [
-    (r"amazon", "Amazon co-purchase graph: raw binary features, hidden 64",
-     {"model": {"hidden": 64, "normalize_features": False}}),
-]
+def with_fields(cfg: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:
+    """A copy of ``cfg`` with the given fields of the given sections replaced (validated like flags), e.g.
+    ``with_fields(cfg, model={"hidden": 64}, optim={"lr": 0.005})``."""
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **fields)
+                                       for name, fields in sections.items()})
 
 
-def dataset_recipe(dataset: str | None) -> tuple[str, dict[str, dict]] | None:
-    """``(why, defaults)`` of the first :data:`DATASET_RECIPES` family matching ``dataset``'s name, if any."""
-    import re
-
-    name = Path(dataset).name.lower() if dataset else ""
-    for pattern, why, defaults in DATASET_RECIPES:
-        if re.search(pattern, name):
-            return why, defaults
-    return None
-
-
-def train_config_from_args(args: argparse.Namespace, dataset: str | None = None) -> TrainConfig:
-    """Defaults, then ``dataset``'s family recipe (:data:`DATASET_RECIPES`), then the chosen model's
-    preset (``gnndist.nn.PRESETS``), then the flags given."""
-    from gnndist.nn.models import PRESETS
-
+def given_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The training flags the user passed (:func:`add_train_args` leaves the others unset), by section."""
     ns = vars(args)
-    given = {name: {f.name: ns[f"{sec.__name__}.{f.name}"] for f in dataclasses.fields(sec)
-                    if f"{sec.__name__}.{f.name}" in ns} for name, sec in TRAIN_SECTIONS.items()}
-    preset = PRESETS.get(given["model"].get("model", ModelConfig.model), {})
-    recipe = (dataset_recipe(dataset) or ("", {}))[1]
-    return TrainConfig(**{name: sec(**{**recipe.get(name, {}), **preset.get(name, {}), **given[name]})
-                          for name, sec in TRAIN_SECTIONS.items()})
+    return {name: {f.name: ns[f"{sec.__name__}.{f.name}"] for f in dataclasses.fields(sec)
+                   if f"{sec.__name__}.{f.name}" in ns} for name, sec in TRAIN_SECTIONS.items()}

@@ -15,3 +15,22 @@ class CollectiveDesync(UserError):
     A bug in the program, not in the input; it is still one line (naming both calls), raised
     on every rank at once instead of a hang until ``--timeout``.
     """
+
+
+class RanksFailed(UserError):
+    """A spawned rank failed; ``str()`` is the root cause's line, ``code`` the exit code (2: a user error, 1: a bug)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+class RanksStopped(Exception):
+    """The ranks were stopped by a signal to the launcher (``signum``: SIGINT, SIGTERM, ...)."""
+
+    def __init__(self, signum: int, nproc: int):
+        import signal
+
+        name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        super().__init__(f"{name}; all {nproc} ranks stopped")
+        self.signum = signum

@@ -1,10 +1,14 @@
-"""``DistGraph``: one rank's rows of the graph, and aggregation on them through its strategy.
+"""``DistGraph``: one rank's rows of the graph, read-only, and aggregation on them through its strategy.
 
-``DistGraph`` holds what every layout shares: the rows this rank owns (features, labels,
-masks, dataset ids, global degrees) and the part as the partition stored it (its rows of
-``A`` in local ids, the halo ids and the 1D send plans), from which each strategy builds
-its own layout. Local ids: ``[0, n_owned)`` are this rank's nodes, ``[n_owned, n_owned +
-n_halo)`` the 1D halo, grouped by owner rank.
+``DistGraph`` holds what the partition stored for this rank and what is derived from it
+once, at load: the rows it owns (features, labels, masks, dataset ids, global degrees), the
+part's :class:`Structure` (its rows of ``A`` in local ids, the halo ids, the 1D send plans)
+and the strategy built on that structure. Local ids: ``[0, n_owned)`` are this rank's nodes,
+``[n_owned, n_owned + n_halo)`` the 1D halo, grouped by owner rank.
+
+Nothing assigns to a graph after it is built (an assignment raises): what changes from step
+to step (seed, epoch, recomputation, bytes, phase times) lives in ``graph.context``
+(:class:`~gnndist.context.RunContext`), which the trainer opens around each step.
 
 Layers aggregate with :meth:`DistGraph.spmm` (linear aggregation: the run's strategy,
 per layer under ``auto``) or take the 1D halo with :meth:`DistGraph.extend` for per-edge
@@ -13,115 +17,151 @@ messages (attention, custom messages), which always run on the ``1d`` layout.
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter, gather
+from gnndist.comm import fold, gather
+from gnndist.context import RunContext
 from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR
-from gnndist.strategies import Halo1D, Strategy, get_strategy
-from gnndist.timing import PhaseTimer, bracket
+from gnndist.strategies import Halo1D, Strategy, Structure, get_strategy
+from gnndist.timing import bracket
 
-log = logging.getLogger("gnndist")
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
+ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
+
+
+def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
+    """Rows scaled to sum 1 (Kipf & Welling) unless some feature on some rank is negative; exact for any P.
+
+    Collective: whether any feature is negative is decided over every rank (row sums of
+    signed features are no scale, so those are left alone on every rank alike).
+    """
+    negative = grid.all_reduce_((x < 0).any().double().view(1))  # [1]
+    if negative.item() > 0:
+        return x
+    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: the same for every partition
 
 
 class DistGraph:
-    """One rank's part of a partitioned graph; layers call :meth:`spmm`, :meth:`halo`, :meth:`extend`.
+    """One rank's part of a partitioned graph, read-only; layers call :meth:`spmm`, :meth:`halo`, :meth:`extend`.
 
     Args:
         arrays: the part's arrays (see :mod:`gnndist.partition`), as numpy.
         meta: the partition's META.json.
-        grid: the process grid.
-        counter: byte counter every exchange reports to (a fresh one by default).
+        grid: the process grid (a solo grid by default).
         strategy: aggregation strategy, a name (``1d``, ``1.5d``, ``2d``, ``auto``) or an
-            unprepared :class:`~gnndist.strategies.Strategy` (default ``1d``); prepared here,
-            on every rank at once.
+            unbuilt :class:`~gnndist.strategies.Strategy` (default ``1d``); built here, on
+            every rank at once.
         comm_dtype: dtype the exchanged rows travel in, ``"fp32"`` (default: their own) or
             ``"bf16"`` (half the bytes; cast back on receipt, so arithmetic stays fp32).
+        kernel: the aggregation kernel for every SpMM (``None``: chosen per input by the dispatcher).
+        normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
+        context: the run's :class:`~gnndist.context.RunContext` (a fresh one by default).
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
-                 counter: ByteCounter | None = None, strategy: Strategy | str | None = None,
-                 comm_dtype: str = "fp32"):
-        self.grid = grid or ProcessGrid()
-        self.comm_dtype = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
-        self.meta = meta
-        self.counter = counter if counter is not None else ByteCounter()
-        self.timer = PhaseTimer()  # the epoch's time per phase; the exchanges report their waits to it
-        self.counter.timer = self.timer
-        dev = self.grid.device
+                 strategy: Strategy | str | None = None, comm_dtype: str = "fp32", kernel: str | None = None,
+                 normalize_features: bool = False, context: RunContext | None = None):
+        grid = grid or ProcessGrid()
+        dev = grid.device
         t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
-        rows = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
-        self.part = {k: v for k, v in t.items() if k not in rows}  # the stored structure; strategies build on it
-        self.n_owned = int(t["rowptr"].numel() - 1)
-        self.n_halo = int(t["halo_gid"].numel())
-        self.csr = CSR(t["rowptr"], t["col"], self.n_owned + self.n_halo)  # [n_owned, n_owned + n_halo]
-        self.halo_gid = t["halo_gid"]  # [n_halo] global (new) ids of the halo
-        self.orig_id = t["orig_id"]  # [n_owned + n_halo] dataset ids
-        self.degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
-        self.edge_attr = t.get("edge_attr")  # [nnz, *] features of the local edges in CSR order, or None
-        self.x = t["x"]  # [n_owned, F]
-        self.y = t["y"]  # [n_owned] (or [n_owned, T] multi-label)
-        self.train_mask = t["train_mask"]
-        self.val_mask = t["val_mask"]
-        self.test_mask = t["test_mask"]
-        self.num_train = int(meta.get("num_train", 0))
-        self.splits = {k: t[k] for k in SPLIT_ARRAYS if k in t}  # [n_owned, K] each: every split the partition holds
-        self.num_classes = int(meta["classes"])
-        self.num_nodes = int(meta["N"])
-        self.seed = 0
-        self.epoch = 0
-        self._x_nz: tuple | None = None
-        self._dinv: Tensor | None = None
-        self._said: set[str] = set()
-        self.calls: dict[str, tuple[int, int]] = {}  # tag -> (width, SpMMs since reset_counters)
-        self.forward_only: dict[str, int] = {}  # tag -> those of the SpMMs whose backward never runs
-        self.recomputing = False  # a checkpointed block is being recomputed (its SpMMs have no backward)
-        s = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
-        s.prepare(self)
-        self.strategy = s
-        self._halo1d = s if isinstance(s, Halo1D) else None
+        n_owned = int(t["rowptr"].numel() - 1)
+        n_halo = int(t["halo_gid"].numel())
+        structure = Structure(grid.rank, n_owned, CSR(t["rowptr"], t["col"], n_owned + n_halo), t["halo_gid"],
+                              t["send_idx"], t["send_counts"].tolist(), t["recv_counts"].tolist(),
+                              tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {})
+        context = context or RunContext(grid.is_main)
+        wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
+        strat = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
+        strat.build(structure, grid, context.counter, kernel, wire)
+        degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
+        self._set(
+            grid=grid, meta=meta, context=context, structure=structure, strategy=strat, kernel=kernel,
+            comm_dtype=wire, n_owned=n_owned, n_halo=n_halo, csr=structure.csr,
+            halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
+            orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
+            degree=degree,
+            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home)
+            gcn_scale=(degree.double() + 1.0).rsqrt(),  # [n_owned + n_halo] float64
+            dinv=(degree[:n_owned].double() + 1.0).rsqrt().float(),  # [n_owned] the owned rows', in float32
+            edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
+            x=normalize_rows(t["x"], grid) if normalize_features else t["x"],  # [n_owned, F]
+            features_normalized=normalize_features,
+            y=t["y"],  # [n_owned] (or [n_owned, T] multi-label)
+            train_mask=t["train_mask"], val_mask=t["val_mask"], test_mask=t["test_mask"],  # [n_owned] each
+            num_train=int(meta.get("num_train", 0)),
+            splits={k: t[k] for k in SPLIT_ARRAYS if k in t},  # [n_owned, K] each: every split the partition holds
+            num_classes=int(meta["classes"]), num_nodes=int(meta["N"]),
+            _derived={},
+        )
 
-    @classmethod
-    def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
-        """Load this rank's part; the world size must equal the number of parts."""
+    def _set(self, **fields: Any) -> None:
+        for k, v in fields.items():
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"DistGraph is read-only: cannot assign {name!r} (what changes per step lives in "
+                             f"graph.context; another split is graph.with_split(k))")
+
+    @staticmethod
+    def read(root: str | Path, grid: ProcessGrid) -> tuple[dict, dict]:
+        """This rank's arrays and the partition's META.json (local: no collective); the world must match the parts."""
         from gnndist.partition import read_meta, read_part
 
         meta = read_meta(root)
         if meta["parts"] != grid.world_size:
             raise UserError(
                 f"{root} has {meta['parts']} parts but the world has {grid.world_size} ranks: "
-                f"use --nproc {meta['parts']} or re-partition with --parts {grid.world_size}"
+                f"use --ranks {meta['parts']} or re-partition with --parts {grid.world_size}"
             )
-        return cls(read_part(root, grid.rank, meta), meta, grid, **kw)
+        return read_part(root, grid.rank, meta), meta
 
-    def use_split(self, k: int) -> None:
-        """Train, validate and test on split ``k`` of the partition's splits (shipped, or seeded random ones).
+    @classmethod
+    def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
+        """Load this rank's part (the keywords of :class:`DistGraph`; collective: the strategy is built)."""
+        return cls(*cls.read(root, grid), grid, **kw)
 
-        Collective: the global training count is summed over ranks.
+    def with_split(self, k: int) -> DistGraph:
+        """The same graph training, validating and testing on split ``k`` of the partition's splits.
+
+        Collective: the global training count is summed over ranks. Everything but the masks is shared.
         """
         if not self.splits:
             raise UserError(f"{self.meta.get('dataset')}: the partition holds no splits to choose from")
         train, val, test = (self.splits[name][:, k] for name in SPLIT_ARRAYS)  # [n_owned] each
-        self.train_mask, self.val_mask, self.test_mask = train, val, test
         count = torch.tensor([float(train.sum())], dtype=torch.float64, device=self.grid.device)
-        self.num_train = int(self.grid.all_reduce_(count).item())
+        other = object.__new__(DistGraph)
+        other._set(**{**vars(self), "train_mask": train, "val_mask": val, "test_mask": test,
+                      "num_train": int(self.grid.all_reduce_(count).item())})
+        return other
+
+    def derived(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()``'s value, computed once per graph (structure derived from the part: local edges, ...)."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
 
     # ------------------------------------------------------------------ exchange (1d layout)
     @property
     def layout1d(self) -> Halo1D:
-        """The partition's own 1D layout (per-edge layers use it whatever the run's strategy)."""
-        if self._halo1d is None:
-            self._halo1d = Halo1D()
-            self._halo1d.prepare(self)
-        return self._halo1d
+        """The partition's own 1D layout (per-edge layers use it whatever the run's strategy; built on first use)."""
+        if isinstance(self.strategy, Halo1D):
+            return self.strategy
+
+        def build() -> Halo1D:
+            layout = Halo1D()
+            layout.build(self.structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)  # collective
+            return layout
+
+        return self.derived("layout1d", build)
 
     def halo(self, x: Tensor, tag: str = "halo") -> Tensor:
         """Halo rows of ``x`` from their owners (differentiable), on the 1D layout.
@@ -130,8 +170,13 @@ class DistGraph:
             x ``[n_owned, F]`` -> ``[n_halo, F]``
         """
         if self.strategy.name != "1d":
-            self.say_once(f"edge:{tag.split('/')[0]}", f"{tag.split('/')[0]}: per-edge messages run on the 1d layout")
-        return gather(x, self.layout1d.block.expand, self.counter, tag)
+            layer = tag.split("/")[0]
+            self.context.say_once(f"edge:{layer}", f"{layer}: per-edge messages run on the 1d layout")
+        return gather(x, self.layout1d.block.expand, self.context.counter, tag)
+
+    def fold_halo(self, rows: Tensor, tag: str = "halo") -> Tensor:
+        """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there ``[n_owned, F]``."""
+        return fold(rows, self.layout1d.block.expand, self.n_owned, self.context.counter, tag)
 
     def extend(self, x: Tensor, tag: str = "halo") -> Tensor:
         """Owned rows followed by halo rows: the input a local-graph layer needs.
@@ -141,19 +186,10 @@ class DistGraph:
         """
         return torch.cat([x, self.halo(x, tag)], dim=0)
 
-    def say_once(self, key: str, msg: str) -> None:
-        """Log ``msg`` once per run (rank 0)."""
-        if key not in self._said:
-            self._said.add(key)
-            if self.grid.is_main:
-                log.info(msg)
-
     # ------------------------------------------------------------------ aggregation
     def gcn_dinv(self) -> Tensor:
-        """``(d_i + 1)^(-1/2)`` of every owned row: GCN's symmetric normalisation with self-loops, global degrees. ``[n_owned]``."""
-        if self._dinv is None:
-            self._dinv = (self.degree[: self.n_owned].double() + 1.0).rsqrt().float()
-        return self._dinv
+        """``(d_i + 1)^(-1/2)`` of every owned row: GCN's symmetric normalisation with self-loops. ``[n_owned]``."""
+        return self.dinv
 
     def spmm(self, x: Tensor, weight: str | None = None, reduce: str = "sum", tag: str = "halo") -> Tensor:
         """Aggregate neighbours of every owned row: ``out[i] = reduce_j w_ij x[j]``, with the run's strategy.
@@ -169,12 +205,9 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_owned, F]``
         """
-        width, n = self.calls.get(tag, (x.shape[1], 0))
-        self.calls[tag] = (x.shape[1], n + 1)
-        if self.recomputing or not (torch.is_grad_enabled() and x.requires_grad):
-            self.forward_only[tag] = self.forward_only.get(tag, 0) + 1
+        self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad)
         if weight == "gcn":
-            dinv = self.gcn_dinv().to(x.dtype)[:, None]  # [n_owned, 1]
+            dinv = self.dinv.to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
             # in place on the aggregate (a fresh tensor no backward needs): no further [n, F] buffers
             return self._aggregate(y, tag).add_(y).mul_(dinv)
@@ -189,56 +222,46 @@ class DistGraph:
 
     def _aggregate(self, x: Tensor, tag: str) -> Tensor:
         """The strategy's SpMM, timed as ``aggregation`` forward and backward (its exchange waits as ``comm``)."""
-        return bracket(self.timer, "aggregation", lambda h: self.strategy.spmm(h, tag), x)
-
-    def strategy_of(self, tag: str) -> Strategy:
-        """The strategy that aggregates layer ``tag`` (under ``auto``: its choice for that layer)."""
-        pick = getattr(self.strategy, "strategy_for", None)
-        return (pick(tag) if pick else None) or self.strategy
-
-    def reset_counters(self) -> None:
-        """Forget the bytes and SpMM calls counted so far (once per epoch)."""
-        self.counter.reset()
-        self.calls = {tag: (w, 0) for tag, (w, _) in self.calls.items()}
-        self.forward_only = {}
+        return bracket(self.context.timer, "aggregation", lambda h: self.strategy.spmm(h, tag), x)
 
     def predicted_bytes(self) -> dict[str, dict[str, int]]:
-        """This rank's bytes per layer as its strategies predict them for the SpMMs since :meth:`reset_counters`."""
+        """This rank's bytes per layer as its layouts predict them for the SpMMs of the step in progress."""
         out = {}
-        for tag, (width, n) in self.calls.items():
-            b = self.strategy_of(tag).bytes(width, self.comm_dtype.itemsize if self.comm_dtype else 4)
-            m = n - self.forward_only.get(tag, 0)  # SpMMs with a backward exchange
-            out[tag] = {k: v * (m if k.startswith("bwd") else n) for k, v in b.items()}
+        elem = self.comm_dtype.itemsize if self.comm_dtype else 4
+        for tag, call in self.context.calls.items():
+            b = self.strategy.layout_for(tag).bytes(call.width, elem)
+            with_backward = call.count - call.forward_only
+            out[tag] = {k: v * (with_backward if k.startswith("bwd") else call.count) for k, v in b.items()}
         return out
 
     # ------------------------------------------------------------------ randomness
     def dropout(self, x: Tensor, p: float, key: int, training: bool = True) -> Tensor:
         """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
 
-        On the input features (``x is graph.x``) with mostly zero entries, the mask is only
-        evaluated at the cached nonzeros: the result is the same, the cost is ``O(nnz)``.
+        The seed and epoch are the step's (``graph.context``). On the input features
+        (``x is graph.x``) with mostly zero entries, the mask is only evaluated at the cached
+        nonzeros: the result is the same, the cost is ``O(nnz)``.
 
         Shapes:
             x ``[n_owned, F]``
         """
         if not training or p == 0.0:
             return x
+        step = self.context.current
         ids = self.orig_id[: x.shape[0]]
-        if x is self.x and self._x_nonzero() is not None:
-            rows, cols, vals = self._x_nonzero()
-            keys = node_keys(ids, self.seed, self.epoch, key)  # [n_owned]
+        keys = node_keys(ids, step.seed, step.epoch, key)  # [n_owned]
+        nonzero = self.derived("x_nonzero", self._x_nonzero) if x is self.x else None
+        if nonzero is not None:
+            rows, cols, vals = nonzero
             drop = cell_bits(keys[rows], cols) < int(p * 2**31)  # [nnz]: the dense mask's cells
             out = torch.zeros_like(x)
             out[rows, cols] = apply_dropout(vals, drop, p)
             return out
-        return hash_dropout(x, node_keys(ids, self.seed, self.epoch, key), p)  # fused on CUDA
+        return hash_dropout(x, keys, p)  # fused on CUDA
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Cached nonzero pattern of the input features when under half of them are nonzero."""
-        if self._x_nz is None or self._x_nz[0] is not self.x:
-            nz = None
-            if self.x.numel() and (self.x != 0).sum().item() < self.x.numel() // 2:
-                rows, cols = self.x.nonzero(as_tuple=True)
-                nz = (rows, cols, self.x[rows, cols])
-            self._x_nz = (self.x, nz)
-        return self._x_nz[1]
+        """The nonzero pattern of the input features when under half of them are nonzero."""
+        if self.x.numel() and (self.x != 0).sum().item() < self.x.numel() // 2:
+            rows, cols = self.x.nonzero(as_tuple=True)
+            return rows, cols, self.x[rows, cols]
+        return None

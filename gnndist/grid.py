@@ -25,8 +25,6 @@ from torch import Tensor
 
 from gnndist.errors import CollectiveDesync, PeerFailed, UserError
 
-_CURRENT: list = []  # [the grid init() built], for a layer called without one
-
 
 @dataclass
 class ProcessGrid:
@@ -215,13 +213,15 @@ class ProcessGrid:
         if dist.is_initialized():
             dist.destroy_process_group()
         self._axes.clear()
-        if _CURRENT and _CURRENT[0] is self:
-            _CURRENT.clear()
 
 
-def current() -> ProcessGrid:
-    """The grid :func:`init` built (a solo grid if none): for a layer called without one."""
-    return _CURRENT[-1] if _CURRENT else ProcessGrid()
+def free_port() -> int:
+    """A TCP port free on this machine now (for a local group's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def to_host(t: Tensor, copy: bool = True) -> Tensor:
@@ -442,5 +442,4 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
                 f"(a peer never joined?): {str(e).splitlines()[0]}"
             ) from None
-    _CURRENT[:] = [grid]
     return grid

@@ -290,17 +290,6 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
 # --- input checks and the table ------------------------------------------------------------------
 
 
-def parse_ints(text: str, flag: str, minimum: int) -> list[int]:
-    """A comma-separated list of integers ``>= minimum``, or a :class:`UserError` naming ``flag``."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < minimum for v in values):
-        raise UserError(f"{flag} must be a comma-separated list of integers >= {minimum}, got {text!r}")
-    return values
-
-
 def check_inputs(parts: Sequence[int], replication: Iterable[int], feature_dim: int = 1, layers: int = 1,
                  num_nodes: int | None = None) -> None:
     """Raise :class:`UserError` on a part count < 1 or > N, a replication < 2, or a width or depth < 1."""

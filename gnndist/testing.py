@@ -35,14 +35,6 @@ HAS_CUDA = torch.cuda.is_available()
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
     import io
     import os
@@ -83,7 +75,9 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
         return [fn(ProcessGrid(), *args)]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = _free_port()
+    from gnndist.grid import free_port
+
+    port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, port, q, args)) for r in range(world_size)]
     for p in procs:
         p.start()

@@ -1,7 +1,7 @@
 """Where an epoch's time goes: aggregation, dense compute, communication wait, other.
 
-One :class:`PhaseTimer` per rank, injected like the byte counter (``graph.timer``;
-``graph.counter.timer`` for the exchanges). Phases nest and each second is charged to
+One :class:`PhaseTimer` per rank, injected like the byte counter (``graph.context.timer``;
+``counter.timer`` for the exchanges). Phases nest and each second is charged to
 the innermost open phase only (exclusive time): the halo wait inside an SpMM counts as
 ``comm``, not as ``aggregation``; the SpMMs inside the forward pass are not ``dense``.
 The clock is ``time.perf_counter``; with ``sync`` set (``grid.synchronize``, CUDA under

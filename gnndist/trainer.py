@@ -2,80 +2,92 @@
 
 Weights are replicated; the loss is the sum over a rank's training nodes divided by the
 *global* training count; gradients are all-reduced by sum; metrics are exact over every
-rank (:mod:`gnndist.metrics`). :func:`fit_runs` repeats training over seeds and splits in
-one process group, on one partition.
+rank (:mod:`gnndist.metrics`). Checkpoints live in :mod:`gnndist.checkpoint`, the per-epoch
+log and the summary in :mod:`gnndist.report`, several runs in :mod:`gnndist.runs`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import logging
-import os
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from gnndist import metrics
+from gnndist.checkpoint import Checkpoints
 from gnndist.config import TrainConfig
-from gnndist.errors import PeerFailed, UserError
+from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn import build_model
-from gnndist.timing import PARTS, peak_memory_bytes
+from gnndist.report import (
+    SPLITS,
+    Best,
+    EpochLog,
+    RunSummary,
+    global_bytes_per_tag,
+    metric_key,
+    rank_report,
+    strategy_report,
+)
 
-log = logging.getLogger("gnndist")
-CHECKPOINT_FORMAT = 2  # 2: "best" holds the run's metric as val/train/test (1: *_acc keys)
+ModelFactory = Callable[[int, int], nn.Module]  # (in_channels, out_channels) -> a model taking (graph, x)
 
 
 class Trainer:
-    """Builds the model on every rank and runs the training loop.
+    """Builds (or takes) the model on every rank and runs the training loop.
 
     Args:
         graph: this rank's :class:`DistGraph`.
         cfg: the training config tree.
+        model: the model to train: a module taking ``(graph, x)``, or a factory
+            ``(in_channels, out_channels) -> module`` called after seeding with ``--seed``
+            (default: ``--model`` built from ``cfg.model``). Its parameters are broadcast from rank 0.
         resume_if_any: resume from the newest good checkpoint in ``--checkpoint`` when there is
             one (an elastic restart); ``--resume`` requires one.
     """
 
-    def __init__(self, graph: DistGraph, cfg: TrainConfig, resume_if_any: bool = False):
+    def __init__(self, graph: DistGraph, cfg: TrainConfig, model: nn.Module | ModelFactory | None = None,
+                 resume_if_any: bool = False):
         self.graph, self.cfg, self.grid = graph, cfg, graph.grid
         if graph.num_train == 0:
             raise UserError("the partition has no training nodes (train_mask is empty)")
-        graph.seed = cfg.run.seed
-        if cfg.model.normalize_features and not getattr(graph, "features_normalized", False):  # once per graph
-            negative = self.grid.all_reduce_((graph.x < 0).any().double().view(1))  # [1] on grid.device
-            if negative.item() == 0:  # row sums of signed features are no scale: leave those alone
-                graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: exact for any P
-            graph.features_normalized = True
         torch.manual_seed(cfg.run.seed)
-        m = cfg.model
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         out = graph.y.shape[1] if self.multilabel else 1 if self.binary else graph.num_classes
-        ea = getattr(graph, "edge_attr", None)
-        edge_dim = rows2d(ea).shape[1] if ea is not None else 0
-        self.model = build_model(m.model, graph.x.shape[1], m.hidden, out, m.layers, m.dropout, m.norm, m.recompute,
-                                 edge_dim=edge_dim)
-        self.model.to(self.grid.device)
+        self.model = self._model(model, graph.x.shape[1], out).to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         groups = getattr(self.model, "param_groups", None)  # a model's own weight decay per group (GCNII)
         self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
-        self.start_epoch = 0
         self.metric = metric_of(cfg, graph)
-        self.keys = {split: f"{split}_{self.metric.replace('-', '_')}" for split in ("train", "val", "test")}
-        self.best = {"val": -1.0, "epoch": -1, "train": 0.0, "test": 0.0}
-        if cfg.run.checkpoint:
-            self._agree(self._prepare_checkpoint_dir, "could not be created")
-        if cfg.run.resume or (resume_if_any and cfg.run.checkpoint):
-            self._resume(required=cfg.run.resume)
+        self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
+        self.start_epoch, self.best = 0, Best()
+        self.history: list[dict] = []
+        self.step_bytes: dict = {}  # this rank's bytes per layer in the last training step (measured)
+        self.per_layer: dict = {}  # those bytes summed over ranks
+        self.predicted: dict = {}  # the bytes the layouts predict for that step, summed over ranks
+        run = cfg.run
+        self.checkpoints = Checkpoints(run.checkpoint, self.grid, run.checkpoint_every, run.keep_checkpoints,
+                                       cfg.optim.epochs) if run.checkpoint else None
+        if self.checkpoints and (run.resume or resume_if_any):
+            resumed = self.checkpoints.resume(self.model, self.optim, required=run.resume)
+            if resumed:
+                self.start_epoch, self.best = resumed
+
+    def _model(self, model: nn.Module | ModelFactory | None, f_in: int, f_out: int) -> nn.Module:
+        if isinstance(model, nn.Module):
+            return model
+        if model is not None:
+            return model(f_in, f_out)
+        m, ea = self.cfg.model, self.graph.edge_attr
+        return build_model(m.model, f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
+                           edge_dim=rows2d(ea).shape[1] if ea is not None else 0)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -96,7 +108,8 @@ class Trainer:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([gr.reshape(-1) for gr in grads])
-        self.graph.counter.add("grad_allreduce", "fwd", flat.numel() * flat.element_size(), flat.numel() * flat.element_size())
+        nbytes = flat.numel() * flat.element_size()
+        self.graph.context.counter.add("grad_allreduce", "fwd", nbytes, nbytes)
         self.grid.all_reduce_(flat)
         offset = 0
         for p in self.params:
@@ -105,14 +118,13 @@ class Trainer:
             offset += n
 
     def train_step(self, epoch: int) -> float:
-        """One step; ``graph.timer`` splits its time (the SpMMs and exchange waits inside are timed by the graph)."""
-        t = self.graph.timer
+        """One optimisation step in the graph's step context; the phase timer splits its time."""
+        g, t = self.graph, self.graph.context.timer
         self.model.train()
-        self.graph.epoch = epoch
         with t.phase("other"):
             self.optim.zero_grad(set_to_none=True)
         with t.phase("dense"):
-            loss = self.loss(self.model(self.graph, self.graph.x))
+            loss = self.loss(self.model(g, g.x))
             loss.backward()
         with t.phase("comm"):
             self.allreduce_grads()
@@ -146,120 +158,62 @@ class Trainer:
                       for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
         return dict(zip(self.keys.values(), values))
 
-    def global_bytes_per_tag(self, local: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
-        """Bytes of this epoch's training step summed over ranks, per tag (layer) and direction.
+    def epoch(self, epoch: int) -> dict:
+        """Train one step, measure it (time, bytes, phases), evaluate: the epoch's row of the log."""
+        g, grid = self.graph, self.grid
+        with g.context.step(seed=self.cfg.run.seed, epoch=epoch):
+            grid.synchronize()
+            t0 = time.perf_counter()
+            loss = self.train_step(epoch)
+            grid.synchronize()
+            dt = time.perf_counter() - t0
+            parts = g.context.timer.breakdown()  # this rank's aggregation / dense / comm / other seconds
+            self.step_bytes = g.context.counter.per_tag()  # this rank's, before evaluate() adds its forward
+            if epoch == self.start_epoch:
+                g.strategy.after_first_step()  # auto: every layer has chosen; free the other layouts
+            self.per_layer = global_bytes_per_tag(self.step_bytes, grid)
+            self.predicted = global_bytes_per_tag(g.predicted_bytes(), grid)
+        comm_bytes = sum(v["fwd_sent"] + v["bwd_sent"] for v in self.per_layer.values())
+        return {"epoch": epoch, "loss": loss, **self.evaluate(), "time_s": dt, "comm_bytes": comm_bytes, **parts}
 
-        ``local`` defaults to this rank's measured bytes (the counter); pass the predicted ones to sum those.
-        """
-        local = self.graph.counter.per_tag() if local is None else local
-        tags = sorted(local)
-        keys = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
-        vec = torch.tensor([float(local[t].get(k, 0)) for t in tags for k in keys], dtype=torch.float64,
-                           device=self.grid.device)
-        self.grid.all_reduce_(vec)  # every rank runs the same model, so the tags agree
-        vals = vec.view(len(tags), len(keys)).long().tolist() if tags else []
-        return {t: dict(zip(keys, row)) for t, row in zip(tags, vals)}
-
-    def strategy_report(self) -> dict[str, dict]:
-        """Per layer (tag): the strategy that aggregated it, its replication and width, whether its SpMM had a
-        backward in the last epoch (and ``auto``'s candidates)."""
-        g = self.graph
-        auto = getattr(g.strategy, "report", {})
-        out = {}
-        for tag, (width, n) in sorted(g.calls.items()):
-            s = g.strategy_of(tag)
-            out[tag] = {"strategy": s.name, "replication": getattr(s, "replication", None), "width": width,
-                        "backward": n > g.forward_only.get(tag, 0)}
-            if tag in auto:
-                out[tag]["candidates"] = auto[tag]["candidates"]
-        return out
-
-    def rank_report(self, history: list[dict]) -> dict:
-        """Per rank (gathered): peak memory, SpMM bytes of the last training step, mean time breakdown after the first epoch.
-
-        The breakdown's parts are exclusive seconds of :mod:`gnndist.timing` (``breakdown_synchronised``:
-        the device was synchronised at every phase, i.e. CPU, or CUDA under ``--profile``).
-        """
-        steady = history[1:] or history
-        parts = {f"{p}_s": sum(r[f"{p}_s"] for r in steady) / max(len(steady), 1) for p in PARTS} if history else {}
-        spmm = [t for t in self.graph.calls]  # the SpMM tags (not the gradient all-reduce)
-        c = getattr(self, "step_bytes", {})
-        mine = {"rank": self.grid.rank, "peak_memory_bytes": peak_memory_bytes(self.grid.device),
-                "spmm_bytes_sent": sum(c.get(t, {}).get("fwd_sent", 0) + c.get(t, {}).get("bwd_sent", 0) for t in spmm),
-                "spmm_bytes_received": sum(c.get(t, {}).get("fwd_received", 0) + c.get(t, {}).get("bwd_received", 0)
-                                           for t in spmm), **parts}
-        sync = self.grid.device.type != "cuda" or self.graph.timer.sync is not None
-        return {"per_rank": self.grid.all_gather_object(mine), "breakdown_synchronised": sync}
+    def select(self, row: dict) -> None:
+        """Model selection on the run's validation metric: the first maximum."""
+        val = row[self.keys["val"]]
+        if val > self.best.val:
+            self.best = Best(val, row["epoch"], row[self.keys["train"]], row[self.keys["test"]])
 
     # ------------------------------------------------------------------ loop
-    def fit(self) -> dict:
-        """Train for ``cfg.optim.epochs`` epochs; returns the summary (best-val model selection)."""
-        cfg, grid, g = self.cfg, self.grid, self.graph
-        g.timer.sync = grid.synchronize if cfg.run.profile and grid.device.type == "cuda" else None
-        log = open(cfg.run.log, "a") if cfg.run.log and grid.is_main else None
-        bar = None
-        if grid.is_main and cfg.run.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.optim.epochs, initial=self.start_epoch, desc="train", unit="epoch", leave=False,
-                       disable=None)  # on a terminal only
-        times, comm, history = [], [], []
-        try:
+    def fit(self) -> RunSummary:
+        """Train for ``cfg.optim.epochs`` epochs (or until ``--patience``); returns the run's summary."""
+        cfg, g = self.cfg, self.graph
+        g.context.timer.sync = self.grid.synchronize if cfg.run.profile and self.grid.device.type == "cuda" else None
+        with EpochLog(cfg.run.log, cfg.run.progress, cfg.optim.epochs, self.start_epoch, self.grid) as log:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
-                g.reset_counters()
-                g.timer.reset()
-                grid.synchronize()
-                t0 = time.perf_counter()
-                loss = self.train_step(epoch)
-                grid.synchronize()
-                dt = time.perf_counter() - t0
-                parts = g.timer.breakdown()  # this rank's aggregation / dense / comm / other seconds
-                self.step_bytes = g.counter.per_tag()  # this rank's, before evaluate() adds its forward
-                if epoch == self.start_epoch and hasattr(g.strategy, "settle"):
-                    g.strategy.settle()  # auto: every layer has chosen; free the other layouts
-                per_layer = self.global_bytes_per_tag()
-                predicted = self.global_bytes_per_tag(g.predicted_bytes())
-                comm_bytes = sum(v["fwd_sent"] + v.get("bwd_sent", 0) for v in per_layer.values())
-                scores = self.evaluate()
-                times.append(dt)
-                comm.append(comm_bytes)
-                row = {"epoch": epoch, "loss": loss, **scores, "time_s": dt, "comm_bytes": comm_bytes, **parts}
-                history.append(row)
-                val = scores[self.keys["val"]]
-                if val > self.best["val"]:  # model selection on the run's metric; the first maximum
-                    self.best = {"val": val, "epoch": epoch, "train": scores[self.keys["train"]],
-                                 "test": scores[self.keys["test"]]}
-                if log:
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                if bar:
-                    bar.set_postfix(loss=f"{loss:.4f}", val=f"{val:.3f}")
-                    bar.update()
-                if cfg.run.checkpoint:
-                    self._save(epoch)
-                if cfg.eval.patience and epoch - self.best["epoch"] >= cfg.eval.patience:
+                row = self.epoch(epoch)
+                self.select(row)
+                log.write(row, row[self.keys["val"]])
+                if self.checkpoints:
+                    self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict())
+                if cfg.eval.patience and epoch - self.best.epoch >= cfg.eval.patience:
                     break  # the same decision on every rank: the metric is global
-        finally:
-            if bar:
-                bar.close()
-            if log:
-                log.close()
-        self.history = history
-        steady = times[1:] or times
-        return {
-            **{self.keys[split]: self.best[split] for split in ("train", "val", "test")},
-            "best_epoch": self.best["epoch"], "epochs": cfg.optim.epochs,
-            "epochs_run": history[-1]["epoch"] + 1 if history else self.start_epoch,
-            "final_loss": history[-1]["loss"] if history else None,
-            "epoch_time_s": sum(steady) / max(len(steady), 1),
-            "comm_bytes_per_epoch": int(sum(comm) / max(len(comm), 1)),
-            "comm_bytes_per_layer": per_layer if history else {},
-            "predicted_bytes_per_layer": predicted if history else {},
-            "strategies": self.strategy_report(),
-            **self.rank_report(history),
-            "nproc": grid.world_size, "strategy": cfg.dist.strategy, "model": cfg.model.model, "metric": self.metric,
-            "dataset": g.meta.get("dataset"),
-        }
+        self.history = log.history
+        return self.summary(log.history)
+
+    def summary(self, history: list[dict]) -> RunSummary:
+        """The run's summary from its per-epoch rows (collective: per-rank measures are gathered)."""
+        cfg, g = self.cfg, self.graph
+        steady = [r["time_s"] for r in history[1:] or history]
+        per_rank, synced = rank_report(g, history, self.step_bytes)
+        return RunSummary(
+            metric=self.metric, best=self.best, epochs=cfg.optim.epochs,
+            epochs_run=history[-1]["epoch"] + 1 if history else self.start_epoch,
+            final_loss=history[-1]["loss"] if history else None,
+            epoch_time_s=sum(steady) / max(len(steady), 1),
+            comm_bytes_per_epoch=int(sum(r["comm_bytes"] for r in history) / max(len(history), 1)),
+            comm_bytes_per_layer=self.per_layer, predicted_bytes_per_layer=self.predicted,
+            strategies=strategy_report(g), per_rank=per_rank, breakdown_synchronised=synced,
+            nproc=self.grid.world_size, strategy=cfg.dist.strategy, model=cfg.model.model,
+            dataset=g.meta.get("dataset"), history=history)
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
@@ -273,114 +227,10 @@ class Trainer:
         if bool(torch.isfinite(loss)):
             name = next(n for n, g in grads if not bool(g.isfinite().all()))
             what = f"the gradient of {name} is not finite"
-        kept = self._checkpoints()
+        kept = self.checkpoints.found() if self.checkpoints else []
         where = f"; the last good checkpoint is {kept[-1]}" if kept else ""
         raise UserError(f"epoch {epoch}: {what}; training stopped before the optimiser step{where} "
                         f"(lower --lr, or check the features)")
-
-    # ------------------------------------------------------------------ checkpoints
-    def _agree(self, action, what: str) -> None:
-        """Run ``action`` on rank 0 and fail on every rank together if it raised ``OSError``."""
-        error = None
-        if self.grid.is_main:
-            try:
-                action()
-            except OSError as e:
-                error = e
-        failed = self.grid.all_reduce_(torch.tensor([float(error is not None)], device=self.grid.device))
-        if error is not None:
-            path = error.filename or self.cfg.run.checkpoint
-            why = "it is a file, not a directory" if isinstance(error, (FileExistsError, NotADirectoryError)) \
-                else error.strerror or error
-            raise UserError(f"checkpoint {path} {what}: {why}") from None
-        if failed.item() > 0:
-            raise PeerFailed(f"rank {self.grid.rank}: rank 0 could not write the checkpoint")
-
-    def _prepare_checkpoint_dir(self) -> None:
-        d = Path(self.cfg.run.checkpoint)
-        d.mkdir(parents=True, exist_ok=True)
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise PermissionError(13, "Permission denied", str(d))
-        for stale in d.glob(".*.pt.tmp*"):  # left by a run killed mid-write
-            stale.unlink(missing_ok=True)
-
-    def _checkpoints(self) -> list[Path]:
-        """The checkpoints in ``--checkpoint``, oldest first."""
-        d = self.cfg.run.checkpoint
-        return sorted(Path(d).glob("ckpt-*.pt")) if d else []
-
-    def _save(self, epoch: int) -> None:
-        """Checkpoint every ``--checkpoint-every`` epochs (and the last), and ``best.pt`` when val improves.
-
-        Written to a temporary file, flushed to disk and renamed, so a kill or a full disk
-        never leaves a partial file under a checkpoint's name; the newest ``--keep-checkpoints`` stay.
-        """
-        run = self.cfg.run
-        due = (epoch + 1) % run.checkpoint_every == 0 or epoch == self.cfg.optim.epochs - 1
-        improved = self.best["epoch"] == epoch
-        if not (due or improved):
-            return
-        d = Path(run.checkpoint)
-
-        def write() -> None:
-            if due:
-                state = {"format": CHECKPOINT_FORMAT, "model": self.model.state_dict(),
-                         "optim": self.optim.state_dict(), "epoch": epoch, "best": dict(self.best),
-                         "rng": torch.get_rng_state(), "config": self.cfg.to_dict()}
-                _atomic_save({**state, "sha256": _digest(state)}, d / f"ckpt-{epoch:06d}.pt")
-                for old in self._checkpoints()[: -run.keep_checkpoints]:
-                    old.unlink(missing_ok=True)
-            if improved:
-                _atomic_save(self.model.state_dict(), d / "best.pt")
-
-        self._agree(write, "could not be written")
-
-    def _resume(self, required: bool) -> None:
-        """Load the newest readable checkpoint (skipping corrupt or truncated ones); every rank reads the same file."""
-        d = Path(self.cfg.run.checkpoint)
-        found = self._checkpoints()
-        if not found:
-            if required:
-                raise UserError(f"--resume: no checkpoint in {d} (ckpt-*.pt); train with --checkpoint {d} first")
-            return
-        state, skipped = None, []
-        for path in reversed(found):
-            try:
-                state = torch.load(path, map_location=self.grid.device, weights_only=True)
-                if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-                    raise ValueError(f"not a gnndist checkpoint of format {CHECKPOINT_FORMAT}")
-                if state.pop("sha256", None) != _digest(state):
-                    raise ValueError("checksum mismatch")  # a flipped bit loads without complaint otherwise
-                break
-            except Exception as e:  # truncated, bit-flipped or foreign: try the one before
-                state = None
-                skipped.append(f"{path} ({(str(e).strip() or type(e).__name__).splitlines()[0].split('. ')[0]})")
-        if state is None:
-            raise UserError(f"no readable checkpoint in {d}: all {len(found)} are corrupt, e.g. {skipped[0]}")
-        for line in skipped if self.grid.is_main else ():
-            log.warning(f"skipped the unreadable checkpoint {line}")
-        self._check_shapes(path, state)
-        self.model.load_state_dict(state["model"])
-        self.optim.load_state_dict(state["optim"])
-        torch.set_rng_state(state["rng"].cpu())
-        self.start_epoch = int(state["epoch"]) + 1
-        self.best = dict(state["best"])
-        if self.grid.is_main:
-            log.info(f"resumed from {path} (epoch {self.start_epoch} of {self.cfg.optim.epochs})")
-
-    def _check_shapes(self, path: Path, state: dict) -> None:
-        """One line when the checkpoint holds another model (names or shapes differ)."""
-        mine = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
-        theirs = {k: tuple(v.shape) for k, v in state["model"].items()}
-        if mine == theirs:
-            return
-        m = state.get("config", {}).get("model", {})
-        wrote = " ".join(f"--{k} {m[k]}" for k in ("model", "layers", "hidden") if k in m)
-        diff = next((f"{k} is {list(theirs[k])} there, {list(mine[k])} here" for k in mine
-                     if k in theirs and mine[k] != theirs[k]), None)
-        diff = diff or f"parameters {sorted(set(mine) ^ set(theirs))[:3]} are in one model only"
-        raise UserError(f"{path} holds a different model ({wrote}): {diff}; use the same model flags or another "
-                        f"--checkpoint DIR")
 
 
 def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
@@ -390,103 +240,3 @@ def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
         raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
                         f"{graph.num_classes} classes (use acc, f1-micro or f1-macro)")
     return name
-
-
-def plan_runs(cfg: TrainConfig, meta: dict) -> list[tuple[int, int | None]]:
-    """``(seed, split)`` of every run from ``--runs``, ``--split`` and ``--splits``; ``split`` None: the stored masks.
-
-    Run ``i`` (counting every run) trains with seed ``--seed + i``. ``--splits all`` runs
-    ``--runs`` seeds on each shipped split; ``--splits random`` runs run ``r`` on the
-    partition's random split ``r`` (seed ``--split-seed + r``).
-    """
-    e, name = cfg.eval, meta.get("dataset")
-    k, kind = int(meta.get("splits") or 0), meta.get("split_kind")
-    if e.splits == "all":
-        if kind != "shipped":
-            raise UserError(f"--splits all: {name} ships no splits (it has one split: the seeded random split of "
-                            f"--split-seed, or its official one); use --runs N, or --splits random")
-        splits = [s for s in range(k) for _ in range(e.runs)]
-    elif e.splits == "random":
-        if kind != "random" or k < e.runs:
-            have = f"holds {k} random splits" if kind == "random" else "holds no random splits"
-            raise UserError(f"--splits random --runs {e.runs}: the partition of {name} {have}; `gnndist run` makes "
-                            f"them, or `gnndist partition --random-splits {e.runs}`")
-        splits = list(range(e.runs))
-    elif e.split is not None:
-        if kind != "shipped":
-            raise UserError(f"--split {e.split}: {name} ships no splits; its random split is chosen by --split-seed")
-        if e.split >= k:
-            raise UserError(f"--split {e.split} is out of range: {name} ships {k} splits (0..{k - 1})")
-        splits = [e.split] * e.runs
-    else:
-        splits = [0 if kind == "shipped" else None] * e.runs
-    return [(cfg.run.seed + i, s) for i, s in enumerate(splits)]
-
-
-def fit_runs(graph: DistGraph, cfg: TrainConfig, resume_if_any: bool = False) -> dict:
-    """Train every run of :func:`plan_runs` on one graph and one process group; the summary holds each and mean ± std.
-
-    Each run re-initialises the model and the optimiser with its own seed. With several runs,
-    ``--checkpoint DIR`` keeps run ``i`` in ``DIR/run-i``.
-    """
-    plan = plan_runs(cfg, graph.meta)
-    runs, summary = [], {}
-    for i, (seed, split) in enumerate(plan):
-        if split is not None:
-            graph.use_split(split)
-        run = dataclasses.replace(cfg.run, seed=seed)
-        if cfg.run.checkpoint and len(plan) > 1:  # --resume requires run 0's checkpoint; later runs may not have begun
-            run = dataclasses.replace(run, checkpoint=str(Path(cfg.run.checkpoint) / f"run-{i}"), resume=run.resume and i == 0)
-        trainer = Trainer(graph, dataclasses.replace(cfg, run=run), resume_if_any=resume_if_any or cfg.run.resume)
-        summary = trainer.fit()
-        keys = trainer.keys
-        runs.append({"run": i, "seed": seed, "split": split, **{keys[s]: summary[keys[s]] for s in keys},
-                     "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
-                     "final_loss": summary["final_loss"]})
-        if graph.grid.is_main and len(plan) > 1:
-            log.info(f"run {i + 1}/{len(plan)} (seed {seed}, split {split}): " + " ".join(
-                f"{s} {summary[keys[s]]:.4f}" for s in keys) + f", best epoch {summary['best_epoch']}")
-    for key in keys.values():
-        mean, std = metrics.mean_std([r[key] for r in runs])
-        summary[key], summary[f"{key}_std"] = mean, std
-    if len(runs) > 1:  # per run only
-        for key in ("best_epoch", "epochs_run", "final_loss"):
-            summary.pop(key, None)
-    split_kind = graph.meta.get("split_kind") if any(r["split"] is not None for r in runs) else None
-    return {**summary, "runs": runs, "splits": cfg.eval.splits, "split_kind": split_kind}
-
-
-def _digest(obj) -> str:
-    """sha256 of a checkpoint's contents (tensor bytes, keys, values), independent of how torch lays out the file."""
-    h = hashlib.sha256()
-
-    def walk(o) -> None:
-        if isinstance(o, Tensor):
-            h.update(f"{o.dtype}{tuple(o.shape)}".encode())
-            h.update(o.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        elif isinstance(o, dict):
-            for k in sorted(o, key=str):
-                h.update(repr(k).encode())
-                walk(o[k])
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-        else:
-            h.update(repr(o).encode())
-
-    walk(obj)
-    return h.hexdigest()
-
-
-def _atomic_save(obj, path: Path) -> None:
-    """``torch.save`` to a temporary sibling, fsync, rename: ``path`` is the old file or the new, never a part."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

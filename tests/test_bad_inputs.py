@@ -126,7 +126,7 @@ CASES = {
         (_copy(p1, t) / "META.json").write_text("{half") and None or ["train", str(t / "copy")] + TRAIN1,
         "META.json is corrupt"),
     "world-size-not-parts": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "3"] + TRAIN1,
-                                                   "has 2 parts but --nproc is 3"),
+                                                   "has 2 parts but --ranks is 3"),
     # data
     "parts-above-nodes": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "31"],
                                                 "--parts 31 exceeds the number of nodes (30)"),

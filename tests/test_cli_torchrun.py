@@ -12,7 +12,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ import pytest
 from torch.distributed.run import get_args_parser
 
 from gnndist.cli import build_parser
+from gnndist.grid import free_port
 
 # old spellings our parser still accepts, hidden from --help, that torchrun's parser takes or rejects
 UNSAFE_ALIASES = {
@@ -74,17 +74,11 @@ def _env() -> dict:
     return {**env, "OMP_NUM_THREADS": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
     """``torchrun --nnodes 2`` as two agents on localhost (c10d rendezvous assigns the node ranks) gives the
     numbers of ``gnndist train --ranks 2``, epoch by epoch; the command line is the one that used to fail."""
     flags = ["--epochs", "3", "--json", "--no-progress"]
-    port = _free_port()
+    port = free_port()
     logs = [tmp_path / f"agent{i}.jsonl" for i in range(2)]
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",

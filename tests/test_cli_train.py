@@ -48,7 +48,7 @@ def test_run_cora_json_and_log(tmp_path):
     assert [row["epoch"] for row in rows] == list(range(5))
     for key in ("epoch", "loss", "train_acc", "val_acc", "test_acc", "time_s", "comm_bytes"):
         assert key in rows[0]
-    assert (tmp_path / "partitions" / "cora-p2-metis-vol-s0" / "META.json").is_file()
+    assert (tmp_path / "partitions" / "cora-p2-auto-vol-s0" / "META.json").is_file()  # --method auto, the default
 
 
 def test_torchrun_standalone_equals_nproc(part2):
@@ -68,7 +68,7 @@ def test_torchrun_standalone_equals_nproc(part2):
 def test_wrong_world_size_is_one_line(part2, capsys):
     assert main(["train", str(part2), "--nproc", "3", "--epochs", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "has 2 parts but --nproc is 3" in err[0]
+    assert len(err) == 1 and "has 2 parts but --ranks is 3" in err[0]
 
 
 def test_world_size_mismatch_under_torchrun_env(part2):
@@ -171,16 +171,15 @@ def test_feature_normalisation_only_for_nonnegative_features(tmp_path):
     from gnndist.datasets import load
     from gnndist.partition import load as load_part
 
-    from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
 
     for name, data in (("signed", synthetic(100, avg_degree=4, num_classes=2, num_features=5, seed=0)),
                        ("cora", load("cora"))):
         partition(data, 1).save(tmp_path / name, dataset=name)
         arrays, meta = load_part(tmp_path / name, 0)
-        graph = DistGraph(arrays, meta)
-        x = graph.x.clone()
-        Trainer(graph, TrainConfig())
+        x = torch.from_numpy(arrays["x"]).clone()
+        graph = DistGraph(arrays, meta, normalize_features=True)  # a load transform (gnndist train: the default)
+        assert graph.features_normalized
         if name == "signed":
             assert torch.equal(graph.x, x)
         else:
@@ -202,7 +201,7 @@ def test_split_seed_reaches_the_loader_and_the_cache_key(tmp_path, capsys):
         capsys.readouterr()
         masks.append(sorted(load_part_orig_train(out)))
     assert masks[0] != masks[1] and len(masks[0]) == len(masks[1]) == 160
-    from gnndist.cli import partition_dir
+    from gnndist.cache import partition_dir
     from gnndist.config import DataConfig, PartitionConfig
 
     keys = {partition_dir("amazon-photo", PartitionConfig(parts=2), DataConfig(split_seed=s)).name for s in (0, 1)}
@@ -222,7 +221,7 @@ def load_part_orig_train(out):
 
 def test_model_preset_fills_only_flags_not_given():
     from gnndist.cli import build_parser
-    from gnndist.config import train_config_from_args
+    from gnndist.presets import from_args as train_config_from_args
 
     def cfg(*argv):
         return train_config_from_args(build_parser().parse_args(["train", "DIR", *argv]))
@@ -237,7 +236,8 @@ def test_model_preset_fills_only_flags_not_given():
 
 def test_dataset_family_recipe_sits_below_presets_and_flags():
     from gnndist.cli import build_parser
-    from gnndist.config import dataset_recipe, train_config_from_args
+    from gnndist.presets import dataset_recipe
+    from gnndist.presets import from_args as train_config_from_args
 
     def cfg(dataset, *argv):
         return train_config_from_args(build_parser().parse_args(["train", "DIR", *argv]), dataset)

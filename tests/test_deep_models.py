@@ -48,7 +48,7 @@ def _train(grid, partdir, cfg, strategy="1d", reversible=True):
     trainer = Trainer(graph, cfg)
     if not reversible:
         trainer.model.reversible = False  # RevGNN as plain autograd: the same function
-    summary = trainer.fit()
+    summary = trainer.fit().to_dict()
     return dict(losses=[row["loss"] for row in trainer.history],
                 metrics={k: summary[k] for k in ("train_acc", "val_acc", "test_acc")},
                 running={n: b.clone() for n, b in trainer.model.named_buffers() if "running" in n},
@@ -63,8 +63,8 @@ def _revgnn_step(grid, partdir, reversible):
     model.reversible = reversible
     model.trace = {"stored": [], "recomputed": []}
     model.train()
-    graph.epoch = 3
-    trainer.loss(model(graph, graph.x)).backward()
+    with graph.context.step(epoch=3):
+        trainer.loss(model(graph, graph.x)).backward()
     trainer.allreduce_grads()
     return dict(grads={n: p.grad.clone() for n, p in model.named_parameters()}, trace=model.trace)
 

@@ -64,7 +64,7 @@ def _rank_job(grid, partdir):
         trainer.allreduce_grads()
         grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
         owned = graph.orig_id[: graph.n_owned]
-        per_tag = graph.counter.per_tag()
+        per_tag = graph.context.counter.per_tag()
         out[(model, norm, overlap)] = dict(losses=losses, grads=grads, init=init, logits=logits.detach(),
                                           ids=owned, bytes=per_tag)
     return out

@@ -222,7 +222,7 @@ def _discipline_job(grid, partdir, ckpt):
     """A training through the launcher's rank body (load, checks, fit with batch norm, checkpoints) under the mode."""
     import numpy as np
 
-    from gnndist.launch import run_rank
+    from gnndist.launcher import train_rank
 
     ProcessGrid.check_devices = _strict_check
     from_numpy = torch.from_numpy
@@ -239,7 +239,7 @@ def _discipline_job(grid, partdir, ckpt):
             cfg.run.checkpoint = ckpt
             cfg.dist.backend = "gloo"
             cfg.dist.strategy, cfg.dist.replication = "1.5d", 2
-            return run_rank(str(partdir), cfg)["final_loss"]
+            return train_rank(grid, str(partdir), cfg).last.final_loss
     finally:
         ProcessGrid.check_devices = _check
         torch.from_numpy = from_numpy

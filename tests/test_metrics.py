@@ -140,15 +140,14 @@ def test_shipped_split_k_selects_the_masks_of_the_file(tmp_path):
     assert meta["splits"] == 3 and meta["split_kind"] == "shipped"
     for k in range(3):
         got = np.zeros((3, 120), dtype=bool)
-        for graph in graphs:
-            graph.use_split(k)
+        for graph in (g.with_split(k) for g in graphs):
             ids = graph.orig_id[: graph.n_owned].numpy()
             got[:, ids] = torch.stack([graph.train_mask, graph.val_mask, graph.test_mask]).numpy()
         for i in range(3):
             assert np.array_equal(got[i], masks[i][k]), (k, i)
     cfg = TrainConfig()
     cfg.eval.splits = "all"
-    from gnndist.trainer import plan_runs
+    from gnndist.runs import plan_runs
 
     assert plan_runs(cfg, meta) == [(0, 0), (1, 1), (2, 2)]
     cfg.eval.splits, cfg.eval.split, cfg.eval.runs = "one", 2, 2
@@ -198,7 +197,7 @@ def test_splits_all_and_random_through_run(tmp_path, capsys, monkeypatch):
     from gnndist.datasets.split import per_class_split
     from gnndist.partition import load as load_part
 
-    from gnndist.cli import partition_dir
+    from gnndist.cache import partition_dir
     from gnndist.config import DataConfig, PartitionConfig
 
     target = partition_dir("synthetic-200", PartitionConfig(),

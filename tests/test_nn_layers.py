@@ -156,14 +156,14 @@ WITH_PYG = [c for c in CASES if c not in ("gat_dropout", "gat_model")]
 def _rank_job(grid, partdir, weights):
     """Every case on this rank: owned outputs, input gradient, this rank's share of the parameter gradients."""
     graph = DistGraph.load(partdir, grid)
-    graph.epoch = 3
     owned = graph.orig_id[: graph.n_owned].long()
     results = {}
     for name in CASES:
         _, layer, _, extra = _case(name)
         x = graph.x.clone().requires_grad_(True)  # [n_owned, F_IN]
-        out = layer(graph, x, **{k: x for k in extra})
-        (out * weights[owned, : out.shape[1]]).sum().backward()
+        with graph.context.step(epoch=3):
+            out = layer(graph, x, **{k: x for k in extra})
+            (out * weights[owned, : out.shape[1]]).sum().backward()
         grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
         results[name] = {"ids": owned, "out": out.detach(), "x_grad": x.grad, "grads": grads}
     return results

@@ -12,7 +12,8 @@ from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
 from gnndist.partition.refine import _better, _key, _load_times, refine, unit_costs
 
-from gnndist.cli import main, partition_dir
+from gnndist.cache import partition_dir
+from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
 from gnndist.cost import NETWORKS, Network, RankLoad, epoch_time
 from gnndist.errors import UserError

@@ -9,7 +9,8 @@ import pytest
 from gnndist.datasets.planetoid import bundled_dir
 from gnndist.partition import read_meta
 
-from gnndist.cli import main, make_partition, partition_cache, partition_dir
+from gnndist.cache import make_partition, partition_cache, partition_dir
+from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
 
 CORA_F, CORA_CLASSES = 1433, 7
@@ -91,7 +92,8 @@ def test_bad_model_flags_name_the_flag(cache, capsys):
 
 
 def test_train_notes_a_partition_chosen_for_another_model(tmp_path, capsys):
-    from gnndist.cli import _say_modelled_widths, build_parser, train_config_from_args
+    from gnndist.cli import _say_modelled_widths, build_parser
+    from gnndist.presets import from_args as train_config_from_args
 
     out, _ = make_partition("cora", PartitionConfig(parts=2, balance="nodes"), DataConfig(), str(tmp_path / "p"))
     cfg = lambda *argv: train_config_from_args(build_parser().parse_args(["train", str(out), *argv]))  # noqa: E731

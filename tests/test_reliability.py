@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
 from gnndist.cli import main
+from gnndist.grid import free_port
 from gnndist.trainer import Trainer
 
 GNNDIST = [sys.executable, "-m", "gnndist.cli"]
@@ -29,12 +29,6 @@ RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 def _env(extra=None):
     env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
     return {**env, **(extra or {})}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(cond, proc, timeout=90.0):
@@ -86,7 +80,7 @@ def test_signal_stops_every_rank(part2, tmp_path, sig, to_group, code, line):
 
 # ---------------------------------------------------------------------- dead peers
 def test_killed_peer_makes_the_survivor_exit_within_the_timeout(part2, tmp_path):
-    port, log = _free_port(), tmp_path / "log.jsonl"
+    port, log = free_port(), tmp_path / "log.jsonl"
     procs = []
     for rank in range(2):
         env = _env({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
@@ -177,13 +171,13 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(part1, tmp_path, c
     if where == "loss":
         real = Trainer.loss
         monkeypatch.setattr(Trainer, "loss", lambda self, logits: real(self, logits) * (
-            float("nan") if self.graph.epoch == 3 else 1.0))
+            float("nan") if self.graph.context.current.epoch == 3 else 1.0))
     else:
         real = Trainer.allreduce_grads
 
         def poisoned(self):
             real(self)
-            if self.graph.epoch == 3:
+            if self.graph.context.current.epoch == 3:
                 self.model.convs[1].lin.weight.grad[0, 0] = float("inf")
 
         monkeypatch.setattr(Trainer, "allreduce_grads", poisoned)

@@ -62,9 +62,9 @@ def _spmm_job(grid, partdir, cases):
                                reduce="mean" if mode == "mean" else "sum", tag=mode)
                 (y * _features(ids, WIDTH, 0.11)).sum().backward()
                 res[(mode, overlap)] = (y.detach(), x.grad)
-            res[("bytes", overlap)] = graph.counter.per_tag()
+            res[("bytes", overlap)] = graph.context.counter.per_tag()
         res["ids"] = ids
-        res["replication"] = getattr(graph.strategy, "replication", 1)
+        res["replication"] = graph.strategy.replication
         out[(name, c)] = res
     return out
 
@@ -153,7 +153,7 @@ def _train_job(grid, partdir, cases):
         for model, norm in MODELS:
             graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
             trainer = Trainer(graph, _cfg(model, norm))
-            summary = trainer.fit()
+            summary = trainer.fit().to_dict()
             losses = [row["loss"] for row in trainer.history]
             metrics = {k: summary[k] for k in ("train_acc", "val_acc", "test_acc")}
 

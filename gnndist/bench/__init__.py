@@ -28,15 +28,9 @@ QUICK_ORDER = ("peer", "strong", "weak", "partition", "kernels")
 
 
 def _ints(text: str | None, flag: str) -> list[int]:
-    if not text:
-        return []
-    try:
-        vals = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise UserError(f"{flag} must be a comma list of integers, got {text!r}") from None
-    if any(v < 1 for v in vals):
-        raise UserError(f"{flag} values must be >= 1, got {text!r}")
-    return vals
+    from gnndist.config import parse_ints
+
+    return parse_ints(text, flag) if text else []
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -47,8 +47,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gnndist_step(partdir, hidden: int, layers: int, device: torch.device) -> Callable[[int], float]:
-    """``Trainer.train_step`` of a GCN on the 1-part partition in ``partdir``, on ``device``."""
+def gnndist_trainer(partdir, hidden: int, layers: int, device: torch.device, normalize: bool = True):
+    """A :class:`~gnndist.trainer.Trainer` of a GCN on the 1-part partition in ``partdir``, on ``device``
+    (its ``train_step`` is what the peer comparison times)."""
     from gnndist.config import ModelConfig, RunConfig, TrainConfig
     from gnndist.graph import DistGraph
     from gnndist.grid import ProcessGrid
@@ -56,9 +57,9 @@ def gnndist_step(partdir, hidden: int, layers: int, device: torch.device) -> Cal
     from gnndist.trainer import Trainer
 
     arrays, meta = load_part(partdir, 0)
-    g = DistGraph(arrays, meta, ProcessGrid(device=device))  # every array of the part on `device`
+    g = DistGraph(arrays, meta, ProcessGrid(device=device), normalize_features=normalize)  # every array on `device`
     cfg = TrainConfig(model=ModelConfig(hidden=hidden, layers=layers, dropout=0.5), run=RunConfig(progress=False))
-    return Trainer(g, cfg).train_step
+    return Trainer(g, cfg)
 
 
 def pyg_step(data, hidden: int, layers: int, adj_kind: str, cached: bool,

@@ -5,14 +5,14 @@ option parser (``torchrun``'s abbreviations would take ``--log``) never sees gnn
 """
 
 import json
-import os
 import sys
 
 from gnndist.cli import exit_rank, main
+from gnndist.launcher import under_torchrun
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
         code = main(json.load(f))
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if under_torchrun():
         exit_rank(code)
     sys.exit(code)

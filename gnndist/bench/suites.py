@@ -150,7 +150,7 @@ def partition_suite(s: Settings, rows: Rows, work: Path) -> None:
 # ---------------------------------------------------------------------- peer
 def peer(s: Settings, rows: Rows, work: Path, reps: int | None = None) -> None:
     """gnndist P = 1 (``Trainer.train_step``) vs PyG GCNConv, one process, same model/optimiser/data."""
-    from gnndist.bench.peer import gnndist_step, pyg_step, time_steps
+    from gnndist.bench.peer import gnndist_trainer, pyg_step, time_steps
 
     name = s.dataset or ("synthetic-20k-d10" if s.quick else "ogbn-arxiv")
     data = _data(name, s.root)
@@ -158,7 +158,7 @@ def peer(s: Settings, rows: Rows, work: Path, reps: int | None = None) -> None:
     _, d, _ = _partition(data, 1, "random", s, work)
     reps = reps or max(s.epochs - s.warmup, 5)
     providers = {
-        "gnndist": lambda: gnndist_step(d, s.hidden, s.layers, device),
+        "gnndist": lambda: gnndist_trainer(d, s.hidden, s.layers, device).train_step,
         "pyg sparse_csr cached": lambda: pyg_step(data, s.hidden, s.layers, "sparse_csr", True, device),
         "pyg edge_index cached": lambda: pyg_step(data, s.hidden, s.layers, "edge_index", True, device),
     }

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.nn.gat_conv import GATConv
-from gnndist.nn.norm import DistBatchNorm, apply_norm
+from gnndist.nn.norm import apply_norm, make_norm
 
 
 class GAT(nn.Module):
@@ -37,8 +37,7 @@ class GAT(nn.Module):
         self.convs.append(GATConv(widths[-1], out_channels, heads=1, concat=False, dropout=dropout))
         for i, c in enumerate(self.convs):
             c.tag = f"layer{i}"
-        make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
-        self.norms = nn.ModuleList(make_norm(per_head * heads) for _ in range(layers - 1))
+        self.norms = nn.ModuleList(make_norm(norm, per_head * heads) for _ in range(layers - 1))
         self.dropout = dropout
 
     def forward(self, graph, x: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.nn.message_passing import MessagePassing
-from gnndist.nn.norm import DistBatchNorm, apply_norm
+from gnndist.nn.norm import apply_norm, make_norm
 
 
 class SoftmaxAggregation(nn.Module):
@@ -63,13 +63,12 @@ class GENConv(MessagePassing):
         if in_channels != out_channels:
             self.lin_src = nn.Linear(in_channels, out_channels, bias=bias)
             self.lin_dst = nn.Linear(in_channels, out_channels, bias=bias)
-        make_norm = {"batch": DistBatchNorm, "layer": nn.LayerNorm, None: None, "none": None}[norm]
         widths = [out_channels] + [out_channels * expansion] * (num_layers - 1) + [out_channels]
         mlp: list[nn.Module] = []
         for i, (a, b) in enumerate(pairwise(widths)):
             mlp.append(nn.Linear(a, b, bias=bias))
             if i < num_layers - 1:  # PyG's MLP: linear, norm, act, dropout; plain last layer
-                mlp += ([make_norm(b)] if make_norm else []) + [nn.ReLU(), nn.Identity()]
+                mlp += ([make_norm(norm, b)] if norm not in (None, "none") else []) + [nn.ReLU(), nn.Identity()]
         self.mlp = nn.Sequential(*mlp)
 
     def message(self, x_j: Tensor) -> Tensor:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from weakref import WeakKeyDictionary
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +61,7 @@ class LocalEdges:
         self.dst_id = graph.orig_id[self.row].long()  # [nnz]
         self.src_id = graph.orig_id[self.col].long()  # [nnz]
         self.num_nodes = graph.num_nodes
+        self.kernel = graph.kernel  # the run's kernel choice (None: the dispatcher's)
         self._count: Tensor | None = None
 
     @property
@@ -80,7 +80,7 @@ class LocalEdges:
         Shapes:
             a_dst ``[n_owned, H]``, b_src ``[n_owned + n_halo, H]`` -> ``[nnz, H]``
         """
-        return sddmm(self.csr, a_dst, b_src, op)
+        return sddmm(self.csr, a_dst, b_src, op, impl=self.kernel)
 
     def softmax(self, scores: Tensor) -> Tensor:
         """Softmax over every owned row's edges (exact: a row's edges are all local).
@@ -88,7 +88,7 @@ class LocalEdges:
         Shapes:
             scores ``[nnz, H]`` or ``[nnz]`` -> same shape
         """
-        return segment_softmax(self.csr, scores)
+        return segment_softmax(self.csr, scores, impl=self.kernel)
 
     def dropout(self, graph, values: Tensor, p: float, key: int, training: bool = True) -> Tensor:
         """Edge dropout whose mask depends on (seed, epoch, key, dst id, src id): the same for every P.
@@ -100,24 +100,19 @@ class LocalEdges:
             return values
         ids = self.dst_id * self.num_nodes + self.src_id  # [nnz] unique per edge
         width = values.shape[1] if values.dim() > 1 else 1
-        keep = dropout_mask(ids, width, p, graph.seed, graph.epoch, key).view(values.shape)
+        step = graph.context.current
+        keep = dropout_mask(ids, width, p, step.seed, step.epoch, key).view(values.shape)
         return values * keep.to(values.dtype) / (1.0 - p)
 
     def gcn_weight(self, graph) -> Tensor:
         """``1 / sqrt((d_dst + 1)(d_src + 1))`` of every edge, global degrees (self-loops included). ``[nnz]``."""
-        dinv = (graph.degree.double() + 1.0).rsqrt()  # [n_owned + n_halo]
+        dinv = graph.gcn_scale  # [n_owned + n_halo] float64
         return (dinv[self.row] * dinv[self.col]).float()
 
 
-_EDGE_CACHE: WeakKeyDictionary = WeakKeyDictionary()
-
-
 def local_edges(graph, self_loops: bool = False) -> LocalEdges:
-    """The (cached) :class:`LocalEdges` of ``graph``."""
-    per_graph = _EDGE_CACHE.setdefault(graph, {})
-    if self_loops not in per_graph:
-        per_graph[self_loops] = LocalEdges(graph, self_loops)
-    return per_graph[self_loops]
+    """The :class:`LocalEdges` of ``graph`` (built once per graph)."""
+    return graph.derived(("local_edges", self_loops), lambda: LocalEdges(graph, self_loops))
 
 
 def _params(fn) -> list[str]:
@@ -219,10 +214,11 @@ class MessagePassing(nn.Module):
                 h_ext = extended(h, "x")  # [n_local, *]
                 if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
                     h_ext = h_ext.view(h_ext.shape[0], weight.shape[1], -1)  # heads
-                out = spmm(edges.csr, h_ext, weight, aggr)  # [n_owned, *]
+                out = spmm(edges.csr, h_ext, weight, aggr, impl=edges.kernel)  # [n_owned, *]
                 out = out.reshape((n_owned,) + tuple(h.shape[1:]))
             elif weight is None:
-                out = segment_max(edges.csr, extended(h, "x").flatten(1)).view((n_owned,) + tuple(h.shape[1:]))
+                h_ext = extended(h, "x").flatten(1)  # [n_local, *]
+                out = segment_max(edges.csr, h_ext, impl=edges.kernel).view((n_owned,) + tuple(h.shape[1:]))
             else:
                 node_wise = False
             if node_wise:

@@ -8,11 +8,12 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnndist.config import Preset, TrainConfig, with_fields
 from gnndist.cost import aggregate_first
 from gnndist.kernels.csr import rows2d
 from gnndist.nn.gcn_conv import GCNConv
 from gnndist.nn.gin_conv import GINConv
-from gnndist.nn.norm import DistBatchNorm, apply_norm
+from gnndist.nn.norm import apply_norm, make_norm
 from gnndist.nn.sage_conv import SAGEConv
 
 ConvFactory = Callable[[int, int], nn.Module]
@@ -25,23 +26,26 @@ def _gin(i: int, o: int) -> nn.Module:
 
 
 MODELS: dict[str, ModelBuilder] = {}
-# per-model defaults of config fields the user did not set: {"model": {"hidden": 64}, "optim": {"lr": 0.005}}
-PRESETS: dict[str, dict[str, dict]] = {}
+PRESETS: dict[str, Preset] = {}  # per model: the defaults of the flags the user does not give (gnndist.presets)
+
+
+def _no_preset(cfg: TrainConfig) -> TrainConfig:
+    return cfg
 
 
 EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
 
 
-def register_model(name: str, builder: ModelBuilder, preset: dict[str, dict] | None = None,
+def register_model(name: str, builder: ModelBuilder, preset: Preset | None = None,
                    edge_features: bool = False) -> None:
     """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
 
-    ``preset`` gives the model's own defaults for config fields (by section), used where
-    the user passes no flag, e.g. ``{"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}``.
+    ``preset``: a function returning the config with the model's own defaults, used where the user
+    passes no flag, e.g. ``lambda cfg: with_fields(cfg, model={"hidden": 64}, optim={"lr": 0.005})``.
     ``edge_features``: the model reads ``graph.edge_attr``; its builder also gets ``edge_dim=``.
     """
     MODELS[name] = builder
-    PRESETS[name] = preset or {}
+    PRESETS[name] = preset or _no_preset
     if edge_features:
         EDGE_MODELS.add(name)
 
@@ -69,8 +73,7 @@ class GNN(nn.Module):
             c.tag = f"layer{i}"
         if isinstance(self.convs[0], GCNConv):  # its input, the features, needs no gradient
             self.convs[0].aggregate_first = aggregate_first(in_channels, widths[1])
-        make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
-        self.norms = nn.ModuleList(make_norm(hidden) for _ in range(layers - 1))
+        self.norms = nn.ModuleList(make_norm(norm, hidden) for _ in range(layers - 1))
         self.dropout = dropout
 
     def forward(self, graph, x: Tensor) -> Tensor:
@@ -126,8 +129,7 @@ class GINE(nn.Module):
             PyGAdapter(GINEConv(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden)),
                                 edge_dim=edge_dim))
             for _ in range(layers))
-        make_norm = {"none": lambda c: nn.Identity(), "batch": DistBatchNorm, "layer": nn.LayerNorm}[norm]
-        self.norms = nn.ModuleList(make_norm(hidden) for _ in range(layers))
+        self.norms = nn.ModuleList(make_norm(norm, hidden) for _ in range(layers))
         self.out = nn.Linear(hidden, out_channels)
         self.dropout = dropout
 
@@ -141,7 +143,12 @@ class GINE(nn.Module):
 
 
 register_model("gine", GINE, edge_features=True)
-register_model("gat", _gat, preset={"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}})
+def gat_preset(cfg: TrainConfig) -> TrainConfig:
+    """GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005."""
+    return with_fields(cfg, model={"hidden": 64, "dropout": 0.6}, optim={"lr": 0.005})
+
+
+register_model("gat", _gat, preset=gat_preset)
 
 
 def _gcn2(*args) -> nn.Module:
@@ -162,15 +169,25 @@ def _revgnn(*args) -> nn.Module:
     return RevGNN(*args)
 
 
-# deep models: GCNII's preset is the paper's Cora recipe; ResGCN+ and RevGNN: a recipe for Coauthor-size graphs
-register_model("gcn2", _gcn2, preset={"model": {"layers": 64, "hidden": 64, "dropout": 0.6},
-                                      "optim": {"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000}})
-# (layer norm: batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to reach the
-# ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile)
-register_model("resgcn", _resgcn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
-                                          "optim": {"lr": 0.005, "weight_decay": 5e-4}})
-register_model("revgnn", _revgnn, preset={"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
-                                          "optim": {"lr": 0.005, "weight_decay": 5e-4}})
+def gcn2_preset(cfg: TrainConfig) -> TrainConfig:
+    """GCNII's Cora recipe (Chen et al. 2020): 64 layers of 64, dropout 0.6, 1000 epochs."""
+    return with_fields(cfg, model={"layers": 64, "hidden": 64, "dropout": 0.6},
+                       optim={"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000})
+
+
+def deep_residual_preset(cfg: TrainConfig) -> TrainConfig:
+    """ResGCN+ and RevGNN on Coauthor-size graphs: 7 layers of 64, dropout 0.2, layer norm, lr 0.005.
+
+    Layer norm: batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to
+    reach the ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile.
+    """
+    return with_fields(cfg, model={"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
+                       optim={"lr": 0.005, "weight_decay": 5e-4})
+
+
+register_model("gcn2", _gcn2, preset=gcn2_preset)
+register_model("resgcn", _resgcn, preset=deep_residual_preset)
+register_model("revgnn", _revgnn, preset=deep_residual_preset)
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,

@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor, nn
 
 from gnndist.comm import AllReduceSum
-from gnndist.grid import current
-
-_FROZEN = [0]  # > 0 while a forward is being recomputed: running statistics are left alone
-
-
-@contextmanager
-def frozen_statistics() -> Iterator[None]:
-    """Inside, :class:`DistBatchNorm` normalises as usual but does not update its running statistics.
-
-    Recomputation (``--recompute``, reversible blocks) repeats a forward that already
-    updated them once; a second update would make evaluation depend on recomputation.
-    """
-    _FROZEN[0] += 1
-    try:
-        yield
-    finally:
-        _FROZEN[0] -= 1
 
 
 class DistBatchNorm(nn.Module):
@@ -51,23 +31,24 @@ class DistBatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
 
-    def forward(self, x: Tensor, grid=None) -> Tensor:
-        """Normalise ``x``; the statistics are summed over ``grid``'s ``world`` axis (every node once).
+    def forward(self, x: Tensor, graph) -> Tensor:
+        """Normalise ``x``; the statistics are summed over ``graph.grid``'s ``world`` axis (every node once).
 
         Every strategy keeps the 1D row layout between layers, so each node is a row of
-        exactly one rank and the world sum counts it once. Without ``grid`` (a layer that
-        calls ``norm(x)``) the sum runs over the grid :func:`gnndist.grid.init` built, if any.
+        exactly one rank and the world sum counts it once. Inside a repeated forward
+        (recomputation, reversible blocks: ``graph.context.statistics_frozen``) the running
+        statistics are left alone: a second update would make evaluation depend on recomputation.
         """
+        grid = graph.grid
         if self.training:
             stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
-            grid = grid if grid is not None else current()
             if grid.distributed:
                 stats = AllReduceSum.apply(stats, grid, "world")  # [2C + 1] global sums
             c = x.shape[1]
             n = stats[-1]
             mean = stats[:c] / n
             var = (stats[c : 2 * c] / n - mean * mean).clamp(min=0)
-            if not _FROZEN[0]:
+            if not graph.context.statistics_frozen:
                 with torch.no_grad():
                     unbiased = var * n / (n - 1).clamp(min=1)
                     self.running_mean.lerp_(mean.detach(), self.momentum)
@@ -78,8 +59,8 @@ class DistBatchNorm(nn.Module):
 
 
 def apply_norm(norm: nn.Module, graph, x: Tensor) -> Tensor:
-    """``norm(x)``, passing the graph's grid to a :class:`DistBatchNorm` (global statistics)."""
-    return norm(x, graph.grid) if isinstance(norm, DistBatchNorm) else norm(x)
+    """``norm(x)``, passing the graph to a :class:`DistBatchNorm` (global statistics)."""
+    return norm(x, graph) if isinstance(norm, DistBatchNorm) else norm(x)
 
 
 def make_norm(norm: str, channels: int) -> nn.Module:

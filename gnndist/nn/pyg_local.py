@@ -29,7 +29,6 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from gnndist.comm import fold
 from gnndist.errors import UserError
 
 
@@ -126,8 +125,7 @@ class LocalRun:
         n_owned, graph = self.n_owned, self.graph
         keep = ~loop | (index < n_owned)
         part = weight.new_zeros(self.n_local).index_add(0, index[keep], weight[keep])  # [n_local] partial sums
-        plan = graph.layout1d.block.expand
-        owned = part[:n_owned] + fold(part[n_owned:, None], plan, n_owned, graph.counter, f"{self.tag}/degree")[:, 0]
+        owned = part[:n_owned] + graph.fold_halo(part[n_owned:, None], f"{self.tag}/degree")[:, 0]
         return torch.cat([owned, graph.halo(owned[:, None], f"{self.tag}/degree")[:, 0]])
 
     def gcn_norm(self, edge_index, edge_weight=None, num_nodes=None, improved=False, add_self_loops=True,

@@ -9,25 +9,11 @@ rows (running statistics are updated by the first forward only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
-
-from gnndist.nn.norm import frozen_statistics
-
-
-@contextmanager
-def recomputing(graph) -> Iterator[None]:
-    """Marks a repeated forward: ``graph.spmm`` counts its SpMMs as forward-only, running statistics stay."""
-    prev = graph.recomputing
-    graph.recomputing = True
-    try:
-        with frozen_statistics():
-            yield
-    finally:
-        graph.recomputing = prev
 
 
 def checkpointed(fn: Callable[..., Tensor], graph, *args: Tensor, enabled: bool = True) -> Tensor:
@@ -38,4 +24,4 @@ def checkpointed(fn: Callable[..., Tensor], graph, *args: Tensor, enabled: bool 
     """
     if not enabled:
         return fn(graph, *args)
-    return checkpoint(fn, graph, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), recomputing(graph)))
+    return checkpoint(fn, graph, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), graph.context.recompute()))

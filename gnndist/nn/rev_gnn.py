@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.errors import UserError
-from gnndist.nn.norm import apply_norm, frozen_statistics, make_norm
+from gnndist.nn.norm import apply_norm, make_norm
 from gnndist.nn.sage_conv import SAGEConv
 
 log = logging.getLogger("gnndist")
@@ -197,7 +197,7 @@ class _Reversible(torch.autograd.Function):
         model, graph = ctx.model, ctx.graph
         (z,) = ctx.saved_tensors
         grads: list[Tensor | None] = []
-        with frozen_statistics():  # the forward updated the running statistics once already
+        with graph.context.frozen_statistics():  # the forward updated the running statistics once already
             for block in reversed(model.blocks):
                 z, grad, g = block.backward_step(graph, z, grad)
                 if model.trace is not None:

@@ -12,20 +12,28 @@ strategy is exact against one process.
 
 from __future__ import annotations
 
+from gnndist.config import DistConfig
 from gnndist.errors import UserError
 from gnndist.strategies.auto import Auto
-from gnndist.strategies.base import Block, BlockStrategy, Strategy
+from gnndist.strategies.base import Block, BlockStrategy, Strategy, Structure
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
 
 STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Halo1D, Grid15D, Grid2D, Auto)}
 
 
-def get_strategy(name: str, **kw) -> Strategy:
-    """The strategy registered under ``name`` (``--strategy``), built with its options (``overlap``, ``replication``, ...)."""
+def strategy_from_config(dist: DistConfig) -> Strategy:
+    """The (unbuilt) strategy of ``--strategy`` with the options of ``dist`` it uses."""
+    return STRATEGIES[dist.strategy].from_config(dist)
+
+
+def get_strategy(name: str, **options) -> Strategy:
+    """The strategy registered under ``name``, with ``--strategy``'s options (``replication``, ``overlap``,
+    ``network``, ``alpha``, ``beta``) validated as the flags are (:class:`~gnndist.config.DistConfig`)."""
     if name not in STRATEGIES:
         raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
-    return STRATEGIES[name](**kw)
+    return strategy_from_config(DistConfig(strategy=name, **options))
 
 
-__all__ = ["STRATEGIES", "Auto", "Block", "BlockStrategy", "Grid15D", "Grid2D", "Halo1D", "Strategy", "get_strategy"]
+__all__ = ["STRATEGIES", "Auto", "Block", "BlockStrategy", "Grid15D", "Grid2D", "Halo1D", "Strategy", "Structure", "get_strategy",
+           "strategy_from_config"]

@@ -13,6 +13,7 @@ owners (*fold*). The three layouts differ only in how they assign nonzeros to ra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -20,6 +21,41 @@ from torch import Tensor
 from gnndist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.cost import RankLoad
 from gnndist.kernels import CSR, spmm
+
+if TYPE_CHECKING:
+    from gnndist.config import DistConfig
+    from gnndist.grid import ProcessGrid
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A rank's part as the partition stored it, what every strategy builds on (:class:`~gnndist.graph.DistGraph` makes it).
+
+    Attributes:
+        rank: the rank this part belongs to.
+        n_owned: rows this rank owns.
+        csr: its rows of ``A`` in local ids ``[n_owned, n_owned + n_halo]``.
+        halo_gid: global (new) ids of the halo ``[n_halo]``, grouped by owner.
+        send_idx: local rows sent to each peer, grouped by peer ``[sum send_counts]``.
+        send_counts: rows sent to each rank ``[P]``.
+        recv_counts: rows received from each rank ``[P]``.
+        offsets: first global (new) id of every rank's rows ``[P + 1]``.
+        layouts: every layout's per-rank counts (``META.json`` ``layouts``; empty for older partitions).
+    """
+
+    rank: int
+    n_owned: int
+    csr: CSR
+    halo_gid: Tensor
+    send_idx: Tensor
+    send_counts: list[int]
+    recv_counts: list[int]
+    offsets: tuple[int, ...]
+    layouts: dict
+
+    @property
+    def n_halo(self) -> int:
+        return int(self.halo_gid.numel())
 
 
 @dataclass
@@ -98,21 +134,42 @@ def _row_slice(csr: CSR, a: int, b: int) -> CSR:
 class Strategy:
     """Computes ``out[i] = sum_j A_ij x[j]`` for every owned row ``i``, with whatever communication it needs.
 
-    Lifecycle: built by name (:func:`gnndist.strategies.get_strategy`) with its options,
-    then :meth:`prepare` on every rank at once (it may communicate), then :meth:`spmm`
-    per layer. Forward and backward go through autograd: the exchanges are autograd
-    functions, so no layer needs a distributed backward of its own.
+    Lifecycle: made from the config (:meth:`from_config`, or by name through
+    :func:`gnndist.strategies.get_strategy`), then :meth:`build` on every rank at once (it
+    may communicate), then :meth:`spmm` per layer. Forward and backward go through
+    autograd: the exchanges are autograd functions, so no layer needs a distributed
+    backward of its own. Every method a caller uses is declared here.
+
+    Attributes:
+        name: the registry name (``--strategy``).
+        replication: ``c`` of the layout (1 for ``1d``); ``None`` until :meth:`build` where the
+            world size decides it (``2d``), and for ``auto`` (per layer: see :meth:`layout_for`).
     """
 
     name: str = ""
+    replication: int | None = None
 
-    def prepare(self, graph) -> None:
-        """Build this rank's layout from the graph's part (collective: every rank calls it)."""
+    @classmethod
+    def from_config(cls, dist: DistConfig) -> Strategy:
+        """The strategy of ``--strategy`` with the options of ``dist`` it uses."""
         raise NotImplementedError
 
     def grid_shape(self, world: int) -> int:
         """The replication this layout uses on ``world`` ranks; a one-line ``UserError`` if it cannot."""
         return 1
+
+    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: str | None = None,
+              wire: torch.dtype | None = None) -> None:
+        """Build this rank's layout from the part's structure (collective: every rank calls it).
+
+        Args:
+            part: the rank's :class:`~gnndist.graph.Structure`.
+            grid: the process grid.
+            counter: the byte counter every exchange reports to.
+            kernel: the SpMM kernel (``None``: the dispatcher chooses per input).
+            wire: dtype the exchanged rows travel in (``None``: their own).
+        """
+        raise NotImplementedError
 
     def spmm(self, x: Tensor, tag: str) -> Tensor:
         """Sum over every owned row's neighbours; bytes are counted under ``tag``.
@@ -122,20 +179,23 @@ class Strategy:
         """
         raise NotImplementedError
 
-    def load(self, width: int | None = None) -> RankLoad:
-        """This rank's rows, messages and nonzeros of one SpMM (for the cost model)."""
+    def layout_for(self, tag: str) -> BlockStrategy:
+        """The layout that aggregates layer ``tag`` (``auto``: its choice for that layer; others: themselves)."""
         raise NotImplementedError
 
-    def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
-        """Predicted bytes of one SpMM of ``width`` on this rank: ``fwd_sent``, ``fwd_received``, ``bwd_*``."""
-        return self.load(width).bytes(width, elem)
+    def after_first_step(self) -> None:
+        """Called once every layer has run one step (``auto`` frees the layouts no layer chose)."""
+
+    def choices(self) -> dict[str, dict]:
+        """Per layer, the candidates considered and their modelled time and bytes (``auto``; others: none)."""
+        return {}
 
     def describe(self) -> str:
         return self.name
 
 
 class BlockStrategy(Strategy):
-    """A strategy whose layout is one :class:`Block` per rank (all of ours).
+    """A strategy whose layout is one :class:`Block` per rank (all but ``auto``).
 
     Forward: start the expand, multiply the interior nonzeros while it travels, wait,
     finish the partial rows of other owners and start their fold, finish the own rows
@@ -150,35 +210,50 @@ class BlockStrategy(Strategy):
         self.overlap = overlap
         self.block: Block | None = None
         self.counter: ByteCounter | None = None
+        self.kernel: str | None = None
 
-    def prepare(self, graph) -> None:
-        self.counter = graph.counter
-        self.block = self.build(graph)
-        for plan in (self.block.expand, self.block.fold):  # rows travel in the graph's communication dtype
+    @property
+    def built(self) -> bool:
+        return self.block is not None
+
+    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: str | None = None,
+              wire: torch.dtype | None = None) -> None:
+        self.counter, self.kernel = counter, kernel
+        self.block = self.make_block(part, grid)
+        for plan in (self.block.expand, self.block.fold):  # rows travel in the run's communication dtype
             if plan is not None:
-                plan.wire = graph.comm_dtype
+                plan.wire = wire
 
-    def build(self, graph) -> Block:
+    def make_block(self, part: Structure, grid: ProcessGrid) -> Block:
+        """This rank's :class:`Block` of ``A`` and its exchange plans (collective)."""
         raise NotImplementedError
 
-    def load(self, width: int | None = None) -> RankLoad:
+    def layout_for(self, tag: str) -> BlockStrategy:
+        return self
+
+    def load(self) -> RankLoad:
+        """This rank's rows, messages and nonzeros of one SpMM (for the cost model)."""
         return self.block.load()
 
+    def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
+        """Predicted bytes of one SpMM of ``width`` on this rank: ``fwd_sent``, ``fwd_received``, ``bwd_*``."""
+        return self.load().bytes(width, elem)
+
     def spmm(self, x: Tensor, tag: str) -> Tensor:
-        b = self.block
+        b, k = self.block, self.kernel
         if not self.overlap:
             halo = gather(x, b.expand, self.counter, tag)  # [n_halo, F]
-            out = spmm(b.full_csr(), torch.cat([x, halo]))  # [n_owned + n_fold, F]
+            out = spmm(b.full_csr(), torch.cat([x, halo]), impl=k)  # [n_owned + n_fold, F]
             if b.fold is None:
                 return out
             return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)
         pending = gather_start(x, b.expand, self.counter, tag)
-        out = spmm(b.csr_int, x)  # [n_owned + n_fold, F] while the halo travels
+        out = spmm(b.csr_int, x, impl=k)  # [n_owned + n_fold, F] while the halo travels
         halo = gather_wait(x, pending)  # [n_halo, F]
         if b.fold is None:  # even with no boundary nonzeros: the halo's backward is a collective every rank enters
-            return out + spmm(b.csr_bnd, halo)
+            return out + spmm(b.csr_bnd, halo, impl=k)
         bnd_own, bnd_fold = b.boundary_split()
-        partial = out[b.n_owned :] + spmm(bnd_fold, halo)  # [n_fold, F]: other owners' rows, complete
+        partial = out[b.n_owned :] + spmm(bnd_fold, halo, impl=k)  # [n_fold, F]: other owners' rows, complete
         pending_fold = fold_start(partial, b.fold, b.n_owned, self.counter, tag)
-        own = out[: b.n_owned] + spmm(bnd_own, halo)  # [n_owned, F] while the partial rows travel
+        own = out[: b.n_owned] + spmm(bnd_own, halo, impl=k)  # [n_owned, F] while the partial rows travel
         return own + fold_wait(partial, pending_fold)

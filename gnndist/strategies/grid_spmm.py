@@ -59,19 +59,20 @@ class Grid15D(BlockStrategy):
     """1.5D: ``P = q * c`` ranks, replication ``c``; expand along ``col`` (``q`` ranks), fold along ``row`` (``c``).
 
     Args:
-        replication: ``c``, which must divide the number of ranks (``--replication``).
+        replication: ``c``, at least 2, which must divide the number of ranks (``--replication``;
+            :class:`~gnndist.config.DistConfig` validates it).
         overlap: overlap the expand with the interior product (default ``True``).
     """
 
     name = "1.5d"
 
-    def __init__(self, overlap: bool = True, replication: int | None = None):
+    def __init__(self, replication: int, overlap: bool = True):
         super().__init__(overlap)
-        if replication is None:
-            raise UserError("--strategy 1.5d needs --replication C (C divides the number of ranks)")
-        if replication < 2:
-            raise UserError(f"--replication must be >= 2 for --strategy 1.5d, got {replication} (1 is --strategy 1d)")
         self.replication = replication
+
+    @classmethod
+    def from_config(cls, dist) -> Grid15D:
+        return cls(dist.replication, dist.overlap)
 
     def grid_shape(self, world: int) -> int:
         """The replication ``c`` for ``world`` ranks (errors name the flag)."""
@@ -82,81 +83,87 @@ class Grid15D(BlockStrategy):
     def describe(self) -> str:
         return f"{self.name}(c={self.replication})"
 
-    def build(self, graph) -> Block:
-        grid = graph.grid
-        c = self.grid_shape(grid.world_size)
-        self.replication = c
-        axes = grid.axes(c)
-        row_ax, col_ax = axes["row"], axes["col"]
-        dev = graph.x.device
-        off = torch.as_tensor(np.asarray(graph.meta["offsets"]), dtype=torch.int64, device=dev)  # [P + 1]
-        lo, n_owned = int(off[grid.rank]), graph.n_owned
-
-        def owner(ids: Tensor) -> Tensor:
-            return torch.searchsorted(off, ids, right=True) - 1
-
-        # 1. my nonzeros in global (new) ids, sent to the replica whose slab holds the column
-        csr = graph.csr
-        local_col = csr.col.long()
-        gcol = local_col + lo  # [nnz]
-        halo = local_col >= n_owned  # only these index the halo (which may be empty)
-        gcol[halo] = graph.halo_gid[local_col[halo] - n_owned].long()
-        grow = csr.row.long() + lo  # [nnz]
-        counts, grow, gcol = _group_by(owner(gcol) % c, c, grow, gcol)
-        pairs, _ = _all_to_all_v(grid, torch.stack([grow, gcol], 1), counts, row_ax)  # [nnz_block, 2]: A[R_i, S_j]
-        grow, gcol = pairs[:, 0], pairs[:, 1]
-        mine_r = (grow >= lo) & (grow < lo + n_owned)
-        mine_c = (gcol >= lo) & (gcol < lo + n_owned)
-
-        # 2. fold: partial rows of other owners (same replica group), grouped by owner
-        fold_gid, row_local = torch.unique(grow[~mine_r], return_inverse=True)  # sorted = grouped by owner
-        out_row = torch.empty_like(grow)
-        out_row[mine_r] = grow[mine_r] - lo
-        out_row[~mine_r] = n_owned + row_local
-        fold_to = owner(fold_gid) % c  # position on the row axis
-        fold_plan = self._plan(grid, fold_gid, fold_to, row_ax, lo)
-
-        # 3. expand: gathered columns (owners on my column axis), grouped by owner
-        halo_gid, col_local = torch.unique(gcol[~mine_c], return_inverse=True)
-        in_col = torch.empty_like(gcol)
-        in_col[mine_c] = gcol[mine_c] - lo
-        in_col[~mine_c] = n_owned + col_local
-        expand_plan = self._plan(grid, halo_gid, owner(halo_gid) // c, col_ax, lo)
-        return Block.from_local(n_owned, out_row, in_col, len(fold_gid), len(halo_gid), expand_plan, fold_plan)
-
-    @staticmethod
-    def _plan(grid, ids: Tensor, dest: Tensor, axis, lo: int) -> ExchangePlan:
-        """Plan for rows ``ids`` (sorted global ids) that live on axis members ``dest``.
-
-        This rank receives (gather) or sends (fold) them in this order; each owner learns
-        which of its rows are involved by one exchange of the ids.
-        """
-        recv_counts = torch.bincount(dest, minlength=axis.size)  # [axis size], ids already grouped
-        asked, send_counts = _all_to_all_v(grid, ids, recv_counts, axis)
-        return ExchangePlan(asked - lo, send_counts.tolist(), recv_counts.tolist(), grid, axis)
+    def make_block(self, part, grid) -> Block:
+        return grid_block(part, grid, self.grid_shape(grid.world_size))
 
 
-class Grid2D(Grid15D):
+def grid_block(part, grid, c: int) -> Block:
+    """Rank ``(i, j)``'s block ``A[R_i, S_j]`` of the ``q x c`` grid, with its expand and fold plans (collective)."""
+    axes = grid.axes(c)
+    row_ax, col_ax = axes["row"], axes["col"]
+    csr = part.csr
+    off = torch.as_tensor(np.asarray(part.offsets), dtype=torch.int64, device=csr.device)  # [P + 1]
+    lo, n_owned = int(off[grid.rank]), part.n_owned
+
+    def owner(ids: Tensor) -> Tensor:
+        return torch.searchsorted(off, ids, right=True) - 1
+
+    # 1. my nonzeros in global (new) ids, sent to the replica whose slab holds the column
+    local_col = csr.col.long()
+    gcol = local_col + lo  # [nnz]
+    halo = local_col >= n_owned  # only these index the halo (which may be empty)
+    gcol[halo] = part.halo_gid[local_col[halo] - n_owned].long()
+    grow = csr.row.long() + lo  # [nnz]
+    counts, grow, gcol = _group_by(owner(gcol) % c, c, grow, gcol)
+    pairs, _ = _all_to_all_v(grid, torch.stack([grow, gcol], 1), counts, row_ax)  # [nnz_block, 2]: A[R_i, S_j]
+    grow, gcol = pairs[:, 0], pairs[:, 1]
+    mine_r = (grow >= lo) & (grow < lo + n_owned)
+    mine_c = (gcol >= lo) & (gcol < lo + n_owned)
+
+    # 2. fold: partial rows of other owners (same replica group), grouped by owner
+    fold_gid, row_local = torch.unique(grow[~mine_r], return_inverse=True)  # sorted = grouped by owner
+    out_row = torch.empty_like(grow)
+    out_row[mine_r] = grow[mine_r] - lo
+    out_row[~mine_r] = n_owned + row_local
+    fold_to = owner(fold_gid) % c  # position on the row axis
+    fold_plan = _plan(grid, fold_gid, fold_to, row_ax, lo)
+
+    # 3. expand: gathered columns (owners on my column axis), grouped by owner
+    halo_gid, col_local = torch.unique(gcol[~mine_c], return_inverse=True)
+    in_col = torch.empty_like(gcol)
+    in_col[mine_c] = gcol[mine_c] - lo
+    in_col[~mine_c] = n_owned + col_local
+    expand_plan = _plan(grid, halo_gid, owner(halo_gid) // c, col_ax, lo)
+    return Block.from_local(n_owned, out_row, in_col, len(fold_gid), len(halo_gid), expand_plan, fold_plan)
+
+
+def _plan(grid, ids: Tensor, dest: Tensor, axis, lo: int) -> ExchangePlan:
+    """Plan for rows ``ids`` (sorted global ids) that live on axis members ``dest``.
+
+    This rank receives (gather) or sends (fold) them in this order; each owner learns
+    which of its rows are involved by one exchange of the ids.
+    """
+    recv_counts = torch.bincount(dest, minlength=axis.size)  # [axis size], ids already grouped
+    asked, send_counts = _all_to_all_v(grid, ids, recv_counts, axis)
+    return ExchangePlan(asked - lo, send_counts.tolist(), recv_counts.tolist(), grid, axis)
+
+
+class Grid2D(BlockStrategy):
     """2D: ``P = s * s`` ranks on a square grid; block ``(i, j)`` of ``A`` on rank ``(i, j)``.
 
     The input rows each block touches travel along the grid's ``col`` axis and the partial
-    products are reduced along its ``row`` axis, back to the 1D rows. It is the square case
-    of :class:`Grid15D` (``c = s``).
+    products are reduced along its ``row`` axis, back to the 1D rows: the square case of
+    :class:`Grid15D` (``c = s``), built by the same :func:`grid_block`.
+
+    Args:
+        overlap: overlap the expand with the interior product (default ``True``).
     """
 
     name = "2d"
 
-    def __init__(self, overlap: bool = True, replication: int | None = None):
-        BlockStrategy.__init__(self, overlap)
-        self.replication = replication  # None until the world size is known
+    @classmethod
+    def from_config(cls, dist) -> Grid2D:
+        return cls(dist.overlap)
 
     def grid_shape(self, world: int) -> int:
         s = math.isqrt(world)
         if s * s != world or world < 4:
             raise UserError(f"--strategy 2d needs a square number of ranks >= 4, got {world}")
-        if self.replication not in (None, s):
-            raise UserError(f"--strategy 2d on {world} ranks has a {s} x {s} grid; drop --replication {self.replication}")
         return s
+
+    def make_block(self, part, grid) -> Block:
+        self.replication = self.grid_shape(grid.world_size)
+        return grid_block(part, grid, self.replication)
 
     def describe(self) -> str:
         return f"2d({self.replication}x{self.replication})" if self.replication else "2d"

@@ -19,13 +19,13 @@ class Halo1D(BlockStrategy):
     """
 
     name = "1d"
+    replication = 1
 
-    def __init__(self, overlap: bool = True, replication: int | None = None):
-        super().__init__(overlap)
-        self.replication = 1
+    @classmethod
+    def from_config(cls, dist) -> Halo1D:
+        return cls(dist.overlap)
 
-    def build(self, graph) -> Block:
-        part = graph.part
-        expand = ExchangePlan(part["send_idx"], part["send_counts"].tolist(), part["recv_counts"].tolist(), graph.grid)
-        csr = graph.csr
-        return Block.from_local(graph.n_owned, csr.row.long(), csr.col.long(), 0, graph.n_halo, expand, None)
+    def make_block(self, part, grid) -> Block:
+        expand = ExchangePlan(part.send_idx, part.send_counts, part.recv_counts, grid)
+        csr = part.csr
+        return Block.from_local(part.n_owned, csr.row.long(), csr.col.long(), 0, part.n_halo, expand, None)

@@ -1,0 +1,118 @@
+"""The partition cache: where ``gnndist run`` keeps the partitions it makes, under a key of every setting.
+
+    target = partition_dir("cora", part, data)     # $GNNDIST_PARTITIONS/cora-p4-auto-vol-s0...
+    ensure_partition("cora", part, data, say=print)  # made once, reused by every later run
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from gnndist.config import DataConfig, PartitionConfig
+from gnndist.errors import UserError
+
+
+def partition_cache() -> Path:
+    """Folder of cached partitions: ``$GNNDIST_PARTITIONS``, else ``<data root>/partitions``.
+
+    The data root is :func:`gnndist.datasets.default_root` (``$GNNDIST_DATA``, else
+    ``~/.cache/gnndist``), never ``--root``: a dataset folder given with ``--root`` is only read.
+    """
+    from gnndist.datasets import default_root
+
+    return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
+
+
+def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
+    """Cache directory of a partition: :func:`partition_cache` / key.
+
+    The key names the dataset, split, parts, method, objective, seed and every non-default
+    setting (balance, refinement, network, modelled model ``-h<hidden>x<layers>``). When the data
+    may not be the one the cache's own data root holds (a path, a ``--root`` other than the data
+    root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
+    data comes from, so that two datasets of one name never share a partition.
+    """
+    from gnndist.datasets import default_root
+
+    is_path = os.sep in dataset or os.path.exists(dataset)
+    name = Path(dataset).name if is_path else dataset
+    root = os.path.realpath(data.root or default_root())
+    sources = [os.path.realpath(dataset)] if is_path else []
+    if root != os.path.realpath(default_root()) or os.environ.get("GNNDIST_PARTITIONS"):
+        sources.append(root)
+    if sources:
+        name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
+    obj = part.objective if part.method != "random" else "none"
+    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    if data.split_seed:
+        key += f"-split{data.split_seed}"
+    if data.random_splits:
+        key += f"-rsplits{data.random_splits}"
+    if part.method != "random" and part.balance != "auto":
+        key += "-b" + "+".join(part.constraints)
+    if part.method != "random" and not part.refine:
+        key += "-norefine"
+    if part.cost_network != "ib":
+        key += f"-{part.cost_network}"
+    default = PartitionConfig()
+    if (part.model_hidden, part.model_layers) != (default.model_hidden, default.model_layers):
+        key += f"-h{part.model_hidden}x{part.model_layers}"
+    return partition_cache() / key
+
+
+def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
+                   say=lambda msg: None) -> tuple[Path, dict]:
+    """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
+
+    Returns the directory and the report; ``say`` hears each stage. The cost model times a model
+    of widths ``(F, part.model_hidden, ..., classes)`` with ``part.model_layers`` layers.
+    """
+    from gnndist.datasets import load
+    from gnndist.partition import model_widths_of, partition
+
+    target = Path(out) if out else partition_dir(dataset, part, dcfg)
+    _check_writable(target, cached=not out)
+    say(f"loading {dataset}")
+    data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    if dcfg.random_splits:
+        from gnndist.datasets.split import add_random_splits
+
+        add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
+    say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
+    widths = model_widths_of(data, part.model_hidden, part.model_layers)
+    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
+                  refine=part.refine, cost_network=part.cost_network, widths=widths)
+    say(f"writing the parts to {target}")
+    name = getattr(data, "name", None) or Path(dataset).name
+    return p.save(target, dataset=name), p.report
+
+
+def _check_writable(target: Path, cached: bool) -> None:
+    """Refuse at once, before loading and partitioning, a ``target`` whose nearest existing folder is read-only."""
+    folder = target
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        hint = "; set $GNNDIST_PARTITIONS to a writable folder for the cache" if cached else ""
+        raise UserError(f"cannot write the partition to {target}: {folder} is read-only{hint}")
+
+
+def is_ready(target: Path, parts: int) -> bool:
+    """Whether ``target`` holds a complete partition into ``parts`` parts (META.json is written last)."""
+    from gnndist.partition import read_meta
+
+    try:
+        return (target / "META.json").is_file() and read_meta(target)["parts"] == parts
+    except UserError:
+        return False
+
+
+def ensure_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, say=lambda msg: None) -> Path:
+    """The cached partition of ``dataset`` for ``part`` and ``dcfg``, made now if the cache has none."""
+    target = partition_dir(dataset, part, dcfg)
+    if is_ready(target, part.parts):
+        say(f"using the cached partition {target}")
+        return target
+    return make_partition(dataset, part, dcfg, None, say=say)[0]

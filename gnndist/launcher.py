@@ -1,0 +1,372 @@
+"""Start the ranks: in this process (one rank, or one rank of ``torchrun``) or ``--ranks N`` local ranks.
+
+:func:`launch` runs any ``fn(grid, *args)`` on every rank (the public API, what ``gnndist
+train`` uses with :func:`train_rank`). ``nproc=N`` starts the ranks through PyTorch's own elastic launcher
+(``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs), so the
+training code path is the one ``torchrun`` gives, and:
+
+* SIGINT / SIGTERM to the launcher stop every rank (the agent forwards the signal, then
+  kills what is left) and the launcher exits 130 / 143 with one line; a rank also dies
+  with its launcher (``PR_SET_PDEATHSIG``), so none is orphaned;
+* when ranks fail together the launcher prints one line, the root cause: the earliest
+  error of a rank that failed on its own, before any "a peer failed" of the others;
+* ``--max-restarts R`` restarts the group after a failure; with ``--checkpoint`` the
+  restarted ranks resume from the newest good checkpoint (as they do under ``torchrun
+  --max-restarts``).
+
+Failures reach the caller as exceptions: a :class:`~gnndist.errors.UserError` (one line), or
+:class:`RanksFailed` / :class:`RanksStopped` with the line and exit code the CLI prints.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gnndist.config import TrainConfig
+from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError
+
+
+def under_torchrun() -> bool:
+    """True when the launcher (torchrun or a spawned rank) already set the rank environment."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def restart_count() -> int:
+    """How many times the elastic agent (``torchrun`` or ``--nproc``) restarted this group."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def _supported(cls, **kwargs) -> dict:
+    """The keyword arguments ``cls`` (a dataclass) accepts: options newer torch versions added."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def stage(msg: str, cfg: TrainConfig) -> None:
+    """Say which stage the run is in, terminal or not (to standard error under ``--json``, whose stdout is data)."""
+    print(f"gnndist: {msg}", file=sys.stderr if cfg.run.json else sys.stdout, flush=True)
+
+
+def collective_error(e: BaseException, rank: int, timeout: float) -> PeerFailed | None:
+    """A one-line :class:`PeerFailed` for an exception raised by a collective, naming it; else None.
+
+    The collective is the innermost ``torch.distributed`` call in the traceback, the
+    operation the gnndist function that called it.
+    """
+    op = caller = None
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        if frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            op = op or frame.f_code.co_name
+        elif op is None and "gnndist" in frame.f_code.co_filename and not frame.f_code.co_filename.endswith("grid.py"):
+            caller = name
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is typically")[0]  # gloo's source location, advice
+    peer_words = ("gloo", "connection", "timed out", "timeout", "peer", "socket", "nccl", "broken pipe")
+    if op is None and not any(w in text.lower() for w in peer_words):
+        return None
+    where = f"{op or 'a collective'}" + (f" in {caller}" if caller else "")
+    return PeerFailed(f"rank {rank}: {where} failed: a peer rank died or did not answer within "
+                      f"--timeout {timeout:g}s ({text})")
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """How the ranks form their group (``--backend``, ``--timeout``, ``--check-collectives``)."""
+
+    backend: str = "auto"
+    timeout: float = 600.0
+    check_collectives: bool = False
+    device: str = "auto"
+
+
+def run_here(fn: Callable, args: tuple, opts: GroupOptions):
+    """Join the group from the environment (torchrun, a spawned rank, or none: one rank), run ``fn(grid, *args)``.
+
+    A failed collective becomes a one-line :class:`~gnndist.errors.PeerFailed` naming it; the group is
+    destroyed however ``fn`` ends.
+    """
+    import torch.distributed as dist
+
+    from gnndist.grid import init
+
+    grid = init(opts.backend, opts.timeout, opts.device, check_collectives=opts.check_collectives)
+    logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
+                        stream=sys.stderr)
+    try:
+        return fn(grid, *args)
+    except (RuntimeError, dist.DistError) as e:
+        peer = collective_error(e, grid.rank, opts.timeout)
+        if peer is None:
+            raise
+        raise peer from None
+    finally:
+        grid.destroy()
+
+
+def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: str = "auto",
+           timeout: float = 600.0, check_collectives: bool = False, device: str = "auto"):
+    """Run ``fn(grid, *args)`` on ``nproc`` local ranks (or on this rank of ``torchrun``); returns rank 0's result.
+
+    The ranks start through PyTorch's elastic launcher (what ``torchrun`` runs), so the code
+    path is the one ``torchrun`` gives; under ``torchrun`` (or with ``nproc=1``) ``fn`` runs in
+    this process and every rank returns its own result. ``fn`` and ``args`` must be picklable
+    (``fn`` defined at a module's top level; a script's ``main`` guarded by ``if __name__ == "__main__"``).
+
+    Args:
+        fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
+        nproc: local ranks to start (``--ranks``); ignored under ``torchrun``.
+        max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
+        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.grid.init`).
+
+    Raises:
+        UserError: one line; :class:`RanksFailed` (its ``code``: 2 user error, 1 bug) when a spawned rank
+        failed; :class:`RanksStopped` when a signal stopped them.
+    """
+    opts = GroupOptions(backend, timeout, check_collectives, device)
+    if under_torchrun() or nproc == 1:
+        return run_here(fn, args, opts)
+    from gnndist.grid import choose_backend
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    choose_backend(backend, 0, nproc, gpus)  # --backend nccl without a GPU per rank: one line, now
+    return _elastic(fn, args, nproc, max_restarts, opts)
+
+
+def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.report.Summary`.
+
+    ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
+    partition) while the other ranks wait in the process group; a failure there stops every rank.
+    After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
+    """
+    from gnndist.graph import DistGraph
+    from gnndist.runs import fit_runs
+    from gnndist.strategies import strategy_from_config
+
+    if prepare is not None:
+        together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
+    arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
+                            "(see its error)")  # before any collective of the build: the ranks fail together
+    graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.dist.comm_dtype,
+                      kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
+    if grid.is_main:
+        stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
+              f"{grid.describe()}", cfg)  # the backend and device, once
+    summary = fit_runs(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0)
+    grid.barrier()
+    return summary
+
+
+def together(grid, action: Callable[[], object] | None, peer_failed: str):
+    """Run ``action`` (a local one, on the ranks that have one) and fail on every rank at once if it raised.
+
+    The ranks agree through one all-reduce of a failure flag: the rank whose ``action`` raised a
+    ``UserError`` raises it, the others a :class:`~gnndist.errors.PeerFailed` saying ``peer_failed``.
+    """
+    result, error = None, None
+    try:
+        result = action() if action is not None else None
+    except UserError as e:
+        error = e
+    failed = grid.all_reduce_(torch.tensor([float(error is not None)], device=grid.device))
+    if error is not None:
+        raise error
+    if failed.item() > 0:
+        raise PeerFailed(f"rank {grid.rank}: {peer_failed}")
+    return result
+
+
+def report(summary, cfg: TrainConfig) -> None:
+    """Print a :class:`~gnndist.report.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    if cfg.run.json:
+        print(json.dumps(summary.to_dict()), flush=True)
+        return
+    last, m = summary.last, summary.metric
+    where = f"{last.dataset}: {last.model} on {last.nproc} rank(s)"
+    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch, {last.comm_bytes_per_epoch:,} comm bytes/epoch)"
+    if len(summary.runs) <= 1:
+        print(f"{where}, best epoch {last.best.epoch}: {m} train {last.best.train:.4f} "
+              f"val {last.best.val:.4f} test {last.best.test:.4f} {cost}", flush=True)
+        return
+    for r in summary.runs:
+        split = "" if r.split is None else f" split {r.split}"
+        b = r.summary.best
+        print(f"run {r.run} (seed {r.seed}{split}): best epoch {b.epoch} of {r.summary.epochs_run}: "
+              f"{m} train {b.train:.4f} val {b.val:.4f} test {b.test:.4f}")
+    print(f"{where}, {len(summary.runs)} runs, {m} mean ± std: " + " ".join(
+        f"{s} {summary.mean[s]:.4f} ± {summary.std[s]:.4f}" for s in ("train", "val", "test"))
+        + f" {cost}", flush=True)
+
+
+def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None) -> int:
+    """``gnndist train``: one rank per part; prints the summary; returns the exit code (0).
+
+    ``prepare`` (under torchrun only): made on rank 0 inside the process group before loading (:func:`train_rank`).
+    """
+    from gnndist.partition import read_meta
+    from gnndist.runs import plan_runs
+    from gnndist.strategies import strategy_from_config
+
+    meta = read_meta(partdir) if prepare is None else None
+    if meta is not None:
+        plan_runs(cfg, meta)  # a split or run that cannot be: one line, before any rank starts
+    d = cfg.dist
+    if not under_torchrun() and d.nproc > 1:
+        strategy_from_config(d).grid_shape(d.nproc)  # a layout that cannot fit: one line, before any rank starts
+        if meta["parts"] != d.nproc:
+            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.nproc}: they must match")
+        stage(f"starting {d.nproc} ranks", cfg)
+    summary = launch(train_rank, partdir, cfg, prepare, nproc=d.nproc, max_restarts=d.max_restarts, backend=d.backend,
+                     timeout=d.timeout, check_collectives=d.check_collectives)
+    if int(os.environ.get("RANK", "0")) == 0:
+        report(summary, cfg)
+    return 0
+
+
+# ---------------------------------------------------------------------- spawned ranks
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its launcher dies, whatever the cause (no orphans)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _error_path(errdir: str, rank: int) -> Path:
+    return Path(errdir) / f"attempt{restart_count()}-rank{rank}.json"
+
+
+def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
+    """Entry point of one spawned rank (run by the elastic agent): ``fn(grid, *args)``; rank 0 returns its result.
+
+    A signal from the launcher ends the rank at once, without a traceback; a user error is
+    written to ``errdir`` for the launcher to report once, and the rank exits 2; any other
+    error prints its traceback, is written there too (the root cause before any peer's "a
+    peer failed") and the rank exits 1.
+    """
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    rank = int(os.environ["RANK"])
+    try:
+        result = run_here(fn, args, opts)
+    except UserError as e:
+        record = {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
+        _error_path(errdir, rank).write_text(json.dumps(record))
+        sys.exit(2)
+    except Exception as e:  # a bug, not the input: its traceback here (the agent would keep it), the root cause there
+        traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        record = {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+                  "secondary": False, "code": 1}
+        _error_path(errdir, rank).write_text(json.dumps(record))
+        sys.stderr.flush()
+        sys.exit(1)
+    atexit.register(_leave_now)  # after the agent has read the result: skip C++ teardown
+    return result if rank == 0 else None
+
+
+def _leave_now() -> None:
+    """End a finished rank at the start of interpreter exit, after flushing.
+
+    A normal exit runs C++ static destructors, and gloo's threads can then abort a rank
+    that finished well (SIGABRT, "terminate called without an active exception"), which
+    the agent would report as a failed group.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _stop_resource_tracker() -> None:
+    """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
+    """The line and exit code for a failed group: the earliest own error, else a killed rank, else a peer's error."""
+    records = []
+    for path in errdir.glob("attempt*-rank*.json"):
+        attempt, rank = (int(s) for s in path.stem.removeprefix("attempt").split("-rank"))
+        records.append((attempt, json.loads(path.read_text()), rank))
+    last = max((a for a, _, _ in records), default=0)
+    errors = sorted((r["time"], r["message"], r.get("code", 2)) for a, r, _ in records
+                    if a == last and not r["secondary"])
+    if errors:
+        return errors[0][1], errors[0][2]
+    killed = sorted((f.timestamp, rank, -f.exitcode) for rank, f in failures.items() if (f.exitcode or 0) < 0)
+    if killed:
+        _, rank, sig = killed[0]
+        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
+    peers = sorted((r["time"], r["message"]) for a, r, _ in records if a == last)
+    if peers:
+        return peers[0][1], 2
+    rank, f = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    return f"rank {rank} failed with exit code {f.exitcode} (its output is above)", 1
+
+
+def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: GroupOptions):
+    """Run ``fn(grid, *args)`` on ``nproc`` ranks under the elastic agent; rank 0's result."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from gnndist.grid import free_port
+
+    tmp = Path(tempfile.mkdtemp(prefix="gnndist-launch-"))
+    errdir = tmp / "errors"
+    errdir.mkdir()
+    lc = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        rdzv_configs={"timeout": int(max(opts.timeout, 1))},
+        max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")),
+        **_supported(LaunchConfig, shutdown_timeout=5),  # not in every torch (2.11 lacks it)
+    )
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    logging.disable(logging.CRITICAL)  # the agent's own logs; we print one line of our own
+    stopped, failed = None, None
+    try:
+        results = elastic_launch(lc, _worker)(fn, args, opts, str(errdir))
+    except SignalException as e:
+        stopped = int(e.sigval)
+    except ChildFailedError as e:
+        failed = _root_cause(errdir, e.failures)
+    finally:
+        logging.disable(logging.NOTSET)
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        shutil.rmtree(tmp, ignore_errors=True)
+    # raised here, not in the handlers: the agent's exception (its frames hold the ranks' queues) is gone
+    # before the resource tracker stops, so nothing it tracks is left to warn about at exit
+    _stop_resource_tracker()
+    if stopped is not None:
+        raise RanksStopped(stopped, nproc)
+    if failed is not None:
+        raise RanksFailed(*failed)
+    return results[0]

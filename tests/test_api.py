@@ -1,0 +1,76 @@
+"""The public Python API: a read-only graph with explicit step state, a trainer that takes a model, ``gnndist.launch``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gnndist
+from gnndist.config import TrainConfig
+from gnndist.errors import RanksFailed, UserError
+from gnndist.graph import DistGraph
+from gnndist.grid import ProcessGrid
+from gnndist.nn import build_model
+from gnndist.trainer import Trainer
+
+
+def _cfg(epochs: int = 3) -> TrainConfig:
+    cfg = TrainConfig()
+    cfg.optim.epochs, cfg.run.progress = epochs, False
+    return cfg
+
+
+def test_graph_is_read_only_and_steps_live_in_its_context(part1):
+    graph = DistGraph.load(part1, ProcessGrid())
+    for name, value in (("x", graph.x * 2), ("seed", 1), ("epoch", 3), ("strategy", None), ("recomputing", True)):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(graph, name, value)
+    x = torch.ones(graph.n_owned, 4)
+    with graph.context.step(seed=0, epoch=1):
+        a = graph.dropout(x, 0.5, key=1)
+    with graph.context.step(seed=0, epoch=2) as step:
+        assert (step.seed, step.epoch) == (0, 2)
+        b = graph.dropout(x, 0.5, key=1)
+    with graph.context.step(seed=0, epoch=1):
+        assert torch.equal(a, graph.dropout(x, 0.5, key=1)), "the mask is a function of (seed, epoch, key, id)"
+    assert not torch.equal(a, b)
+    assert graph.context.current.epoch == 0  # the step closed
+
+
+def test_trainer_takes_a_model_factory_or_module(part1):
+    """A factory gets (in_channels, out_channels) after seeding: the same model as --model trains the same."""
+    graph = DistGraph.load(part1, ProcessGrid())
+    ref = Trainer(graph, _cfg()).fit()
+    m = TrainConfig().model
+
+    def factory(f_in, f_out):
+        return build_model("gcn", f_in, m.hidden, f_out, m.layers, m.dropout)
+
+    got = Trainer(graph, _cfg(), model=factory).fit()
+    assert [r["loss"] for r in got.history] == [r["loss"] for r in ref.history]
+    torch.manual_seed(0)
+    module = factory(graph.x.shape[1], graph.num_classes)
+    again = Trainer(graph, _cfg(), model=module).fit()
+    assert [r["loss"] for r in again.history] == [r["loss"] for r in ref.history]
+    assert ref.to_dict()["test_acc"] == ref.best.test
+
+
+def _sum_ranks(grid, offset):
+    t = torch.tensor([float(grid.rank + offset)])
+    grid.all_reduce_(t)
+    return grid.world_size, float(t)
+
+
+def _fail_on_rank1(grid):
+    if grid.rank == 1:
+        raise UserError("rank 1 refuses")
+    grid.barrier()
+
+
+def test_launch_runs_a_function_on_every_rank(monkeypatch):
+    monkeypatch.setenv("GNNDIST_CHECK_COLLECTIVES", "0")  # two bare collectives: nothing to compare
+    assert gnndist.launch(_sum_ranks, 10, nproc=2, timeout=60) == (2, 21.0)  # rank 0's result: 10 + 11
+    assert gnndist.launch(_sum_ranks, 10, nproc=1) == (1, 10.0)  # one rank: in this process
+    with pytest.raises(RanksFailed, match="rank 1 refuses") as e:
+        gnndist.launch(_fail_on_rank1, nproc=2, timeout=20)
+    assert e.value.code == 2
