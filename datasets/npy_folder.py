@@ -161,6 +161,16 @@ def _degree(ei: np.ndarray, n: int) -> np.ndarray:
     return deg
 
 
+def _picks(rng, cum: np.ndarray, lo: float, hi: float, k: int, shuffle: bool = False) -> np.ndarray:
+    """``k`` indices drawn with probability ``cum[i] - cum[i - 1]`` inside ``lo <= cum < hi``: sorted, or shuffled."""
+    u = np.cumsum(rng.standard_exponential(k + 1))  # k sorted uniforms: normalised exponential spacings
+    q = lo + (u[:-1] / u[-1]) * (hi - lo)
+    out = np.minimum(np.searchsorted(cum, q, side="right"), len(cum) - 1)
+    if shuffle:
+        rng.shuffle(out)
+    return out
+
+
 class _NpyWriter:
     """One ``.npy`` file written front to back in chunks (header first), never held whole."""
 
@@ -220,15 +230,20 @@ def write_synthetic(out: str, num_nodes: int, avg_degree: float = 50, num_classe
         total = cum[-1]
         m = round(n * avg_degree / 2)
         ew = _NpyWriter(osp.join(tmp, EDGES), (2, m), np.int32)
-        for e0 in range(0, m, chunk):
+        for e0 in range(0, m, chunk):  # sorted queries (a cache-friendly binary search), shuffled per class run
             k = min(chunk, m - e0)
-            src = np.minimum(np.searchsorted(cum, rng.random(k) * total, side="right"), n - 1)  # positions
-            c = np.searchsorted(class_end, src, side="right")  # class of each source
+            src = _picks(rng, cum, 0.0, total, k)  # [k] positions in class order, sorted
             inside = rng.random(k) < p_in
-            lo, hi = np.where(inside, class_lo[c], 0.0), np.where(inside, class_hi[c], total)
-            dst = np.minimum(np.searchsorted(cum, lo + rng.random(k) * (hi - lo), side="right"), n - 1)
+            dst = np.empty(k, dtype=np.int64)
+            run = np.searchsorted(src, np.concatenate([[0], class_end]))  # class runs of src
+            for c in range(num_classes):
+                sel = np.flatnonzero(inside[run[c] : run[c + 1]]) + run[c]
+                dst[sel] = _picks(rng, cum, class_lo[c], class_hi[c], len(sel), shuffle=True)
+            sel = np.flatnonzero(~inside)
+            dst[sel] = _picks(rng, cum, 0.0, total, len(sel), shuffle=True)
             ew.write_at(e0, order[src])
             ew.write_at(m + e0, order[dst])
+            del src, dst, inside, sel
             say(f"synth edges {min(e0 + k, m):,}/{m:,}")
         ew.close()
         del cum, order
