@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -45,59 +44,45 @@ def proc_status() -> dict[str, int]:
     return out
 
 
-def rank_main(rank: int, world: int, port: int, partdir: str, hidden: int, epochs: int, queue) -> None:
-    """One rank: init gloo, load the part, train ``epochs`` steps + one evaluation, report memory."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        import torch
+def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
+    """One rank (under ``gnndist.launch``): load the part, train ``epochs`` steps + one evaluation; every rank's memory."""
+    import torch
 
-        from gnndist.config import ModelConfig, RunConfig, TrainConfig
-        from gnndist.graph import DistGraph
-        from gnndist.grid import init
-        from gnndist.trainer import Trainer
+    from gnndist.config import ModelConfig, RunConfig, TrainConfig
+    from gnndist.graph import DistGraph
+    from gnndist.trainer import Trainer
 
-        grid = init("gloo", timeout=600)
-        torch.set_num_threads(1)  # same threads per rank at every P (memory does not depend on it)
-        warm = torch.zeros(1, requires_grad=True)  # Adam's first use imports ~170 MB (torch._dynamo): not ours
-        torch.optim.Adam([warm]).step()
-        base = proc_status()["VmRSS"]
-        graph = DistGraph.load(partdir, grid)
-        cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
-        trainer = Trainer(graph, cfg)
-        load = proc_status()["VmHWM"] - base
-        t0 = time.perf_counter()
-        for epoch in range(epochs):
-            trainer.train_step(epoch)
-        acc = trainer.evaluate()
-        seconds = (time.perf_counter() - t0) / epochs
-        peak = proc_status()["VmHWM"] - base
-        queue.put((rank, {"base": base, "load": load, "peak": peak, "n_owned": graph.n_owned,
-                          "n_halo": graph.n_halo, "step_s": seconds, "val_acc": acc["val_acc"]}))
-        grid.destroy()
-    except Exception as e:  # noqa: BLE001 - report to the parent, never hang it
-        import traceback
+    torch.set_num_threads(1)  # same threads per rank at every P (memory does not depend on it)
+    warm = torch.zeros(1, requires_grad=True)  # Adam's first use imports ~170 MB (torch._dynamo): not ours
+    torch.optim.Adam([warm]).step()
+    base = proc_status()["VmRSS"]
+    graph = DistGraph.load(partdir, grid, normalize_features=True)
+    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
+    trainer = Trainer(graph, cfg)
+    load = proc_status()["VmHWM"] - base
+    t0 = time.perf_counter()
+    for epoch in range(epochs):
+        trainer.train_step(epoch)
+    acc = trainer.evaluate()
+    seconds = (time.perf_counter() - t0) / epochs
+    peak = proc_status()["VmHWM"] - base
+    mine = {"base": base, "load": load, "peak": peak, "n_owned": graph.n_owned, "n_halo": graph.n_halo,
+            "step_s": seconds, "val_acc": acc["val_acc"]}
+    return grid.all_gather_object(mine)
 
-        queue.put((rank, {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}))
+
+def _launch(partdir: str, world: int, hidden: int, epochs: int) -> list[dict]:
+    import gnndist
+
+    return gnndist.launch(rank_main, partdir, hidden, epochs, nproc=world, backend="gloo", timeout=1800)
 
 
 def measure(partdir: Path, world: int, hidden: int, epochs: int) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, str(partdir), hidden, epochs, q))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results = dict(q.get(timeout=1800) for _ in range(world))
-    for p in procs:
-        p.join(timeout=30)
-    errors = [f"rank {r}: {v['error']}" for r, v in results.items() if "error" in v]
-    if errors:
-        raise RuntimeError("\n".join(errors))
-    return [results[r] for r in range(world)]
+    """Every rank's memory, from a fresh process (P = 1 too: both pay the same imports and gloo set-up)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(_launch, str(partdir), world, hidden, epochs).result()
 
 
 def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Path]:

@@ -7,7 +7,7 @@ reading the loss (what ``Trainer.train_step`` does). Providers:
                          kernels by default dispatch: ``torch.sparse.mm`` on CPU); dropout masks
                          are hashes of (seed, epoch, layer, node id, column), partition-invariant,
                          evaluated only at the nonzeros of sparse input features
-    gnndist [K]          the same with ``GNNDIST_KERNEL=K`` (``--kernel auto,sparse`` runs both)
+    gnndist [K]          the same with kernel path K (``--kernel auto,sparse`` runs both)
     pyg edge_index       ``torch_geometric.nn.GCNConv`` on ``edge_index`` (PyG's default: gcn_norm
                          and gather/scatter message passing every step), ``F.dropout``
     pyg edge_index cached   the same with ``cached=True`` (normalisation computed once)
@@ -48,7 +48,6 @@ gnndist <= 0.7x PyG's fastest path (cached sparse CSR) in time and in peak memor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import statistics
@@ -59,10 +58,10 @@ import traceback
 from collections.abc import Callable
 
 import torch
+from gnndist.kernels import settings_from_env
 
 from gnndist.bench.peer import gnndist_trainer, pyg_step, synchronize, time_steps  # one copy of each step
 
-KERNEL_ENV = "GNNDIST_KERNEL"  # read by gnndist.kernels.dispatch at every call
 KERNELS = ("auto", "sparse", "triton", "reference")
 PROVIDERS = {
     "cpu": "gnndist,pyg edge_index,pyg edge_index cached,pyg sparse_csr,pyg sparse_csr cached",
@@ -98,20 +97,6 @@ def gib(b: int | None) -> str:
     return f"{b / 2**30:6.2f} GiB" if b is not None else ""
 
 
-@contextlib.contextmanager
-def kernel_env(kernel: str):
-    """``GNNDIST_KERNEL=kernel`` inside the block (unset for ``auto``: gnndist's dispatch), restored after."""
-    old = os.environ.pop(KERNEL_ENV, None)
-    if kernel != "auto":
-        os.environ[KERNEL_ENV] = kernel
-    try:
-        yield
-    finally:
-        os.environ.pop(KERNEL_ENV, None)
-        if old is not None:
-            os.environ[KERNEL_ENV] = old
-
-
 # ---------------------------------------------------------------------- gnndist
 def save_partition(data, out: str) -> None:
     """The 1-part partition of ``data`` (no METIS: every node in part 0) on disk, as ``gnndist partition`` writes it."""
@@ -121,9 +106,10 @@ def save_partition(data, out: str) -> None:
 
 
 def gnndist_step(partdir: str, hidden: int, normalize: bool, device: torch.device,
-                 map_first: bool = False) -> tuple[Callable[[int], float], object]:
-    """gnndist's timed step (``gnndist.bench.peer``'s trainer), optionally mapping before aggregating in layer 0."""
-    tr = gnndist_trainer(partdir, hidden, 2, device, normalize)  # the model on grid.device
+                 map_first: bool = False, kernel: str = "auto") -> tuple[Callable[[int], float], object]:
+    """gnndist's timed step (``gnndist.bench.peer``'s trainer) with the ``kernel`` path, optionally mapping
+    before aggregating in layer 0."""
+    tr = gnndist_trainer(partdir, hidden, 2, device, normalize, kernel)  # the model on grid.device
     if map_first:  # A/B of gnndist.cost.aggregate_first: the first layer maps, then aggregates (fwd + bwd SpMM)
         tr.model.convs[0].aggregate_first = False
     return tr.train_step, tr
@@ -194,14 +180,13 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
     t0 = time.perf_counter()
     if prov.startswith("gnndist"):
         kernel = prov[len("gnndist [") : -1] if prov.endswith("]") else "auto"
-        with kernel_env(kernel):
-            step, _trainer = gnndist_step(partdir, args.hidden, normalize, device, args.map_first)
-            synchronize(device)
-            setup = time.perf_counter() - t0
-            times, peak = measure(step, args.warmup, args.reps, device)
-            if args.profile:
-                profile_step(step, f"{prov} on {gname}", device)
-            print_choices(_trainer.graph, f"{prov} on {gname}")
+        step, _trainer = gnndist_step(partdir, args.hidden, normalize, device, args.map_first, kernel)
+        synchronize(device)
+        setup = time.perf_counter() - t0
+        times, peak = measure(step, args.warmup, args.reps, device)
+        if args.profile:
+            profile_step(step, f"{prov} on {gname}", device)
+        print_choices(_trainer.graph, f"{prov} on {gname}")
         return times, peak, setup
     kind = "sparse_csr" if "sparse_csr" in prov else "edge_index"
     step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize)
@@ -225,9 +210,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--providers", default=None, help="comma list (default: per device, see above)")
-    ap.add_argument("--kernel", default=os.environ.get(KERNEL_ENV, "auto"),
-                    help=f"comma list of gnndist kernel paths ({', '.join(KERNELS)}), one gnndist run each, "
-                         f"through {KERNEL_ENV} (default auto: gnndist's dispatch)")
+    ap.add_argument("--kernel", default=settings_from_env().impl or "auto",
+                    help=f"comma list of gnndist kernel paths ({', '.join(KERNELS)}), one gnndist run each "
+                         f"(default: $GNNDIST_KERNEL, else auto: gnndist's dispatch)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler tables of gnndist's step and of pyg sparse_csr cached")
     ap.add_argument("--quick", action="store_true", help="synthetic graph of 100k nodes, 2 warmup + 5 reps")

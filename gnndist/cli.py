@@ -59,12 +59,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_config(args: argparse.Namespace, dataset: str | None):
+    """The training config of the flags, presets and the user's kernel overrides (``GNNDIST_KERNEL``,
+    ``GNNDIST_SPMM_TUNE``: read here, once, and passed down as a value)."""
+    from gnndist.kernels.settings import settings_from_env
+
+    return from_args(args, dataset, kernel_env=settings_from_env())  # a bad GNNDIST_KERNEL: one line, exit 2
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from gnndist.launcher import train
     from gnndist.partition import read_meta
 
     dataset = _dataset_of(args.partdir, read_meta)
-    cfg = from_args(args, dataset)
+    cfg = _train_config(args, dataset)
     _say_recipe(dataset, cfg)
     _say_modelled_widths(args.partdir, cfg, read_meta)
     return train(str(args.partdir), cfg)
@@ -108,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gnndist.launcher import stage, train, under_torchrun
     from gnndist.strategies import strategy_from_config
 
-    cfg = from_args(args, args.dataset)
+    cfg = _train_config(args, args.dataset)
     _say_recipe(args.dataset, cfg)
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":  # the partition holds one random split per run

@@ -10,9 +10,12 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gnndist.errors import UserError
+
+if TYPE_CHECKING:
+    from gnndist.kernels.settings import KernelSettings
 
 
 def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None,
@@ -155,13 +158,17 @@ class OptimConfig:
 @dataclass
 class KernelConfig:
     kernel: str = opt("auto", "aggregation kernel: auto (chosen per input by capability and measured speed), or "
-                      "one forced for every call (default: $GNNDIST_KERNEL, else auto)",
+                      "one forced for every call (the CLI's default: $GNNDIST_KERNEL if set)",
                       ("auto", "reference", "sparse", "triton"))
+    spmm_tune: bool = opt(True, "measure the Triton SpMM's tiles on each graph before timing it against the other "
+                          "paths (CUDA; the CLI's default: off when $GNNDIST_SPMM_TUNE=0)")
 
     @property
-    def choice(self) -> str | None:
-        """The ``impl=`` every kernel call receives (``None``: the dispatcher chooses)."""
-        return None if self.kernel == "auto" else self.kernel
+    def choice(self) -> KernelSettings:
+        """The value every kernel call receives (``impl=``, ``tune=``)."""
+        from gnndist.kernels.settings import KernelSettings
+
+        return KernelSettings(None if self.kernel == "auto" else self.kernel, self.spmm_tune)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from gnndist.context import RunContext
 from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
-from gnndist.kernels import CSR
+from gnndist.kernels import CSR, KernelSettings
 from gnndist.strategies import Halo1D, Strategy, Structure, get_strategy
 from gnndist.timing import bracket
 
@@ -62,13 +62,14 @@ class DistGraph:
             every rank at once.
         comm_dtype: dtype the exchanged rows travel in, ``"fp32"`` (default: their own) or
             ``"bf16"`` (half the bytes; cast back on receipt, so arithmetic stays fp32).
-        kernel: the aggregation kernel for every SpMM (``None``: chosen per input by the dispatcher).
+        kernel: the kernels of every aggregation, a :class:`~gnndist.kernels.KernelSettings`
+            (default: chosen per input by the dispatcher, SpMM tiles tuned).
         normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
         context: the run's :class:`~gnndist.context.RunContext` (a fresh one by default).
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
-                 strategy: Strategy | str | None = None, comm_dtype: str = "fp32", kernel: str | None = None,
+                 strategy: Strategy | str | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
                  normalize_features: bool = False, context: RunContext | None = None):
         grid = grid or ProcessGrid()
         dev = grid.device
@@ -79,6 +80,7 @@ class DistGraph:
                               t["send_idx"], t["send_counts"].tolist(), t["recv_counts"].tolist(),
                               tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {})
         context = context or RunContext(grid.is_main)
+        kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
         strat = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
         strat.build(structure, grid, context.counter, kernel, wire)

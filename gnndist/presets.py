@@ -38,11 +38,20 @@ def dataset_recipe(dataset: str | None) -> tuple[str, Preset] | None:
     return None
 
 
-def from_args(args, dataset: str | None = None) -> TrainConfig:
-    """The training config of parsed ``gnndist train`` / ``run`` arguments (:func:`compose` of the flags given)."""
+def from_args(args, dataset: str | None = None, kernel_env=None) -> TrainConfig:
+    """The training config of parsed ``gnndist train`` / ``run`` arguments (:func:`compose` of the flags given).
+
+    ``kernel_env``: the user's :class:`~gnndist.kernels.KernelSettings` from the environment (read once by the
+    entry point), the defaults of ``--kernel`` and ``--spmm-tune`` where those flags are not given.
+    """
     from gnndist.config import given_flags
 
-    return compose(given_flags(args), dataset)
+    given = given_flags(args)
+    if kernel_env is not None:
+        k = given.setdefault("kernel", {})
+        k.setdefault("kernel", kernel_env.impl or "auto")
+        k.setdefault("spmm_tune", kernel_env.tune)
+    return compose(given, dataset)
 
 
 def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> TrainConfig:

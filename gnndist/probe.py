@@ -10,12 +10,12 @@ import torch
 from gnndist.cost import NETWORKS, Network
 
 
-def probe(grid, csr=None, repeats: int = 5) -> Network:
+def probe(grid, csr=None, repeats: int = 5, kernel=None) -> Network:
     """Measure alpha, beta and gamma on the running machine; every rank gets the same values.
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
     beta: one of 256 KiB per peer; gamma_sparse:
-    this rank's SpMM (``csr``, width 32); gamma_dense: a 256x256 matmul. Each is the median
+    this rank's SpMM (``csr``, width 32, with the run's ``kernel`` settings); gamma_dense: a 256x256 matmul. Each is the median
     over ``repeats`` runs; the slowest rank's value is taken (all-reduce of the maximum).
     """
     from gnndist.kernels import spmm
@@ -49,7 +49,8 @@ def probe(grid, csr=None, repeats: int = 5) -> Network:
     beta = (big_n * 4 * (P - 1) / P) / max(t_big - t_world, 1e-9) if P > 1 else float("inf")
     if csr is not None and csr.nnz:
         x = torch.randn(csr.num_cols, 32, device=dev)
-        gamma_s = median_time(lambda: spmm(csr, x)) / (csr.nnz * 32)
+        k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
+        gamma_s = median_time(lambda: spmm(csr, x, **k)) / (csr.nnz * 32)
     else:
         gamma_s = NETWORKS["ethernet"].gamma_sparse
     a = torch.randn(256, 256, device=dev)

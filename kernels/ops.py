@@ -12,18 +12,6 @@ from torch import Tensor
 
 from . import dispatch
 from .csr import CSR
-from .settings import settings_from_env
-
-
-# COMPATIBILITY (issue 22), temporary: until gnndist/ (graph, strategies, nn layers) passes the run's
-# settings down, a call without ``impl=`` still honours GNNDIST_KERNEL / GNNDIST_SPMM_TUNE through
-# settings_from_env(). Delete this function and its four uses then; the ops will decide from their
-# arguments alone (what dispatch.run already does).
-def _compat(impl: str | None, tune: bool = True) -> tuple[str | None, bool]:
-    if impl is not None:
-        return impl, tune
-    env = settings_from_env()
-    return env.impl, tune and env.tune
 
 
 def _check(csr: CSR, name: str, t: Tensor, first: int, what: str) -> None:
@@ -60,7 +48,6 @@ def spmm(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "
         _check(csr, "edge_weight", edge_weight, csr.nnz, "nnz")
         if edge_weight.dim() == 2 and (x.dim() != 3 or x.shape[1] != edge_weight.shape[1]):
             raise ValueError(f"edge_weight {tuple(edge_weight.shape)} needs x [n_cols, H, D], got {tuple(x.shape)}")
-    impl, tune = _compat(impl, tune)
     return dispatch.run("spmm", csr, x, edge_weight, reduce, impl=impl, tune=tune)
 
 
@@ -84,7 +71,7 @@ def sddmm(csr: CSR, a: Tensor, b: Tensor, op: str = "add", *, impl: str | None =
     _check(csr, "b", b, csr.num_cols, "num_cols")
     if a.shape[1:] != b.shape[1:]:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} differ after the first dim")
-    return dispatch.run("sddmm", csr, a, b, op, impl=_compat(impl)[0])
+    return dispatch.run("sddmm", csr, a, b, op, impl=impl)
 
 
 def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Tensor:
@@ -94,7 +81,7 @@ def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Ten
         scores ``[nnz, H]`` or ``[nnz]`` -> same shape
     """
     _check(csr, "scores", scores, csr.nnz, "nnz")
-    return dispatch.run("segment_softmax", csr, scores, impl=_compat(impl)[0])
+    return dispatch.run("segment_softmax", csr, scores, impl=impl)
 
 
 def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
@@ -106,5 +93,5 @@ def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
         x ``[n_cols, F]`` -> ``[n_rows, F]``
     """
     _check(csr, "x", x, csr.num_cols, "num_cols")
-    return dispatch.run("segment_max", csr, x, impl=_compat(impl)[0])
+    return dispatch.run("segment_max", csr, x, impl=impl)
 

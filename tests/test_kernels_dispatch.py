@@ -37,14 +37,23 @@ def test_settings_from_env():
         KernelSettings(impl="cuda-magic")
 
 
-def test_env_var_still_forces_an_op_called_without_impl(monkeypatch):
-    """Compatibility until gnndist/ passes impl= down (ops._compat): GNNDIST_KERNEL reaches a call without impl=."""
-    csr, x = _args()
+def test_the_cli_reads_the_kernel_variables_once_and_passes_a_value(monkeypatch):
+    """GNNDIST_KERNEL / GNNDIST_SPMM_TUNE are the defaults of --kernel / --spmm-tune, read at the entry point."""
+    from gnndist.cli import _train_config, build_parser
+
+    def cfg(*argv):
+        return _train_config(build_parser().parse_args(["train", "DIR", *argv]), None)
+
     monkeypatch.setenv("GNNDIST_KERNEL", "reference")
-    assert spmm(csr, x.requires_grad_()).grad_fn.name() == "IndexAddBackward0"
+    monkeypatch.setenv("GNNDIST_SPMM_TUNE", "0")
+    assert cfg().kernel.choice == KernelSettings("reference", False)
+    assert cfg("--kernel", "sparse", "--spmm-tune").kernel.choice == KernelSettings("sparse", True)  # flags win
     monkeypatch.setenv("GNNDIST_KERNEL", "cuda-magic")
     with pytest.raises(NoKernelError, match="GNNDIST_KERNEL=cuda-magic: unknown implementation"):
-        spmm(csr, x)
+        cfg()
+    monkeypatch.delenv("GNNDIST_KERNEL")
+    monkeypatch.delenv("GNNDIST_SPMM_TUNE")
+    assert cfg().kernel.choice == KernelSettings()
 
 
 def test_forcing_triton_on_cpu_without_interpreter_says_why(monkeypatch):

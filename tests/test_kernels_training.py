@@ -1,4 +1,4 @@
-"""Every model trains through the Triton kernels (``GNNDIST_KERNEL=triton``) as through the reference path.
+"""Every model trains through the Triton kernels (``--kernel triton``) as through the reference path.
 
 On a GPU, measured dispatch picks the Triton SpMM wherever it wins, so training must run on
 it: forward, every gradient, and the layers' in-place use of the kernels' outputs (GCN's
@@ -9,6 +9,7 @@ scale and self loop). Without a GPU the kernels run under ``TRITON_INTERPRET=1``
 import pytest
 import torch
 from gnndist.datasets import synthetic
+from gnndist.kernels import KernelSettings
 from gnndist.partition import partition
 
 from gnndist.config import TrainConfig
@@ -41,14 +42,14 @@ def _cfg(model: str, dropout: float) -> TrainConfig:
     return cfg
 
 
-def _train(partdir, model: str) -> dict:
-    """Two epochs with dropout; then, from a fresh model, one step's gradients without (kernels: the environment's)."""
+def _train(partdir, model: str, kernel: KernelSettings) -> dict:
+    """Two epochs with dropout; then, from a fresh model, one step's gradients without (kernels: ``kernel``)."""
     # not overlapped: the layers get the kernel's own output (overlapped, it is a sum of two), in place or not
-    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=get_strategy("1d", overlap=False)),
+    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=get_strategy("1d", overlap=False), kernel=kernel),
                       _cfg(model, 0.5))
     trainer.fit()
     losses = torch.tensor([r["loss"] for r in trainer.history], dtype=torch.float64)  # [2]
-    graph = DistGraph.load(partdir, ProcessGrid())
+    graph = DistGraph.load(partdir, ProcessGrid(), kernel=kernel)
     trainer = Trainer(graph, _cfg(model, 0.0))
     trainer.model.train()
     logits = trainer.model(graph, graph.x)
@@ -58,11 +59,9 @@ def _train(partdir, model: str) -> dict:
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_training_through_triton_equals_reference(part, model, monkeypatch):
-    monkeypatch.setenv("GNNDIST_KERNEL", "reference")
-    ref = _train(part, model)
-    monkeypatch.setenv("GNNDIST_KERNEL", "triton")
-    got = _train(part, model)
+def test_training_through_triton_equals_reference(part, model):
+    ref = _train(part, model, KernelSettings("reference"))
+    got = _train(part, model, KernelSettings("triton"))
     assert_close(f"{model} losses", ref["losses"], got["losses"], rtol=1e-5)
     assert_close(f"{model} logits", ref["logits"], got["logits"], rtol=1e-5, atol=1e-6)
     assert sorted(ref["grads"]) == sorted(got["grads"]), model

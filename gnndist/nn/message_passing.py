@@ -61,7 +61,8 @@ class LocalEdges:
         self.dst_id = graph.orig_id[self.row].long()  # [nnz]
         self.src_id = graph.orig_id[self.col].long()  # [nnz]
         self.num_nodes = graph.num_nodes
-        self.kernel = graph.kernel  # the run's kernel choice (None: the dispatcher's)
+        self.kernel = graph.kernel.impl  # the run's kernel choice (None: the dispatcher's)
+        self.tune = graph.kernel.tune
         self._count: Tensor | None = None
 
     @property
@@ -214,7 +215,7 @@ class MessagePassing(nn.Module):
                 h_ext = extended(h, "x")  # [n_local, *]
                 if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
                     h_ext = h_ext.view(h_ext.shape[0], weight.shape[1], -1)  # heads
-                out = spmm(edges.csr, h_ext, weight, aggr, impl=edges.kernel)  # [n_owned, *]
+                out = spmm(edges.csr, h_ext, weight, aggr, impl=edges.kernel, tune=edges.tune)  # [n_owned, *]
                 out = out.reshape((n_owned,) + tuple(h.shape[1:]))
             elif weight is None:
                 h_ext = extended(h, "x").flatten(1)  # [n_local, *]

@@ -72,7 +72,7 @@ class Auto(Strategy):
             every = grid.all_gather_object(mine)  # P x [candidates, 8]
             self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
         if self.network is None:
-            self.network = replace(probe(grid, part.csr), **self.overrides)
+            self.network = replace(probe(grid, part.csr, kernel=kernel), **self.overrides)
 
     def choose(self, tag: str, width: int) -> BlockStrategy:
         """The layout of layer ``tag`` (decided on its first call, from its width)."""

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from gnndist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.cost import RankLoad
-from gnndist.kernels import CSR, spmm
+from gnndist.kernels import CSR, KernelSettings, spmm
 
 if TYPE_CHECKING:
     from gnndist.config import DistConfig
@@ -158,7 +158,7 @@ class Strategy:
         """The replication this layout uses on ``world`` ranks; a one-line ``UserError`` if it cannot."""
         return 1
 
-    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: str | None = None,
+    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: KernelSettings | None = None,
               wire: torch.dtype | None = None) -> None:
         """Build this rank's layout from the part's structure (collective: every rank calls it).
 
@@ -166,7 +166,7 @@ class Strategy:
             part: the rank's :class:`~gnndist.graph.Structure`.
             grid: the process grid.
             counter: the byte counter every exchange reports to.
-            kernel: the SpMM kernel (``None``: the dispatcher chooses per input).
+            kernel: the SpMM kernels (:class:`~gnndist.kernels.KernelSettings`; default: the dispatcher's choice).
             wire: dtype the exchanged rows travel in (``None``: their own).
         """
         raise NotImplementedError
@@ -210,15 +210,15 @@ class BlockStrategy(Strategy):
         self.overlap = overlap
         self.block: Block | None = None
         self.counter: ByteCounter | None = None
-        self.kernel: str | None = None
+        self.kernel = KernelSettings()
 
     @property
     def built(self) -> bool:
         return self.block is not None
 
-    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: str | None = None,
+    def build(self, part: Structure, grid: ProcessGrid, counter: ByteCounter, kernel: KernelSettings | None = None,
               wire: torch.dtype | None = None) -> None:
-        self.counter, self.kernel = counter, kernel
+        self.counter, self.kernel = counter, kernel or KernelSettings()
         self.block = self.make_block(part, grid)
         for plan in (self.block.expand, self.block.fold):  # rows travel in the run's communication dtype
             if plan is not None:
@@ -240,20 +240,20 @@ class BlockStrategy(Strategy):
         return self.load().bytes(width, elem)
 
     def spmm(self, x: Tensor, tag: str) -> Tensor:
-        b, k = self.block, self.kernel
+        b, k = self.block, {"impl": self.kernel.impl, "tune": self.kernel.tune}
         if not self.overlap:
             halo = gather(x, b.expand, self.counter, tag)  # [n_halo, F]
-            out = spmm(b.full_csr(), torch.cat([x, halo]), impl=k)  # [n_owned + n_fold, F]
+            out = spmm(b.full_csr(), torch.cat([x, halo]), **k)  # [n_owned + n_fold, F]
             if b.fold is None:
                 return out
             return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)
         pending = gather_start(x, b.expand, self.counter, tag)
-        out = spmm(b.csr_int, x, impl=k)  # [n_owned + n_fold, F] while the halo travels
+        out = spmm(b.csr_int, x, **k)  # [n_owned + n_fold, F] while the halo travels
         halo = gather_wait(x, pending)  # [n_halo, F]
         if b.fold is None:  # even with no boundary nonzeros: the halo's backward is a collective every rank enters
-            return out + spmm(b.csr_bnd, halo, impl=k)
+            return out + spmm(b.csr_bnd, halo, **k)
         bnd_own, bnd_fold = b.boundary_split()
-        partial = out[b.n_owned :] + spmm(bnd_fold, halo, impl=k)  # [n_fold, F]: other owners' rows, complete
+        partial = out[b.n_owned :] + spmm(bnd_fold, halo, **k)  # [n_fold, F]: other owners' rows, complete
         pending_fold = fold_start(partial, b.fold, b.n_owned, self.counter, tag)
-        own = out[: b.n_owned] + spmm(bnd_own, halo, impl=k)  # [n_owned, F] while the partial rows travel
+        own = out[: b.n_owned] + spmm(bnd_own, halo, **k)  # [n_owned, F] while the partial rows travel
         return own + fold_wait(partial, pending_fold)
