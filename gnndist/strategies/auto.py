@@ -61,10 +61,10 @@ class Auto(Strategy):
         self.is_main = grid.is_main
         self.elem = wire.itemsize if wire is not None else 4  # bytes per element sent
         self.options = candidates(grid.world_size, self.overlap)
+        shapes = [str(s.grid_shape(grid.world_size)) for s in self.options]  # each candidate's replication
         stored = part.layouts
-        if all(str(s.grid_shape(grid.world_size)) in stored for s in self.options):
-            self.loads = [[RankLoad.from_array(a) for a in stored[str(s.grid_shape(grid.world_size))]]
-                          for s in self.options]
+        if all(c in stored for c in shapes):
+            self.loads = [[RankLoad.from_array(a) for a in stored[c]] for c in shapes]
         else:  # a partition without stored layouts: build every candidate, gather the counts
             for s in self.options:
                 s.build(*self._args)

@@ -156,14 +156,15 @@ class Grid2D(BlockStrategy):
         return cls(dist.overlap)
 
     def grid_shape(self, world: int) -> int:
+        """The side ``s = sqrt(world)`` of the square grid, which is this layout's replication (recorded)."""
         s = math.isqrt(world)
         if s * s != world or world < 4:
             raise UserError(f"--strategy 2d needs a square number of ranks >= 4, got {world}")
+        self.replication = s  # the world decides it: the same value whoever asks
         return s
 
     def make_block(self, part, grid) -> Block:
-        self.replication = self.grid_shape(grid.world_size)
-        return grid_block(part, grid, self.replication)
+        return grid_block(part, grid, self.grid_shape(grid.world_size))
 
     def describe(self) -> str:
         return f"2d({self.replication}x{self.replication})" if self.replication else "2d"
