@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gnndist.datasets.npy_folder import drop_pages
 from gnndist.partition.backends import BACKENDS, Request, backend
 from gnndist.partition.balance import (
     HIDDEN,
@@ -110,7 +109,10 @@ class Partition:
                 lo, hi = self.book.offsets[lp.rank], self.book.offsets[lp.rank + 1]
                 arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
             yield arrays
-            drop_pages(getattr(d, "memmaps", ()))  # the rows gathered from memory-mapped inputs: not resident
+            if getattr(d, "memmaps", ()):  # imported here: a rank loading its part never imports the datasets
+                from gnndist.datasets.npy_folder import drop_pages
+
+                drop_pages(d.memmaps)  # the rows gathered from memory-mapped inputs: not resident
 
     def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`)."""
