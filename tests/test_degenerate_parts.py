@@ -9,9 +9,6 @@ every layout on them equals one process; the ranks run under ``--check-collectiv
 
 import pytest
 import torch
-from gnndist.datasets import synthetic
-from gnndist.datasets.graph import make_data
-from gnndist.datasets.split import set_random_split
 from gnndist.partition import partition
 
 from gnndist.config import TrainConfig
@@ -33,6 +30,10 @@ GRAPHS = {3: ([200, 100], 0), 4: ([200, 100], 100)}  # world -> (component sizes
 
 def components(sizes: list[int], isolated: int, seed: int = 0):
     """Disjoint synthetic components of ``sizes`` nodes, then ``isolated`` nodes without edges or training nodes."""
+    from gnndist.datasets import synthetic  # here: the spawned ranks importing this module never load torch_geometric
+    from gnndist.datasets.graph import make_data
+    from gnndist.datasets.split import set_random_split
+
     blobs = [synthetic(n, avg_degree=6, num_classes=3, num_features=8, seed=seed + i) for i, n in enumerate(sizes)]
     offsets = [0]
     for b in blobs:

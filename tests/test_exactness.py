@@ -9,8 +9,6 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-import torch_geometric.nn as pyg_nn
-from gnndist.datasets import synthetic
 from gnndist.partition import partition
 from torch import nn
 
@@ -30,6 +28,8 @@ CASES = [  # (model, norm, overlap)
 
 
 def _data():
+    from gnndist.datasets import synthetic  # here: the spawned ranks importing this module never load torch_geometric
+
     data = synthetic(240, avg_degree=6, num_classes=4, num_features=12, seed=7)
     data.train_mask[:] = False
     data.train_mask[::3] = True  # 80 training nodes spread over every part
@@ -74,6 +74,8 @@ class PygGNN(nn.Module):
     """The same models on one process with torch_geometric layers (same parameter names)."""
 
     def __init__(self, model, widths, norm):
+        import torch_geometric.nn as pyg_nn  # here: the spawned ranks importing this module never load torch_geometric
+
         super().__init__()
         make = {
             "gcn": lambda a, b: pyg_nn.GCNConv(a, b),

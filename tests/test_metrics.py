@@ -11,7 +11,6 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
 from gnndist import metrics
@@ -46,6 +45,8 @@ def test_roc_auc_and_f1_match_sklearn_and_ogb():
 
 
 def _binary_data():
+    from gnndist.datasets import synthetic  # here: the spawned ranks importing this module never load torch_geometric
+
     data = synthetic(300, avg_degree=6, num_classes=2, num_features=8, seed=3)
     data.train_mask[:], data.val_mask[:], data.test_mask[:] = False, False, False
     ids = torch.arange(300)
