@@ -8,7 +8,8 @@
 
 Contract of every `Data`: ``x`` float32 [N, F]; ``y`` int64 [N] (``-1`` = unlabelled,
 never inside a mask); ``edge_index`` int64 [2, E], symmetric, no self-loops, no
-duplicates, sorted by (row, col); ``train_mask/val_mask/test_mask`` bool [N];
+duplicates, sorted by (row, col) (a ``.npy`` folder's is its raw edge list, ``data.raw_edges = True``:
+the partitioner cleans it in chunks); ``train_mask/val_mask/test_mask`` bool [N];
 ``data.name``; ``data.num_classes``. Nothing is downloaded: a missing file raises
 `UserError` naming the expected path and where to get it.
 
@@ -22,6 +23,8 @@ Modules, one per format:
     snap.py       SNAP .jlg and text edge lists (structure only)
     social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
     pyg_file.py   a torch.save'd Data (weights_only)
+    npy_folder.py a folder of memory-mapped .npy arrays (edge_index [2, E] raw int32/int64, x, y, masks)
+                  for graphs beyond memory; write_synthetic generates synthetic-* graphs into it in chunks
     synthetic.py  degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]``
     split.py      seeded 20-per-class train / 30-per-class val / rest test; K splits (set_splits,
                   add_random_splits: seeds split_seed .. split_seed + K - 1)

@@ -302,6 +302,8 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
         extra["metis_sampled_entries"] = int(part_graph.nnz)
     n = csr.num_nodes
     can_refine = refine and n * parts <= REFINE_MAX_CELLS and parts > 1
+    if refine and parts > 1 and not can_refine:  # its neighbour counts are a dense [N, P] table (not yet sparse)
+        extra["refine_skipped"] = f"N x P = {n * parts:,} cells exceed the refinement's {REFINE_MAX_CELLS:,}"
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
@@ -401,6 +403,8 @@ def format_report(r: dict) -> str:
                    + (f" of {len({c.get('method', 'metis') for c in auto['candidates']})} backend(s)")
                    + (f"; plain METIS {plain * 1e3:.4g} ms" if plain is not None else "") + ")")
         lines.append(f"  balance          {bal}{how}")
+    if r.get("refine_skipped"):
+        lines.append(f"  refinement       skipped: {r['refine_skipped']}")
     if r.get("skipped"):
         lines.append("  not tried        " + "; ".join(r["skipped"].values()))
     if r.get("refine"):
