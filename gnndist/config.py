@@ -133,6 +133,9 @@ class ModelConfig:
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
+    arch: str = opt("plain", "plain: the model's own layers; residual (gcn, sage, gat, gin): input linear, then "
+                    "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
+                    "(Platonov et al., ICLR 2023)", ("plain", "residual"))
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
     recompute: bool = opt(False, "activation checkpointing: recompute every block in backward, halo exchanges "
                           "included (gcn2, resgcn)")
@@ -141,6 +144,7 @@ class ModelConfig:
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
+        _need(self.arch in ("plain", "residual"), f"--arch must be plain or residual, got {self.arch!r}")
 
 
 @dataclass

@@ -34,20 +34,25 @@ def _no_preset(cfg: TrainConfig) -> TrainConfig:
 
 
 EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
+RESIDUAL_CONVS: dict[str, ConvFactory] = {}  # models with --arch residual: the layer of each block
 
 
 def register_model(name: str, builder: ModelBuilder, preset: Preset | None = None,
-                   edge_features: bool = False) -> None:
+                   edge_features: bool = False, residual: ConvFactory | None = None) -> None:
     """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
 
     ``preset``: a function returning the config with the model's own defaults, used where the user
     passes no flag, e.g. ``lambda cfg: with_fields(cfg, model={"hidden": 64}, optim={"lr": 0.005})``.
     ``edge_features``: the model reads ``graph.edge_attr``; its builder also gets ``edge_dim=``.
+    ``residual``: the layer ``(hidden, hidden) -> module`` of each block of ``--arch residual``
+    (:class:`~gnndist.nn.residual_gnn.ResidualGNN`); without it the model has only its own architecture.
     """
     MODELS[name] = builder
     PRESETS[name] = preset or _no_preset
     if edge_features:
         EDGE_MODELS.add(name)
+    if residual is not None:
+        RESIDUAL_CONVS[name] = residual
 
 
 class GNN(nn.Module):
@@ -85,8 +90,19 @@ class GNN(nn.Module):
         return x
 
 
-for _name, _conv in {"gcn": GCNConv, "sage": SAGEConv, "gin": _gin}.items():
-    register_model(_name, partial(GNN, _conv))
+def _gat_heads(i: int, o: int, heads: int = 8) -> nn.Module:
+    """The residual blocks' GAT layer: ``heads`` heads of ``o // heads``, concatenated; no attention dropout."""
+    from gnndist.errors import UserError
+    from gnndist.nn.gat_conv import GATConv
+
+    if o % heads:
+        raise UserError(f"--arch residual --model gat: --hidden {o} must be a multiple of its {heads} heads")
+    return GATConv(i, o // heads, heads)
+
+
+for _name, _conv, _block in (("gcn", GCNConv, GCNConv), ("sage", SAGEConv, SAGEConv),
+                             ("gin", _gin, lambda i, o: GINConv(nn.Linear(i, o)))):
+    register_model(_name, partial(GNN, _conv), residual=_block)
 
 
 def _gen(i: int, o: int) -> nn.Module:
@@ -148,7 +164,7 @@ def gat_preset(cfg: TrainConfig) -> TrainConfig:
     return with_fields(cfg, model={"hidden": 64, "dropout": 0.6}, optim={"lr": 0.005})
 
 
-register_model("gat", _gat, preset=gat_preset)
+register_model("gat", _gat, preset=gat_preset, residual=_gat_heads)
 
 
 def _gcn2(*args) -> nn.Module:
@@ -191,16 +207,26 @@ register_model("revgnn", _revgnn, preset=deep_residual_preset)
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
-                dropout: float, norm: str = "none", recompute: bool = False, edge_dim: int = 0) -> nn.Module:
+                dropout: float, norm: str = "none", recompute: bool = False, edge_dim: int = 0,
+                arch: str = "plain") -> nn.Module:
     """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block.
 
     ``edge_dim``: width of the partition's edge features (0: none), for the models that read them.
+    ``arch``: ``"plain"`` (the model's own layers) or ``"residual"`` (``--arch``: its layer in
+    :class:`~gnndist.nn.residual_gnn.ResidualGNN`'s blocks).
     """
     from gnndist.errors import UserError
 
     if name not in MODELS:
         raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
-    if name in EDGE_MODELS:
+    if arch == "residual":
+        from gnndist.nn.residual_gnn import ResidualGNN
+
+        if name not in RESIDUAL_CONVS:
+            raise UserError(f"--arch residual is for --model {', '.join(sorted(RESIDUAL_CONVS))}; --model {name} has "
+                            f"its own architecture (--arch plain)")
+        model = ResidualGNN(RESIDUAL_CONVS[name], in_channels, hidden, out_channels, layers, dropout, norm)
+    elif name in EDGE_MODELS:
         if not edge_dim:
             raise UserError(f"--model {name} reads edge features, and this dataset's partition has none")
         model = MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm, edge_dim=edge_dim)
