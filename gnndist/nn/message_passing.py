@@ -116,6 +116,22 @@ def local_edges(graph, self_loops: bool = False) -> LocalEdges:
     return graph.derived(("local_edges", self_loops), lambda: LocalEdges(graph, self_loops))
 
 
+def _aggregate_edges(msg: Tensor, edges: LocalEdges, aggr: str, t: Tensor | float, n_owned: int) -> Tensor:
+    """Per owned row, the ``aggr`` of its edges' messages ``[nnz, *] -> [n_owned, *]``."""
+    index = edges.row
+    if aggr == "softmax":
+        flat = msg.reshape(edges.nnz, -1)  # [nnz, F]
+        alpha = edges.softmax(flat * t).view_as(msg)
+        return _scatter_sum(msg * alpha, index, n_owned)
+    if aggr == "max":
+        idx = index.view((-1,) + (1,) * (msg.dim() - 1)).expand_as(msg)
+        return msg.new_zeros((n_owned,) + tuple(msg.shape[1:])).scatter_reduce(0, idx, msg, "amax", include_self=False)
+    out = _scatter_sum(msg, index, n_owned)  # [n_owned, *]
+    if aggr == "mean":
+        out = out / _expand(edges.count().clamp(min=1).to(out.dtype), out)
+    return out
+
+
 def _params(fn) -> list[str]:
     return [n for n, p in inspect.signature(fn).parameters.items()
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -192,47 +208,57 @@ class MessagePassing(nn.Module):
         if isinstance(edge_weight, str) and edge_weight != "gcn":
             raise ValueError(f"edge_weight must be None, 'gcn' or a tensor, got {edge_weight!r}")
         n_owned, n_local = graph.n_owned, graph.n_owned + graph.n_halo
-        tag = self.tag
         msg_args = _params(self.message)
-        node_wise = msg_args == ["x_j"]
         gcn = isinstance(edge_weight, str)
-        loops = self.self_loops or gcn
-        edges = local_edges(graph, loops)
+        edges = local_edges(graph, self.self_loops or gcn)
         weight = edges.gcn_weight(graph).to(x.dtype) if gcn else edge_weight
         if isinstance(weight, Tensor) and weight.shape[0] != edges.nnz:
             raise ValueError(f"edge_weight has {weight.shape[0]} rows but the layer's edges number {edges.nnz}; "
                              "compute it on self.edges(graph)")
-
-        def extended(v: Tensor, name: str) -> Tensor:  # [n_local, *]
-            return v if v.shape[0] == n_local else graph.extend(v, f"{tag}/{name}")
-
-        if node_wise and aggr in ("sum", "mean", "max"):
-            h = self.message(x)  # per node, not per edge
-            if aggr in ("sum", "mean") and h.shape[0] == n_owned and h.dim() == 2 \
-                    and (not self.self_loops or gcn) and (edge_weight is None or gcn):
-                out = graph.spmm(h, weight="gcn" if gcn else None, reduce=aggr, tag=tag)  # [n_owned, *] overlapped
-            elif aggr in ("sum", "mean"):
-                h_ext = extended(h, "x")  # [n_local, *]
-                if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
-                    h_ext = h_ext.view(h_ext.shape[0], weight.shape[1], -1)  # heads
-                out = spmm(edges.csr, h_ext, weight, aggr, impl=edges.kernel, tune=edges.tune)  # [n_owned, *]
-                out = out.reshape((n_owned,) + tuple(h.shape[1:]))
-            elif weight is None:
-                h_ext = extended(h, "x").flatten(1)  # [n_local, *]
-                out = segment_max(edges.csr, h_ext, impl=edges.kernel).view((n_owned,) + tuple(h.shape[1:]))
-            else:
-                node_wise = False
-            if node_wise:
+        if msg_args == ["x_j"] and aggr in ("sum", "mean", "max"):
+            out = self._node_wise(graph, edges, x, weight, aggr, gcn)
+            if out is not None:
                 return self._update(out, x[:n_owned], kwargs, n_local)
+        msg = self.message(**self._message_args(graph, edges, msg_args, x, weight, kwargs))  # [nnz, *]
+        if msg.shape[0] != edges.nnz:
+            raise ValueError(f"message returned {msg.shape[0]} rows, expected one per edge ({edges.nnz})")
+        if weight is not None and "edge_weight" not in msg_args:
+            msg = msg * _expand(weight, msg)
+        return self._update(_aggregate_edges(msg, edges, aggr, t, n_owned), x[:n_owned], kwargs, n_local)
 
-        # edge path: gather what message asks for, one row per edge
+    def _extended(self, graph, v: Tensor, name: str) -> Tensor:
+        """``v``'s owned rows followed by its halo rows ``[n_owned + n_halo, *]`` (as given if already so)."""
+        return v if v.shape[0] == graph.n_owned + graph.n_halo else graph.extend(v, f"{self.tag}/{name}")
+
+    def _node_wise(self, graph, edges: LocalEdges, x: Tensor, weight, aggr: str, gcn: bool) -> Tensor | None:
+        """A message of the source alone, computed once per node and aggregated by SpMM (the fused path, overlapped
+        when it can be) or segment max; ``None`` when only the edge path fits (max with edge weights)."""
+        n_owned = graph.n_owned
+        h = self.message(x)  # per node, not per edge
+        if aggr in ("sum", "mean") and h.shape[0] == n_owned and h.dim() == 2 \
+                and (not self.self_loops or gcn) and (weight is None or gcn):
+            return graph.spmm(h, weight="gcn" if gcn else None, reduce=aggr, tag=self.tag)  # [n_owned, *] overlapped
+        if aggr in ("sum", "mean"):
+            h_ext = self._extended(graph, h, "x")  # [n_local, *]
+            if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
+                h_ext = h_ext.view(h_ext.shape[0], weight.shape[1], -1)  # heads
+            out = spmm(edges.csr, h_ext, weight, aggr, impl=edges.kernel, tune=edges.tune)  # [n_owned, *]
+            return out.reshape((n_owned,) + tuple(h.shape[1:]))
+        if weight is None:
+            h_ext = self._extended(graph, h, "x").flatten(1)  # [n_local, *]
+            return segment_max(edges.csr, h_ext, impl=edges.kernel).view((n_owned,) + tuple(h.shape[1:]))
+        return None
+
+    def _message_args(self, graph, edges: LocalEdges, msg_args: list[str], x: Tensor, weight, kwargs: dict) -> dict:
+        """What ``message`` asks for by name, one row per edge: ``x_j`` / ``<name>_i``, ``index``, ``edge_weight``, ..."""
+        n_owned, n_local = graph.n_owned, graph.n_owned + graph.n_halo
         index = edges.row
         args = {}
         for name in msg_args:
             base, side = (name[:-2], name[-1]) if name.endswith(("_i", "_j")) else (name, "")
             v = x if base == "x" else kwargs.get(base)
             if side and isinstance(v, Tensor) and v.shape[0] in (n_owned, n_local):
-                args[name] = extended(v, base)[edges.col] if side == "j" else v[:n_owned][index]
+                args[name] = self._extended(graph, v, base)[edges.col] if side == "j" else v[:n_owned][index]
             elif name == "index":
                 args[name] = index
             elif name == "edge_weight":
@@ -244,24 +270,7 @@ class MessagePassing(nn.Module):
             else:
                 raise TypeError(f"{type(self).__name__}.message asks for {name!r}, which propagate was not given "
                                 f"(pass {base}=... to propagate)")
-        msg = self.message(**args)  # [nnz, *]
-        if msg.shape[0] != edges.nnz:
-            raise ValueError(f"message returned {msg.shape[0]} rows, expected one per edge ({edges.nnz})")
-        if weight is not None and "edge_weight" not in msg_args:
-            msg = msg * _expand(weight, msg)
-        if aggr == "softmax":
-            flat = msg.reshape(edges.nnz, -1)  # [nnz, F]
-            alpha = edges.softmax(flat * t).view_as(msg)
-            out = _scatter_sum(msg * alpha, index, n_owned)
-        elif aggr == "max":
-            idx = index.view((-1,) + (1,) * (msg.dim() - 1)).expand_as(msg)
-            out = msg.new_zeros((n_owned,) + tuple(msg.shape[1:])).scatter_reduce(0, idx, msg, "amax",
-                                                                                  include_self=False)
-        else:
-            out = _scatter_sum(msg, index, n_owned)  # [n_owned, *]
-            if aggr == "mean":
-                out = out / _expand(edges.count().clamp(min=1).to(out.dtype), out)
-        return self._update(out, x[:n_owned], kwargs, n_local)
+        return args
 
     def _update(self, out: Tensor, x: Tensor, kwargs: dict, n_local: int) -> Tensor:
         names = _params(self.update)[1:]
