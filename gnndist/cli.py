@@ -163,6 +163,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth(args: argparse.Namespace) -> int:
+    from gnndist.datasets.npy_folder import cmd_synth as synth
+
+    return synth(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from gnndist.bench import main as bench_main
 
@@ -182,7 +188,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_simulate, _add_bench):
+        add(sub)
+    return p
 
+
+def _add_partition(sub) -> None:
     sp = sub.add_parser("partition", help="partition a dataset and save the parts")
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
     add_section(sp, PartitionConfig)
@@ -193,13 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
 
+
+def _add_synth(sub) -> None:
     sy = sub.add_parser("synth", help="generate a synthetic-<N>[-d<deg>] graph into a .npy folder, in chunks")
     sy.add_argument("name", help="synthetic-<N>[k|m|b][-d<avg degree>], e.g. synthetic-8m-d50")
     sy.add_argument("--out", required=True, help="the folder to write (edge_index.npy, x.npy, y.npy, masks)")
     sy.add_argument("--feature-dim", dest="features", type=int, default=64, help="features per node (default 64)")
     sy.add_argument("--seed", type=int, default=0, help="seed of the graph, features and split (default 0)")
-    sy.set_defaults(func=lambda a: __import__("gnndist.datasets.npy_folder", fromlist=["cmd_synth"]).cmd_synth(a))
+    sy.set_defaults(func=cmd_synth)
 
+
+def _add_info(sub) -> None:
     si = sub.add_parser("info", help="check a saved partition's files and print its report")
     si.add_argument("partdir", help="a partition directory (META.json + part-K/), as written by `gnndist partition`")
     si.add_argument("--json", action="store_true", help="print the report as one JSON object (with \"verified\")")
@@ -208,11 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "is an error, exit 2 (default: on; --no-verify reads META.json only)")
     si.set_defaults(func=cmd_info)
 
+
+def _add_train(sub) -> None:
     st = sub.add_parser("train", help="train on a saved partition (one rank per part)")
     st.add_argument("partdir", help="a partition directory with one part per rank (--ranks N, or torchrun's ranks)")
     add_train_args(st)
     st.set_defaults(func=cmd_train)
 
+
+def _add_run(sub) -> None:
     sr = sub.add_parser("run", help="partition (cached) and train: the main job")
     sr.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path; "
                                     "partitioned into one part per rank for the model trained, cached in "
@@ -223,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
 
+
+def _add_simulate(sub) -> None:
     sm = sub.add_parser(
         "simulate", help="communication, memory and modelled time of every layout at many P, no processes",
         description="Partition DATASET into each P of --parts and count, on that partition, the bytes, messages "
@@ -245,13 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)
 
+
+def _add_bench(sub) -> None:
     import gnndist.bench as bench  # its own flags (a light module: torch is imported when a suite runs)
 
     sb = sub.add_parser("bench", help="scaling benchmarks (strong, weak, partition, peer, kernels): CSV + PNG",
                         description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_arguments(sb)
     sb.set_defaults(func=cmd_bench)
-    return p
 
 
 class _Terminated(BaseException):
