@@ -48,10 +48,10 @@ def _partdir(dataset: str, world: int, cfg, part, dcfg) -> str:
     """The partition ``gnndist run`` caches for ``world`` ranks (made here when it is not there yet)."""
     from gnndist.cache import make_partition, partition_dir
 
-    part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
-    target = partition_dir(dataset, part, dcfg)
+    part = dataclasses.replace(part, parts=world)
+    target = partition_dir(dataset, part, dcfg, cfg.model)
     if not (target / "META.json").is_file():
-        make_partition(dataset, part, dcfg, None)
+        make_partition(dataset, part, dcfg, None, cfg.model)
     return str(target)
 
 

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from gnndist.config import DataConfig, PartitionConfig
+from gnndist.config import DataConfig, ModelConfig, PartitionConfig
 from gnndist.errors import UserError
 
 
@@ -25,7 +25,7 @@ def partition_cache() -> Path:
     return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
 
 
-def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path:
+def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: ModelConfig | None = None) -> Path:
     """Cache directory of a partition: :func:`partition_cache` / key.
 
     The key names the dataset, split, parts, method, objective, seed and every non-default
@@ -56,23 +56,24 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig) -> Path
         key += "-norefine"
     if part.cost_network != "ib":
         key += f"-{part.cost_network}"
-    default = PartitionConfig()
-    if (part.model_hidden, part.model_layers) != (default.model_hidden, default.model_layers):
-        key += f"-h{part.model_hidden}x{part.model_layers}"
+    model, default = model or ModelConfig(), ModelConfig()
+    if (model.hidden, model.layers) != (default.hidden, default.layers):
+        key += f"-h{model.hidden}x{model.layers}"
     return partition_cache() / key
 
 
 def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
-                   say=lambda msg: None) -> tuple[Path, dict]:
+                   model: ModelConfig | None = None, say=lambda msg: None) -> tuple[Path, dict]:
     """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
 
     Returns the directory and the report; ``say`` hears each stage. The cost model times a model
-    of widths ``(F, part.model_hidden, ..., classes)`` with ``part.model_layers`` layers.
+    of widths ``(F, model.hidden, ..., classes)`` with ``model.layers`` layers (default: ModelConfig()'s).
     """
     from gnndist.datasets import load
     from gnndist.partition import model_widths_of, partition
 
-    target = Path(out) if out else partition_dir(dataset, part, dcfg)
+    model = model or ModelConfig()
+    target = Path(out) if out else partition_dir(dataset, part, dcfg, model)
     _check_writable(target, cached=not out)
     say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
@@ -81,7 +82,7 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
 
         add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
-    widths = model_widths_of(data, part.model_hidden, part.model_layers)
+    widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
                   refine=part.refine, cost_network=part.cost_network, widths=widths)
     say(f"writing the parts to {target}")
@@ -109,10 +110,11 @@ def is_ready(target: Path, parts: int) -> bool:
         return False
 
 
-def ensure_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, say=lambda msg: None) -> Path:
-    """The cached partition of ``dataset`` for ``part`` and ``dcfg``, made now if the cache has none."""
-    target = partition_dir(dataset, part, dcfg)
+def ensure_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, model: ModelConfig | None = None,
+                     say=lambda msg: None) -> Path:
+    """The cached partition of ``dataset`` for ``part``, ``dcfg`` and ``model``, made now if the cache has none."""
+    target = partition_dir(dataset, part, dcfg, model)
     if is_ready(target, part.parts):
         say(f"using the cached partition {target}")
         return target
-    return make_partition(dataset, part, dcfg, None, say=say)[0]
+    return make_partition(dataset, part, dcfg, None, model, say=say)[0]

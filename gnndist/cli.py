@@ -19,6 +19,7 @@ from pathlib import Path
 from gnndist.cache import ensure_partition, make_partition, partition_dir
 from gnndist.config import (
     DataConfig,
+    ModelConfig,
     PartitionConfig,
     add_section,
     add_train_args,
@@ -33,7 +34,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from gnndist.partition import format_report
 
     part = build_section(PartitionConfig, args)
-    out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out)
+    model = build_section(ModelConfig, args)  # --hidden, --layers: the model the partition is for
+    out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out, model)
     if args.json:
         print(json.dumps({**report, "dir": str(out)}))
     else:
@@ -122,18 +124,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if cfg.eval.splits == "random":  # the partition holds one random split per run
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
-    part = build_section(PartitionConfig, args)  # partitioned for the model trained: its hidden width and depth
-    part = dataclasses.replace(part, parts=world, model_hidden=cfg.model.hidden, model_layers=cfg.model.layers)
+    part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
     strategy_from_config(cfg.dist).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
     if under_torchrun():  # rank 0 partitions inside the process group; the others wait for it there
-        prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.run.json)
-        return train(str(partition_dir(args.dataset, part, dcfg)), cfg, prepare=prepare)
-    return train(str(ensure_partition(args.dataset, part, dcfg, say=lambda msg: stage(msg, cfg))), cfg)
+        prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json)
+        return train(str(partition_dir(args.dataset, part, dcfg, cfg.model)), cfg, prepare=prepare)
+    return train(str(ensure_partition(args.dataset, part, dcfg, cfg.model, say=lambda msg: stage(msg, cfg))), cfg)
 
 
-def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, json_out: bool) -> None:
+def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, model: ModelConfig,
+                       json_out: bool) -> None:
     """Rank 0's share of ``gnndist run`` under torchrun: the cached partition, made if missing."""
-    ensure_partition(dataset, part, dcfg, say=lambda msg: print(f"gnndist: {msg}", flush=True,
+    ensure_partition(dataset, part, dcfg, model, say=lambda msg: print(f"gnndist: {msg}", flush=True,
                                                                  file=sys.stderr if json_out else sys.stdout))
 
 
@@ -197,6 +199,7 @@ def _add_partition(sub) -> None:
     sp = sub.add_parser("partition", help="partition a dataset and save the parts")
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
     add_section(sp, PartitionConfig)
+    add_section(sp, ModelConfig, only=("hidden", "layers"))  # the model the partition is for (the cost model's)
     add_section(sp, DataConfig)
     sp.add_argument("--out", default=None, help="output directory (default: the cache, $GNNDIST_PARTITIONS/KEY, "
                                                 "else DATA_ROOT/partitions/KEY: $GNNDIST_DATA, else ~/.cache/gnndist; "
@@ -238,7 +241,7 @@ def _add_run(sub) -> None:
                                     "$GNNDIST_PARTITIONS, else in partitions/ of the data root ($GNNDIST_DATA, "
                                     "else ~/.cache/gnndist; never under --root)")
     add_section(sr, DataConfig)
-    add_section(sr, PartitionConfig, skip=("parts", "model_hidden", "model_layers"))  # --hidden, --layers: the model's
+    add_section(sr, PartitionConfig, skip=("parts",))  # one part per rank
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
 
@@ -261,7 +264,7 @@ def _add_simulate(sub) -> None:
     sm.add_argument("--network", default="ib", help="cost-model preset: nvlink, ib or ethernet (default: %(default)s)")
     sm.add_argument("--alpha", type=float, default=None, help="override the preset's seconds per message")
     sm.add_argument("--beta", type=float, default=None, help="override the preset's bytes per second")
-    add_section(sm, PartitionConfig, skip=("parts", "model_hidden", "model_layers"))  # its own --layers
+    add_section(sm, PartitionConfig, skip=("parts",))  # its own --parts: a list
     add_section(sm, DataConfig)
     sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)

@@ -71,16 +71,11 @@ class PartitionConfig:
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
     cost_network: str = opt("ib", "cost-model preset of --balance auto and the report's modelled epoch time",
                             ("nvlink", "ib", "ethernet"), flag="--partition-network")
-    # the model the cost model times, widths (F, hidden, ..., hidden, classes); gnndist run takes the trained model's
-    model_hidden: int = opt(16, "hidden width of the model the partition is for (the cost model's)", flag="--hidden")
-    model_layers: int = opt(2, "layers of the model the partition is for (the cost model's)", flag="--layers")
 
     def __post_init__(self) -> None:
         from gnndist.partition.balance import parse_balance
 
         _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
-        _need(self.model_hidden >= 1, f"--hidden must be >= 1, got {self.model_hidden}")
-        _need(self.model_layers >= 1, f"--layers must be >= 1, got {self.model_layers}")
         parse_balance(self.balance)  # a one-line UserError naming --balance
 
     @property
@@ -245,15 +240,16 @@ def _flag(f: dataclasses.Field) -> str:
 
 
 def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = (),
-                suppress: bool = False) -> None:
+                suppress: bool = False, only: tuple[str, ...] | None = None) -> None:
     """Add one flag per field of a section dataclass (defaults, help and choices from the field).
 
+    ``skip`` leaves fields out (a subcommand with a flag of its own); ``only`` keeps just those.
     With ``suppress``, a flag the user does not pass leaves no attribute, so that model
-    presets can fill it (:func:`train_config_from_args`).
+    presets can fill it (:func:`gnndist.presets.compose`).
     """
     group = parser.add_argument_group(section.__name__.removesuffix("Config").lower())
     for f in dataclasses.fields(section):
-        if f.name in skip:
+        if f.name in skip or (only is not None and f.name not in only):
             continue
         kw: dict[str, Any] = {"dest": f"{section.__name__}.{f.name}", "help": f.metadata.get("help", "")}
         default = f.default

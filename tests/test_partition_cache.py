@@ -11,7 +11,7 @@ from gnndist.partition import read_meta
 
 from gnndist.cache import make_partition, partition_cache, partition_dir
 from gnndist.cli import main
-from gnndist.config import DataConfig, PartitionConfig
+from gnndist.config import DataConfig, ModelConfig, PartitionConfig
 
 CORA_F, CORA_CLASSES = 1433, 7
 
@@ -64,13 +64,13 @@ def test_a_read_only_cache_fails_before_loading(cache, monkeypatch, capsys):
 
 
 def test_make_partition_models_the_given_model(tmp_path):
-    part = PartitionConfig(parts=2, balance="nodes", model_hidden=64, model_layers=3)
-    _, report = make_partition("cora", part, DataConfig(), str(tmp_path / "p"))
+    part, model = PartitionConfig(parts=2, balance="nodes"), ModelConfig(hidden=64, layers=3)
+    _, report = make_partition("cora", part, DataConfig(), str(tmp_path / "p"), model)
     assert report["cost_model"]["widths"] == [CORA_F, 64, 64, CORA_CLASSES]
     default = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
     assert default == "cora-p2-auto-vol-s0"
-    assert partition_dir("cora", part, DataConfig()).name == "cora-p2-auto-vol-s0-bnodes-h64x3"
-    assert partition_dir("cora", PartitionConfig(parts=2, model_hidden=64), DataConfig()).name != default
+    assert partition_dir("cora", part, DataConfig(), model).name == "cora-p2-auto-vol-s0-bnodes-h64x3"
+    assert partition_dir("cora", PartitionConfig(parts=2), DataConfig(), ModelConfig(hidden=64)).name != default
 
 
 def test_partition_flags_and_run_pass_the_model(cache, capsys):
