@@ -100,7 +100,7 @@ class DistConfig:
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
     comm_dtype: str = opt("fp32", "dtype exchanged rows travel in: bf16 halves the halo bytes (arithmetic stays fp32)",
                           ("fp32", "bf16"))
-    max_restarts: int = opt(0, "restarts of the whole group of --nproc ranks after one fails; with --checkpoint "
+    max_restarts: int = opt(0, "restarts of the whole group of --ranks ranks after one fails; with --checkpoint "
                             "they resume from the newest checkpoint (under torchrun: its --max-restarts)")
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """The process grid: world, rank, device and every process group. Nothing else creates groups.
 
 ``init()`` reads the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), which ``gnndist train --nproc N``
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), which ``gnndist train --ranks N``
 also sets for the ranks it spawns. A single process with no such environment gets a
 solo grid whose collectives are no-ops.
 
@@ -394,7 +394,7 @@ def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
 
 def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
          check_collectives: bool = False) -> ProcessGrid:
-    """Build the :class:`ProcessGrid` from the environment (torchrun or ``--nproc``).
+    """Build the :class:`ProcessGrid` from the environment (torchrun or ``--ranks``).
 
     Args:
         backend: ``"auto"`` (NCCL when every local rank has a GPU of its own, gloo otherwise),
@@ -422,7 +422,7 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
     if distributed and not dist.is_initialized():
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in env:
-                raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --nproc")
+                raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --ranks")
         try:
             store = None
             if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":

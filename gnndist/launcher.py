@@ -49,7 +49,7 @@ def under_torchrun() -> bool:
 
 
 def restart_count() -> int:
-    """How many times the elastic agent (``torchrun`` or ``--nproc``) restarted this group."""
+    """How many times the elastic agent (``torchrun`` or ``--ranks``) restarted this group."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 

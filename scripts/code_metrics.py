@@ -133,8 +133,10 @@ def import_graph(mods: dict[str, Path], lazy: bool = False) -> dict[str, set[str
                         mod = ".".join(base + ([st.module] if st.module else []))
                     else:
                         mod = st.module or ""
-                    deps.add(mod)
-                    deps |= {f"{mod}.{a.name}" for a in st.names}
+                    subs = {f"{mod}.{a.name}" for a in st.names}
+                    if not subs <= names:  # `from pkg import submodule` does not import pkg's own names
+                        deps.add(mod)
+                    deps |= subs
         edges[name] = {d for d in deps if d in names and d != name}
     return edges
 

@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run each training job as `LAUNCHER -m gnndist.cli train ...`, with {nproc} (P), {nnodes} and "
                         "{per_node} filled in, e.g. \"srun -N {nnodes} --ntasks-per-node 1 torchrun --nnodes {nnodes} "
                         "--nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint $HEAD:29500\" (see "
-                        "docs/benchmarks.md); default: gnndist's own --nproc launcher on this machine")
+                        "docs/benchmarks.md); default: gnndist's own --ranks launcher on this machine")
     p.add_argument("--per-node", type=int, default=None, help="ranks per node under --launcher (default: P on one node)")
     p.add_argument("--work", default=None, help="folder for the partitions (kept; on a cluster: shared storage; "
                    "default: a temporary folder)")

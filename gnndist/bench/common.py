@@ -150,7 +150,7 @@ def _parse(v: str):
 
 # ---------------------------------------------------------------------- training runs
 def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict:
-    """``gnndist train PARTDIR`` on ``nproc`` ranks (``--nproc``, or ``s.launcher``): summary + per-epoch log.
+    """``gnndist train PARTDIR`` on ``nproc`` ranks (``--ranks``, or ``s.launcher``): summary + per-epoch log.
 
     Returns the ``--json`` summary with ``epochs_log`` (the per-epoch rows of ``--log``).
     """
@@ -169,7 +169,7 @@ def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict
             cmd = shlex.split(s.launcher.format(nproc=nproc, nnodes=nnodes, per_node=per_node))
             cmd += ["-m", "gnndist.bench.rank", str(argfile)]
         else:
-            cmd = [sys.executable, "-m", "gnndist.cli", *args, "--nproc", str(nproc)]
+            cmd = [sys.executable, "-m", "gnndist.cli", *args, "--ranks", str(nproc)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
