@@ -15,8 +15,6 @@ dependent random draws) fails with :class:`NotDistributable`, naming what is mis
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 import torch
 from torch import Tensor, nn
 
@@ -100,15 +98,9 @@ def check_runtime(conv: nn.Module) -> None:
                 f"set its dropout to 0 (use graph.dropout, or gnndist.nn.GATConv for attention dropout)")
 
 
-_EDGES: WeakKeyDictionary = WeakKeyDictionary()
-
-
 def local_edge_index(graph) -> Tensor:
-    """``[2, nnz]`` (source, destination) in local ids: every edge into an owned node (cached)."""
-    cache = _EDGES.setdefault(graph, {})
-    if "ei" not in cache:
-        cache["ei"] = torch.stack([graph.csr.col.long(), graph.csr.row.long()])
-    return cache["ei"]
+    """``[2, nnz]`` (source, destination) in local ids: every edge into an owned node (built once per graph)."""
+    return graph.derived("local_edge_index", lambda: torch.stack([graph.csr.col.long(), graph.csr.row.long()]))
 
 
 class PyGAdapter(nn.Module):
