@@ -21,10 +21,10 @@ from gnndist.config import (
     DataConfig,
     ModelConfig,
     PartitionConfig,
+    SimulateConfig,
     add_section,
     add_train_args,
     build_section,
-    parse_ints,
 )
 from gnndist.errors import RanksFailed, RanksStopped, UserError
 from gnndist.presets import from_args
@@ -140,25 +140,22 @@ def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, mo
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from gnndist.cost import network
     from gnndist.datasets import load
-    from gnndist.simulate import check_inputs, format_table, simulate
+    from gnndist.simulate import format_table, simulate
 
-    parts = parse_ints(args.parts, "--parts", 1)
-    replication = parse_ints(args.replication, "--replication", 2)
-    check_inputs(parts, replication, args.feature_dim, args.layers)
-    net = network(args.network, args.alpha, args.beta)
+    sim = build_section(SimulateConfig, args)  # every flag validated here, one line each
     part = build_section(PartitionConfig, args)
     dcfg = build_section(DataConfig, args)
     data = load(args.dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
     t0 = time.perf_counter()
-    records = simulate(data, parts, args.feature_dim, args.layers, replication, net, part.method,
+    net = sim.net
+    records = simulate(data, sim.part_counts, sim.feature_dim, sim.layers, sim.replications, net, part.method,
                        part.objective, part.seed, part.constraints)
     if args.json:
         print(json.dumps(records))
     else:
         name = getattr(data, "name", None) or Path(args.dataset).name
-        print(f"{name}: N={int(data.num_nodes):,} F={args.feature_dim} layers={args.layers} network {net.name} "
+        print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} network {net.name} "
               f"(alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
         print(format_table(records))
         print(f"simulated in {time.perf_counter() - t0:.1f}s")
@@ -257,14 +254,8 @@ def _add_simulate(sub) -> None:
                     "not a comma list of integers >= 1 or above the node count, a replication < 2, an "
                     "unknown --network.")
     sm.add_argument("dataset", help="registered name or a path (as for run)")
-    sm.add_argument("--parts", default="4,16,64,256,1024", help="comma-separated part counts P (default: %(default)s)")
-    sm.add_argument("--feature-dim", type=int, default=128, help="width F of every layer (default: %(default)s)")
-    sm.add_argument("--layers", type=int, default=2, help="SpMMs per epoch (default: %(default)s)")
-    sm.add_argument("--replication", default="2,4,8", help="candidate c of the 1.5d layouts (default: %(default)s)")
-    sm.add_argument("--network", default="ib", help="cost-model preset: nvlink, ib or ethernet (default: %(default)s)")
-    sm.add_argument("--alpha", type=float, default=None, help="override the preset's seconds per message")
-    sm.add_argument("--beta", type=float, default=None, help="override the preset's bytes per second")
-    add_section(sm, PartitionConfig, skip=("parts",))  # its own --parts: a list
+    add_section(sm, SimulateConfig)
+    add_section(sm, PartitionConfig, skip=("parts",))  # SimulateConfig's --parts: a list
     add_section(sm, DataConfig)
     sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)

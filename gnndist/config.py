@@ -84,6 +84,28 @@ class PartitionConfig:
 
 
 @dataclass
+class SimulateConfig:
+    """``gnndist simulate``: the part counts, width and depth, 1.5d replications and network it models."""
+
+    parts: str = opt("4,16,64,256,1024", "comma-separated part counts P")
+    feature_dim: int = opt(128, "width F of every layer")
+    layers: int = opt(2, "SpMMs per epoch (the model's layers)")
+    replication: str = opt("2,4,8", "comma-separated candidate c of the 1.5d layouts")
+    network: str = opt("ib", "cost-model preset: nvlink, ib or ethernet")
+    alpha: float | None = opt(None, "override the preset's seconds per message")
+    beta: float | None = opt(None, "override the preset's bytes per second")
+
+    def __post_init__(self) -> None:
+        from gnndist.cost import network
+
+        self.part_counts = parse_ints(self.parts, "--parts", 1)
+        self.replications = parse_ints(self.replication, "--replication", 2)
+        _need(self.feature_dim >= 1, f"--feature-dim must be >= 1, got {self.feature_dim}")
+        _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
+        self.net = network(self.network, self.alpha, self.beta)  # an unknown preset: one line naming --network
+
+
+@dataclass
 class DistConfig:
     nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)", flag="--ranks", aliases=("--nproc",))
     strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
