@@ -83,8 +83,9 @@ class Checkpoints:
                 atomic_save({**state, "sha256": digest(state)}, self.dir / f"ckpt-{epoch:06d}.pt")
                 for old in self.found()[: -self.keep]:
                     old.unlink(missing_ok=True)
-            if improved:
-                atomic_save(model.state_dict(), self.dir / "best.pt")
+            if improved:  # the weights and the config that built them: enough to apply the model (gnndist predict)
+                best_state = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "epoch": epoch, "config": config}
+                atomic_save({**best_state, "sha256": digest(best_state)}, self.dir / "best.pt")
 
         self._agree(write, "could not be written")
 
@@ -123,6 +124,27 @@ class Checkpoints:
         if self.grid.is_main:
             log.info(f"resumed from {path} (epoch {start} of {self.epochs})")
         return start, Best(**state["best"])
+
+
+def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> tuple[dict, dict, Path]:
+    """The weights and training config of a checkpoint (``ckpt-*.pt`` or ``best.pt``, or a ``--checkpoint`` DIR:
+    its ``best.pt``), checked against its sha256; ``(state_dict, config, file)``; one line when unusable."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "best.pt"
+    if not p.is_file():
+        raise UserError(f"no checkpoint at {p} (give a --checkpoint DIR of gnndist train, or its best.pt / ckpt-*.pt)")
+    try:
+        state = torch.load(p, map_location=device, weights_only=True)
+    except Exception as e:  # truncated or not a torch file
+        raise UserError(f"{p} is not a readable checkpoint ({(str(e).strip() or type(e).__name__).splitlines()[0]})") \
+            from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or "config" not in state:
+        raise UserError(f"{p} is not a gnndist checkpoint of format {CHECKPOINT_FORMAT} with its config (a best.pt "
+                        f"written before 2026-12-01 holds weights only: use a ckpt-*.pt of the same run)")
+    if state.pop("sha256", None) != digest(state):
+        raise UserError(f"{p} is corrupt: its contents do not match its sha256")
+    return state["model"], state["config"], p
 
 
 def check_same_model(path: Path, state: dict, model: nn.Module) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from gnndist.cache import ensure_partition, make_partition, partition_dir
 from gnndist.config import (
     DataConfig,
+    DistConfig,
     ModelConfig,
     PartitionConfig,
     SimulateConfig,
@@ -162,6 +163,39 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from gnndist.checkpoint import load_model_file
+    from gnndist.config import TrainConfig
+    from gnndist.launcher import launch, under_torchrun
+    from gnndist.partition import read_meta
+    from gnndist.predict import PredictRequest, predict_rank
+
+    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, args.strategy)
+    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
+        req.check()  # one line, before any rank starts
+    d = build_section(DistConfig, args)
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else d.nproc
+    partdir = Path(args.partdir)
+    if not (partdir / "META.json").is_file():  # a dataset: its cached partition into one part per rank
+        if under_torchrun():
+            raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one (gnndist partition)")
+        model = TrainConfig.from_dict(load_model_file(args.checkpoint)[1]).model  # the model it is partitioned for
+        partdir = ensure_partition(args.partdir, PartitionConfig(parts=world), build_section(DataConfig, args), model,
+                                   say=lambda msg: print(f"gnndist: {msg}", file=sys.stderr, flush=True))
+    parts = read_meta(partdir)["parts"]
+    if parts != world:
+        raise UserError(f"{partdir} has {parts} parts but there are {world} ranks: use --ranks {parts}")
+    summary = launch(predict_rank, str(partdir), req, nproc=d.nproc, backend=d.backend, timeout=d.timeout)
+    if int(os.environ.get("RANK", "0")) == 0:
+        if args.json:
+            print(json.dumps(summary), flush=True)
+        else:
+            n, c = summary["shape"]
+            scores = " ".join(f"{k} {v:.4f}" for k, v in summary.items() if k.split("_")[0] in ("train", "val", "test"))
+            print(f"wrote {summary['what']} of {n:,} nodes x {c} to {summary['out']}" + (f"; {scores}" if scores else ""))
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from gnndist.datasets.npy_folder import cmd_synth as synth
 
@@ -187,7 +221,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_simulate, _add_bench):
+    for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_predict, _add_simulate, _add_bench):
         add(sub)
     return p
 
@@ -241,6 +275,28 @@ def _add_run(sub) -> None:
     add_section(sr, PartitionConfig, skip=("parts",))  # one part per rank
     add_train_args(sr)
     sr.set_defaults(func=cmd_run)
+
+
+def _add_predict(sub) -> None:
+    from gnndist.predict import WHATS
+
+    sq = sub.add_parser("predict", help="apply a trained model to every node; write its output in the dataset's order")
+    sq.add_argument("partdir", help="a partition directory (one part per rank), or a dataset (partitioned, cached)")
+    sq.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a "
+                                                         "checkpoint file (best.pt, ckpt-*.pt)")
+    sq.add_argument("--out", required=True, help="the file to write, by suffix: .npy ([N, C], each rank writes its "
+                                                  "rows in place), .pt or .csv (small outputs); row i is dataset node i")
+    sq.add_argument("--what", default="probs", choices=WHATS,
+                    help="class probabilities (default), logits, the predicted class, or the representation after "
+                         "--layer K (0-based)")
+    sq.add_argument("--layer", type=int, default=None, help="with --what embedding: the layer whose output to write")
+    sq.add_argument("--force", action="store_true", help="replace an existing --out")
+    sq.add_argument("--strategy", default="1d", choices=("1d", "2d"), help="aggregation layout (default 1d)")
+    sq.add_argument("--json", action="store_true", help="print the summary (with the metric recomputed from the "
+                                                         "written rows) as one JSON object")
+    add_section(sq, DistConfig, only=("nproc", "timeout", "backend"))
+    add_section(sq, DataConfig)
+    sq.set_defaults(func=cmd_predict)
 
 
 def _add_simulate(sub) -> None:

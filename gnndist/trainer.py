@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from gnndist import metrics
 from gnndist.checkpoint import Checkpoints
-from gnndist.config import TrainConfig
+from gnndist.config import ModelConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
@@ -57,8 +57,7 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
-        out = graph.y.shape[1] if self.multilabel else 1 if self.binary else graph.num_classes
-        self.model = self._model(model, graph.x.shape[1], out).to(self.grid.device)
+        self.model = self._model(model, graph.x.shape[1], output_width(graph)).to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -85,9 +84,7 @@ class Trainer:
             return model
         if model is not None:
             return model(f_in, f_out)
-        m, ea = self.cfg.model, self.graph.edge_attr
-        return build_model(m.model, f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
-                           edge_dim=rows2d(ea).shape[1] if ea is not None else 0)
+        return model_of(self.cfg.model, self.graph)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -142,21 +139,7 @@ class Trainer:
         rank's labels and scores of the split and ranks them all (rank order does not matter).
         """
         self.model.eval()
-        g = self.graph
-        logits = self.model(g, g.x)  # [n_owned, C]
-        masks = (g.train_mask, g.val_mask, g.test_mask)
-        if self.metric == "rocauc":
-            score = metrics.scores(logits, self.multilabel)
-            parts = self.grid.all_gather_object([(g.y[m].cpu(), score[m].cpu()) for m in masks])
-            values = [metrics.roc_auc(torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts]))
-                      for i in range(3)]
-        else:
-            stats = [metrics.counts(self.metric, logits[m], g.y[m], g.num_classes) for m in masks]
-            flat = torch.cat([s.reshape(-1) for s in stats])  # one all-reduce for the three splits
-            self.grid.all_reduce_(flat)
-            values = [metrics.from_counts(self.metric, part.view_as(s))
-                      for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
-        return dict(zip(self.keys.values(), values))
+        return split_metrics(self.graph, self.model(self.graph, self.graph.x), self.metric)  # logits [n_owned, C]
 
     def epoch(self, epoch: int) -> dict:
         """Train one step, measure it (time, bytes, phases), evaluate: the epoch's row of the log."""
@@ -231,6 +214,44 @@ class Trainer:
         where = f"; the last good checkpoint is {kept[-1]}" if kept else ""
         raise UserError(f"epoch {epoch}: {what}; training stopped before the optimiser step{where} "
                         f"(lower --lr, or check the features)")
+
+
+def output_width(graph: DistGraph) -> int:
+    """The model's output width on this graph: one logit per label (multi-label), one (binary), one per class."""
+    if graph.y.dim() > 1:
+        return graph.y.shape[1]
+    return 1 if graph.num_classes == 2 else graph.num_classes
+
+
+def model_of(m: ModelConfig, graph: DistGraph) -> nn.Module:
+    """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths."""
+    ea = graph.edge_attr
+    return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
+                       m.recompute, edge_dim=rows2d(ea).shape[1] if ea is not None else 0)
+
+
+def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:
+    """``metric`` on the train / val / test masks over every rank, keyed ``train_<metric>`` etc. (collective).
+
+    Count metrics add up statistics over ranks (one all-reduce); ROC-AUC gathers every rank's
+    labels and scores of the split and ranks them all (rank order does not matter).
+
+    Shapes:
+        logits ``[n_owned, C]``
+    """
+    masks = (graph.train_mask, graph.val_mask, graph.test_mask)
+    y, grid = graph.y, graph.grid
+    if metric == "rocauc":
+        score = metrics.scores(logits, y.dim() > 1)
+        parts = grid.all_gather_object([(y[m].cpu(), score[m].cpu()) for m in masks])
+        values = [metrics.roc_auc(torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts]))
+                  for i in range(3)]
+    else:
+        stats = [metrics.counts(metric, logits[m], y[m], graph.num_classes) for m in masks]
+        flat = torch.cat([s.reshape(-1) for s in stats])  # one all-reduce for the three splits
+        grid.all_reduce_(flat)
+        values = [metrics.from_counts(metric, part.view_as(s)) for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
+    return {metric_key(split, metric): v for split, v in zip(SPLITS, values)}
 
 
 def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:

@@ -1,0 +1,211 @@
+"""``gnndist predict``: a trained model applied to the whole graph on every rank, written in the dataset's node order.
+
+    gnndist predict PARTDIR --checkpoint CKDIR --out pred.npy                 # class probabilities [N, C]
+    gnndist predict PARTDIR --checkpoint CKDIR --out emb.npy --what embedding --layer 0
+
+Each rank runs the model in eval mode on its part (the weights are replicated, so any number
+of parts serves, and another graph with the same feature width too) and writes its owned rows
+at their dataset positions into one memory-mapped ``.npy`` (no rank gathers everything); ``.pt``
+and ``.csv`` are gathered on rank 0 (small outputs). The file is written under a temporary
+name and renamed when every rank is done. The metric is then recomputed from the written rows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gnndist.errors import UserError
+
+WHATS = ("probs", "logits", "class", "embedding")
+SUFFIXES = (".npy", ".pt", ".csv")
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """What ``gnndist predict`` writes: ``what`` of the model in ``checkpoint`` for every node, into ``out``."""
+
+    checkpoint: str
+    out: str
+    what: str = "probs"
+    layer: int | None = None
+    force: bool = False
+    strategy: str = "1d"
+
+    def check(self) -> None:
+        """One line for a request that cannot be (before any rank starts)."""
+        if self.what not in WHATS:
+            raise UserError(f"--what must be one of {', '.join(WHATS)}, got {self.what!r}")
+        if (self.layer is not None) != (self.what == "embedding"):
+            raise UserError("--layer K goes with --what embedding (the representation after layer K)")
+        if Path(self.out).suffix not in SUFFIXES:
+            raise UserError(f"--out {self.out}: the file's suffix says the format, one of {', '.join(SUFFIXES)}")
+        out = Path(self.out)
+        if out.exists() and not self.force:
+            raise UserError(f"--out {out} exists: pass --force to replace it")
+        folder = out.parent if str(out.parent) else Path(".")
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(f"--out {out}: {folder} is not a writable folder")
+
+
+def representation_layers(model: nn.Module) -> list[nn.Module]:
+    """The modules whose outputs are a model's per-layer representations, in order.
+
+    A model says so with a ``representation_layers()`` method; otherwise its ``convs`` (the GNN
+    models, GAT, GCNII, ResGCN+) or its ``blocks`` (RevGNN) are taken.
+    """
+    own = getattr(model, "representation_layers", None)
+    if callable(own):
+        return list(own())
+    for name in ("convs", "blocks"):
+        layers = getattr(model, name, None)
+        if isinstance(layers, nn.ModuleList):
+            return list(layers)
+    raise UserError(f"{type(model).__name__} names no layers (give it a representation_layers() method, or convs)")
+
+
+def forward_at(model: nn.Module, graph, layer: int | None) -> Tensor:
+    """The model's output on ``graph`` in eval mode, or (``layer`` K) the output of its layer K: ``[n_owned, *]``."""
+    model.eval()
+    if layer is None:
+        with torch.no_grad():
+            return model(graph, graph.x)
+    layers = representation_layers(model)
+    if not 0 <= layer < len(layers):
+        raise UserError(f"--layer {layer} is out of range: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    seen: list[Tensor] = []
+
+    def keep(module, inputs, output) -> None:
+        seen.append(output[0] if isinstance(output, tuple) else output)  # RevGNN's blocks return (state, x, bound)
+
+    hook = layers[layer].register_forward_hook(keep)
+    try:
+        with torch.no_grad():
+            model(graph, graph.x)
+    finally:
+        hook.remove()
+    out = seen[-1]
+    return out.float() if out.dtype == torch.int64 else out  # a reversible block's fixed-point state
+
+
+def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
+    """What is written per node from the model's output: probabilities, logits, the class or the representation."""
+    if what in ("logits", "embedding"):
+        return out.reshape(out.shape[0], -1)
+    single = out.shape[1] == 1 and not multilabel  # binary: one logit
+    if what == "probs":
+        return torch.sigmoid(out) if multilabel or single else torch.softmax(out, dim=1)
+    if multilabel:
+        return (out > 0).to(torch.int64)
+    return (out[:, 0] > 0).to(torch.int64)[:, None] if single else out.argmax(dim=1, keepdim=True)
+
+
+def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
+    """Body of one rank of ``gnndist predict``; rank 0 returns the summary (the metric recomputed from the file)."""
+    from gnndist.checkpoint import load_model_file
+    from gnndist.config import TrainConfig
+    from gnndist.graph import DistGraph
+    from gnndist.launcher import together
+    from gnndist.strategies import get_strategy
+    from gnndist.trainer import metric_of, split_metrics
+
+    state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
+                                   "another rank could not read the checkpoint")
+    cfg = TrainConfig.from_dict(config)
+    arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
+    graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
+                      normalize_features=cfg.model.normalize_features)
+    model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+    out = forward_at(model.to(grid.device), graph, req.layer)
+    rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
+    written = write_rows(grid, graph, rows, req.out)
+    summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [graph.num_nodes, rows.shape[1]],
+               "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
+    if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
+        metric = metric_of(cfg, graph)
+        summary.update(metric=metric, **split_metrics(graph, written.to(grid.device), metric))
+    return summary
+
+
+def _model(cfg, graph, state: dict, path: Path) -> nn.Module:
+    from gnndist.checkpoint import check_same_model
+    from gnndist.trainer import model_of
+
+    model = model_of(cfg.model, graph)
+    check_same_model(path, {"model": state, "config": cfg.to_dict()}, model)  # one line: another model or width
+    model.load_state_dict(state)
+    return model
+
+
+def write_rows(grid, graph, rows: Tensor, out: str) -> Tensor:
+    """Write every rank's owned ``rows`` at their dataset positions into ``out``; returns this rank's rows as written.
+
+    ``.npy``: rank 0 creates a memory-mapped ``[N, C]`` file under a temporary name, each rank writes its
+    rows there, rank 0 renames it once all have (collective). ``.pt`` / ``.csv``: gathered on rank 0.
+    """
+    from gnndist.launcher import together
+
+    target = Path(out)
+    tmp = target.with_name(f".{target.name}.tmp")
+    ids = graph.orig_id[: graph.n_owned].cpu().numpy()
+    n, width = graph.num_nodes, rows.shape[1]
+    dtype = np.int64 if rows.dtype == torch.int64 else np.float32
+    try:
+        if target.suffix == ".npy":
+            together(grid, (lambda: _create(tmp, (n, width), dtype)) if grid.is_main else None,
+                     "rank 0 could not create the output")
+            written = together(grid, lambda: _write_mine(tmp, ids, rows.numpy().astype(dtype)),
+                               "another rank could not write its rows")  # every rank's rows are in the file now
+            together(grid, (lambda: os.replace(tmp, target)) if grid.is_main else None, "rank 0 could not rename it")
+            return written
+        every = grid.all_gather_object((ids, rows.numpy()))
+        full = None
+        if grid.is_main:
+            full = np.zeros((n, width), dtype=dtype)
+            for i, r in every:
+                full[i] = r
+        together(grid, (lambda: _save_small(full, tmp, target)) if grid.is_main else None,
+                 "rank 0 could not write the output")
+        return rows
+    finally:
+        if grid.is_main:
+            tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind (a finished one was renamed)
+
+
+def _write_mine(tmp: Path, ids: np.ndarray, rows: np.ndarray) -> Tensor:
+    """This rank's rows into the shared memory-mapped file; what it reads back there (the written values)."""
+    try:
+        mm = np.lib.format.open_memmap(tmp, mode="r+")
+        mm[ids] = rows
+        mm.flush()
+        return torch.from_numpy(np.array(mm[ids]))
+    except OSError as e:
+        raise UserError(f"cannot write {tmp.with_name(tmp.name[1:-4])}: {e.strerror or e}") from None
+
+
+def _create(tmp: Path, shape: tuple[int, int], dtype) -> None:
+    try:
+        np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape).flush()
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {tmp.with_name(tmp.name[1:-4])}: {e.strerror or e}") from None
+
+
+def _save_small(full: np.ndarray, tmp: Path, target: Path) -> None:
+    try:
+        if target.suffix == ".pt":
+            torch.save(torch.from_numpy(full), tmp)
+        else:  # node,<value 0>,<value 1>,...: row i is dataset node i
+            fmt = "%d" if full.dtype == np.int64 else "%.8g"
+            header = "node," + ",".join(f"v{j}" for j in range(full.shape[1]))
+            np.savetxt(tmp, np.column_stack([np.arange(len(full)), full]), delimiter=",", fmt=["%d"] + [fmt] * full.shape[1],
+                       header=header, comments="")
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {target}: {e.strerror or e}") from None

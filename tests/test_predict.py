@@ -1,0 +1,119 @@
+"""``gnndist predict``: the trained model on every node, in the dataset's order, equal for every P and to PyG."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gnndist.cli import main
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Cora partitioned into 1 and 2 parts; a GCN trained 3 epochs on 1 rank with --checkpoint; its summary."""
+    from gnndist.datasets import load
+    from gnndist.partition import partition
+
+    d = tmp_path_factory.mktemp("predict")
+    data = load("cora")
+    for p in (1, 2):
+        partition(data, p, progress=False).save(d / f"p{p}", dataset="cora", progress=False)
+    return d, data
+
+
+def _run(capsys, *argv) -> tuple[int, list[str], list[str]]:
+    code = main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out.strip().splitlines(), cap.err.strip().splitlines()
+
+
+def _pyg_gcn(data, state: dict):
+    """Cora's GCN on one process with torch_geometric layers and the trained weights: logits, layer 0's output."""
+    import torch_geometric.nn as pyg_nn
+
+    convs = torch.nn.ModuleList([pyg_nn.GCNConv(data.x.shape[1], 16), pyg_nn.GCNConv(16, 7)])
+    convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()})
+    x = data.x / data.x.sum(1, keepdim=True).clamp(min=1e-12)  # the load transform of --normalize-features
+    with torch.no_grad():
+        h = convs[0](x, data.edge_index)
+        return convs[1](torch.relu(h), data.edge_index), h
+
+
+def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained, tmp_path, capsys):
+    d, data = trained
+    ck = tmp_path / "ck"
+    code, out, _ = _run(capsys, "train", str(d / "p1"), "--epochs", "3", "--no-progress", "--checkpoint", str(ck),
+                        "--json")
+    assert code == 0
+    run = json.loads(out[-1])
+    files = {}
+    for p in (1, 2):
+        files[p] = tmp_path / f"logits{p}.npy"
+        code, out, err = _run(capsys, "predict", str(d / f"p{p}"), "--checkpoint", str(ck), "--out", str(files[p]),
+                              "--what", "logits", "--ranks", str(p), "--json")
+        assert code == 0, err
+        summary = json.loads(out[-1])
+        for split in ("train", "val", "test"):  # the metric recomputed from the written rows: the run's (best.pt)
+            assert summary[f"{split}_acc"] == run[f"{split}_acc"], (p, split)
+    got1, got2 = (torch.from_numpy(np.load(files[p])) for p in (1, 2))
+    assert got1.shape == (data.num_nodes, 7)
+    torch.testing.assert_close(got2, got1, rtol=1e-5, atol=1e-6)
+    state = torch.load(ck / "best.pt", weights_only=True)["model"]
+    logits, layer0 = _pyg_gcn(data, state)
+    torch.testing.assert_close(got1, logits, rtol=1e-4, atol=1e-5)  # row i is dataset node i
+
+    emb = tmp_path / "emb.npy"  # the representation after layer 0, on 2 ranks: PyG's first conv
+    assert _run(capsys, "predict", str(d / "p2"), "--checkpoint", str(ck), "--out", str(emb), "--what",
+                "embedding", "--layer", "0", "--ranks", "2")[0] == 0
+    torch.testing.assert_close(torch.from_numpy(np.load(emb)), layer0, rtol=1e-4, atol=1e-5)
+    cls = tmp_path / "class.csv"
+    assert _run(capsys, "predict", str(d / "p1"), "--checkpoint", str(ck), "--out", str(cls), "--what", "class")[0] == 0
+    rows = np.loadtxt(cls, delimiter=",", skiprows=1, dtype=np.int64)  # node,v0
+    assert np.array_equal(rows[:, 0], np.arange(data.num_nodes))
+    assert np.array_equal(rows[:, 1], got1.argmax(1).numpy())
+
+
+@pytest.fixture(scope="module")
+def small_ck(trained, tmp_path_factory):
+    """A checkpoint of Cora's GCN (1 epoch) and one of a model of another feature width (a synthetic graph)."""
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    d, _ = trained
+    root = tmp_path_factory.mktemp("ck")
+    assert main(["train", str(d / "p1"), "--epochs", "1", "--no-progress", "--checkpoint", str(root / "cora")]) == 0
+    partition(synthetic(60, avg_degree=4, num_classes=3, num_features=5, seed=0), 1,
+              progress=False).save(root / "toy", dataset="toy", progress=False)
+    assert main(["train", str(root / "toy"), "--epochs", "1", "--no-progress", "--checkpoint", str(root / "other")]) == 0
+    (root / "corrupt.pt").write_bytes((root / "cora" / "best.pt").read_bytes()[:100])
+    return root
+
+
+@pytest.mark.parametrize("case", ["exists", "layer-beyond", "layer-without-embedding", "corrupt", "other-model",
+                                  "missing", "suffix"])
+def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp_path, capsys, case):
+    d, _ = trained
+    out = tmp_path / "out.npy"
+    ck, extra, words = str(small_ck / "cora"), [], ""
+    if case == "exists":
+        out.write_bytes(b"keep me")
+        words = "exists: pass --force"
+    elif case == "layer-beyond":
+        extra, words = ["--what", "embedding", "--layer", "5"], "--layer 5 is out of range: the model has 2 layers"
+    elif case == "layer-without-embedding":
+        extra, words = ["--layer", "0"], "--layer K goes with --what embedding"
+    elif case == "corrupt":
+        ck, words = str(small_ck / "corrupt.pt"), "not a readable checkpoint"
+    elif case == "other-model":
+        ck, words = str(small_ck / "other"), "holds a different model"
+    elif case == "missing":
+        ck, words = str(small_ck / "nothing"), "no checkpoint at"
+    elif case == "suffix":
+        out, words = tmp_path / "out.parquet", "the file's suffix says the format"
+    code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), *extra)
+    assert code == 2 and len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0], err
+    assert (out.read_bytes() == b"keep me") if case == "exists" else not out.exists()
+    assert not list(tmp_path.glob(".*tmp*")), "no temporary file is left"
