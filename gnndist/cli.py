@@ -196,6 +196,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from gnndist.export import export
+
+    done = export(args.checkpoint, args.out, args.format, args.force)
+    if args.json:
+        print(json.dumps(done), flush=True)
+    else:
+        print(f"wrote {done['model']} ({done['parameters']:,} parameters) to {done['out']} as {done['format']}")
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from gnndist.datasets.npy_folder import cmd_synth as synth
 
@@ -221,7 +232,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_predict, _add_simulate, _add_bench):
+    for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_predict, _add_export, _add_simulate,
+                _add_bench):
         add(sub)
     return p
 
@@ -297,6 +309,21 @@ def _add_predict(sub) -> None:
     add_section(sq, DistConfig, only=("nproc", "timeout", "backend"))
     add_section(sq, DataConfig)
     sq.set_defaults(func=cmd_predict)
+
+
+def _add_export(sub) -> None:
+    from gnndist.export import FORMATS
+
+    se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
+                        description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
+                                    "that loads into torch_geometric.nn.models.GCN / GraphSAGE / GIN built from the "
+                                    "file's kwargs (see gnndist/export.py)")
+    se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
+    se.add_argument("--out", required=True, help="the file to write")
+    se.add_argument("--format", default="gnndist", choices=FORMATS, help="gnndist (default) or pyg")
+    se.add_argument("--force", action="store_true", help="replace an existing --out")
+    se.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    se.set_defaults(func=cmd_export)
 
 
 def _add_simulate(sub) -> None:

@@ -254,7 +254,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        return cls(**{name: TRAIN_SECTIONS[name](**sub) for name, sub in d.items()})
+        """The config of :meth:`to_dict` (keys that are not sections, e.g. a checkpoint's widths, are ignored)."""
+        return cls(**{name: TRAIN_SECTIONS[name](**sub) for name, sub in d.items() if name in TRAIN_SECTIONS})
 
 
 def _flag(f: dataclasses.Field) -> str:

@@ -57,7 +57,8 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
-        self.model = self._model(model, graph.x.shape[1], output_width(graph)).to(self.grid.device)
+        self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
+        self.model = self._model(model, *self.widths).to(self.grid.device)
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -176,7 +177,7 @@ class Trainer:
                 self.select(row)
                 log.write(row, row[self.keys["val"]])
                 if self.checkpoints:
-                    self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict())
+                    self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict(), self.widths)
                 if cfg.eval.patience and epoch - self.best.epoch >= cfg.eval.patience:
                     break  # the same decision on every rank: the metric is global
         self.history = log.history

@@ -117,3 +117,48 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
     assert code == 2 and len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0], err
     assert (out.read_bytes() == b"keep me") if case == "exists" else not out.exists()
     assert not list(tmp_path.glob(".*tmp*")), "no temporary file is left"
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+def test_exported_pyg_model_gives_the_logits_of_gnndist(tmp_path, capsys, model):
+    """``gnndist export --format pyg``: torch_geometric's twin, built from the file, reproduces predict's logits."""
+    import torch_geometric.nn.models as pyg_models
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    data = synthetic(80, avg_degree=5, num_classes=3, num_features=6, seed=4)
+    partition(data, 1, progress=False).save(tmp_path / "p", dataset="toy", progress=False)
+    ck, logits, out = tmp_path / "ck", tmp_path / "logits.npy", tmp_path / "pyg.pt"
+    assert main(["train", str(tmp_path / "p"), "--model", model, "--epochs", "2", "--no-progress",
+                 "--checkpoint", str(ck), "--no-normalize-features"]) == 0
+    assert main(["predict", str(tmp_path / "p"), "--checkpoint", str(ck), "--out", str(logits), "--what",
+                 "logits"]) == 0
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 0
+    f = torch.load(out, weights_only=True)
+    twin = getattr(pyg_models, f["model"])(**f["kwargs"])
+    twin.load_state_dict(f["state_dict"])  # strict: every name and shape
+    twin.eval()
+    with torch.no_grad():
+        got = twin(data.x, data.edge_index)
+    torch.testing.assert_close(got, torch.from_numpy(np.load(logits)), rtol=1e-5, atol=1e-5)
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 2  # exists
+    assert "pass --force" in capsys.readouterr().err
+
+
+def test_export_without_a_pyg_twin_is_one_line(tmp_path, capsys):
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    partition(synthetic(40, avg_degree=4, num_classes=2, num_features=4, seed=1), 1,
+              progress=False).save(tmp_path / "p", dataset="toy", progress=False)
+    assert main(["train", str(tmp_path / "p"), "--model", "gcn", "--norm", "batch", "--epochs", "1",
+                 "--no-progress", "--checkpoint", str(tmp_path / "ck")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "m.pt"
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out), "--format", "pyg"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--format pyg is for --model gcn, sage, gin with --norm none" in err[0] and not out.exists()
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0  # the plain format: any model
+    f = torch.load(out, weights_only=True)
+    assert f["config"]["model"]["norm"] == "batch" and (f["in_channels"], f["out_channels"]) == (4, 1)
