@@ -13,13 +13,13 @@ from gnndist.cli import main
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """Cora partitioned into 1 and 2 parts; a GCN trained 3 epochs on 1 rank with --checkpoint; its summary."""
+    """Cora partitioned into 1, 2 and 4 parts."""
     from gnndist.datasets import load
     from gnndist.partition import partition
 
     d = tmp_path_factory.mktemp("predict")
     data = load("cora")
-    for p in (1, 2):
+    for p in (1, 2, 4):
         partition(data, p, progress=False).save(d / f"p{p}", dataset="cora", progress=False)
     return d, data
 
@@ -50,17 +50,18 @@ def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained,
     assert code == 0
     run = json.loads(out[-1])
     files = {}
-    for p in (1, 2):
+    for p, layout in ((1, "1d"), (2, "1d"), (4, "2d")):  # trained on 1 rank: any number of parts serves
         files[p] = tmp_path / f"logits{p}.npy"
         code, out, err = _run(capsys, "predict", str(d / f"p{p}"), "--checkpoint", str(ck), "--out", str(files[p]),
-                              "--what", "logits", "--ranks", str(p), "--json")
+                              "--what", "logits", "--ranks", str(p), "--strategy", layout, "--json")
         assert code == 0, err
         summary = json.loads(out[-1])
         for split in ("train", "val", "test"):  # the metric recomputed from the written rows: the run's (best.pt)
             assert summary[f"{split}_acc"] == run[f"{split}_acc"], (p, split)
-    got1, got2 = (torch.from_numpy(np.load(files[p])) for p in (1, 2))
+    got1, got2, got4 = (torch.from_numpy(np.load(files[p])) for p in (1, 2, 4))
     assert got1.shape == (data.num_nodes, 7)
     torch.testing.assert_close(got2, got1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got4, got1, rtol=1e-5, atol=1e-6)
     state = torch.load(ck / "best.pt", weights_only=True)["model"]
     logits, layer0 = _pyg_gcn(data, state)
     torch.testing.assert_close(got1, logits, rtol=1e-4, atol=1e-5)  # row i is dataset node i
@@ -162,3 +163,39 @@ def test_export_without_a_pyg_twin_is_one_line(tmp_path, capsys):
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0  # the plain format: any model
     f = torch.load(out, weights_only=True)
     assert f["config"]["model"]["norm"] == "batch" and (f["in_channels"], f["out_channels"]) == (4, 1)
+
+
+def test_every_model_gives_each_layer_representation(part1):
+    """forward_at(K) for every built-in model (its convs or blocks) and a custom model naming its own layers."""
+    from torch import nn
+
+    from gnndist.graph import DistGraph
+    from gnndist.grid import ProcessGrid
+    from gnndist.nn import GCNConv, build_model
+    from gnndist.nn.models import EDGE_MODELS, MODELS
+    from gnndist.predict import forward_at, representation_layers
+
+    graph = DistGraph.load(part1, ProcessGrid())
+    for name in sorted(set(MODELS) - EDGE_MODELS):
+        model = build_model(name, graph.x.shape[1], 8, 3, 2, 0.5)
+        layers = representation_layers(model)
+        assert len(layers) == 2, name
+        for k in range(2):
+            h = forward_at(model, graph, k)
+            assert h.shape[0] == graph.n_owned and torch.isfinite(h.float()).all(), (name, k)
+        assert torch.equal(forward_at(model, graph, None), forward_at(model, graph, None)), name  # eval: no dropout
+
+    class Custom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = GCNConv(graph.x.shape[1], 5), GCNConv(5, 3)
+
+        def representation_layers(self):
+            return [self.first, self.second]
+
+        def forward(self, graph, x):
+            return self.second(graph, torch.relu(self.first(graph, x)))
+
+    m = Custom()
+    with torch.no_grad():
+        assert torch.equal(forward_at(m, graph, 0), m.first(graph, graph.x))
