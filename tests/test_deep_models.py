@@ -229,7 +229,7 @@ def one_part(tmp_path_factory):
     return str(d)
 
 
-def _deep_revgnn(one_part, reversible, layers=48, epochs=3):
+def _deep_revgnn(one_part, reversible, layers=24, epochs=3):
     """One-process RevGNN without norm: a residual state that grows far above the first block's input.
 
     Returns the per-step losses, the last step's gradients and its trace (block input states).
@@ -247,14 +247,14 @@ def _deep_revgnn(one_part, reversible, layers=48, epochs=3):
 
 
 def test_revgnn_deep_reconstruction_is_exact_and_equals_stored_activations(one_part):
-    """48 blocks: every recovered state is exact; training equals stored activations bit for bit (CPU).
+    """24 blocks: every recovered state is exact; training equals stored activations bit for bit (CPU).
 
     In floating point the first block's input came back with a relative error of ~1e-3 on
     Cora at 16 blocks (``fl(fl(x + F) - F) != x`` once the state is large).
     """
     rev_losses, rev_grads, trace = _deep_revgnn(one_part, reversible=True)
     plain_losses, plain_grads, _ = _deep_revgnn(one_part, reversible=False)
-    assert len(trace["stored"]) == len(trace["recomputed"]) == 48
+    assert len(trace["stored"]) == len(trace["recomputed"]) == 24
     assert trace["stored"][-1].abs().max() > 10 * trace["stored"][0].abs().max()  # float would lose the input's bits
     for i, (a, b) in enumerate(zip(trace["stored"], trace["recomputed"])):
         assert torch.equal(a, b), f"block {i}: {(a - b).abs().max()} grid steps off"
