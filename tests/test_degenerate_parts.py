@@ -22,8 +22,8 @@ from gnndist.trainer import Trainer
 EPOCHS = 2
 MODELS = [("gcn", "none"), ("sage", "none"), ("gin", "batch"), ("gat", "none"), ("gcn2", "none")]
 CASES = {  # world -> (strategy, replication) trained there
-    3: [("1d", None), ("1.5d", 3), ("auto", None)],
-    4: [("1d", None), ("1.5d", 2), ("2d", None), ("auto", None)],
+    3: [("1d", None), ("1.5d", 3)],  # auto: its only candidate at P = 3 is 1d
+    4: [("1d", None), ("2d", None), ("auto", None)],  # 1.5d c = 2: the block layout of 2d (q = c = 2)
 }
 GRAPHS = {3: ([200, 100], 0), 4: ([200, 100], 100)}  # world -> (component sizes, isolated nodes)
 
