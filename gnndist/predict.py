@@ -13,6 +13,7 @@ name and renamed when every rank is done. The metric is then recomputed from the
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
                       normalize_features=cfg.model.normalize_features)
     model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+    if grid.is_main:
+        print(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on {grid.world_size} "
+              f"rank(s)", file=sys.stderr, flush=True)
     out = forward_at(model.to(grid.device), graph, req.layer)
     rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
     written = write_rows(grid, graph, rows, req.out)

@@ -199,3 +199,19 @@ def test_every_model_gives_each_layer_representation(part1):
     m = Custom()
     with torch.no_grad():
         assert torch.equal(forward_at(m, graph, 0), m.first(graph, graph.x))
+
+
+def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, capsys):
+    """Inductive use: weights trained on one graph, predictions for every node of another (same F and classes)."""
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    for name, (n, seed) in {"a": (60, 1), "b": (90, 2)}.items():
+        partition(synthetic(n, avg_degree=4, num_classes=3, num_features=5, seed=seed), 1,
+                  progress=False).save(tmp_path / name, dataset=name, progress=False)
+    assert main(["train", str(tmp_path / "a"), "--epochs", "1", "--no-progress", "--checkpoint", str(tmp_path / "ck")]) == 0
+    out = tmp_path / "b.pt"
+    assert main(["predict", str(tmp_path / "b"), "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0
+    probs = torch.load(out, weights_only=True)
+    assert probs.shape == (90, 3)
+    torch.testing.assert_close(probs.sum(1), torch.ones(90))
