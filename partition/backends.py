@@ -145,14 +145,18 @@ class Random(Backend):
         return random_assign(csr.num_nodes, req.parts, req.seed)
 
 
-class KaMinPar(Backend):
-    name, package, objective = "kaminpar", "kaminpar", "edge cut"
+class OneWeight(Backend):
+    """A backend that balances one node weight (KaMinPar, Mt-KaHyPar)."""
 
     def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
         if req.constraints > 1:
-            return (f"--method kaminpar balances one node weight, not {req.constraints} constraints; "
+            return (f"--method {self.name} balances one node weight, not {req.constraints} constraints; "
                     "use --method metis for several (or --balance with one constraint)")
         return self.available()
+
+
+class KaMinPar(OneWeight):
+    name, package, objective = "kaminpar", "kaminpar", "edge cut"
 
     def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
         self._check(csr, req)
@@ -212,14 +216,8 @@ def _mtkahypar(threads: int):
     return mtkahypar.initialize(threads, False)
 
 
-class Hypergraph(Backend):
+class Hypergraph(OneWeight):
     name, package, objective = "hypergraph", "mtkahypar", "km1 of the column-net hypergraph = halo volume"
-
-    def unsupported(self, csr: GlobalCSR, req: Request) -> str | None:
-        if req.constraints > 1:
-            return (f"--method hypergraph balances one node weight, not {req.constraints} constraints; "
-                    "use --method metis for several (or --balance with one constraint)")
-        return self.available()
 
     def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
         self._check(csr, req)
