@@ -29,6 +29,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data, pyg_safe_globals
+from .root import default_root
 
 OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M"]
 META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
@@ -117,8 +118,6 @@ def _processing_folder(folder: str) -> str:
     ``<data root>/ogb/<hash of folder's path>/<folder's name>`` whose entries are links to
     ``folder``'s (all but ``processed``), made once.
     """
-    from .registry import default_root
-
     real = osp.realpath(folder)
     data_root = osp.realpath(default_root())
     if osp.isfile(osp.join(real, PROCESSED)) or real == data_root or real.startswith(data_root + os.sep):

@@ -12,6 +12,7 @@ from gnndist.errors import UserError
 
 from . import npy_folder, npz, ogb, planetoid, pyg_file, snap, social
 from . import synthetic as synth
+from .root import default_root
 from .validate import validate
 
 Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
@@ -37,13 +38,6 @@ def register_format(
     FORMATS[fmt] = loader
     if detect is not None:
         DETECTORS.append((fmt, detect))
-
-
-def default_root() -> str:
-    """Dataset root: ``$GNNDIST_DATA``, else ``~/.cache/gnndist``."""
-    return os.environ.get("GNNDIST_DATA") or osp.join(
-        osp.expanduser("~"), ".cache", "gnndist"
-    )
 
 
 def names() -> list[str]:
