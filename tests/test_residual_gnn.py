@@ -14,7 +14,7 @@ from gnndist.testing import assert_close, run_distributed
 from gnndist.trainer import Trainer
 
 MODELS = ["gcn", "sage", "gat", "gin"]
-EPOCHS = 3
+EPOCHS = 2
 
 
 def _cfg(model: str) -> TrainConfig:
@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
     from gnndist.datasets import synthetic  # here: the spawned ranks importing this module never load torch_geometric
     from gnndist.partition import partition
 
-    data = synthetic(150, avg_degree=5, num_classes=3, num_features=7, seed=3)
+    data = synthetic(90, avg_degree=5, num_classes=3, num_features=7, seed=3)
     data.train_mask[:] = False
     data.train_mask[::2] = True
     results = {}
