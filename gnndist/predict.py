@@ -70,15 +70,21 @@ def representation_layers(model: nn.Module) -> list[nn.Module]:
     raise UserError(f"{type(model).__name__} names no layers (give it a representation_layers() method, or convs)")
 
 
+def check_layer(model: nn.Module, layer: int) -> list[nn.Module]:
+    """The model's representation layers, or one line when it has no layer ``layer``."""
+    layers = representation_layers(model)
+    if not 0 <= layer < len(layers):
+        raise UserError(f"--layer {layer} is out of range: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    return layers
+
+
 def forward_at(model: nn.Module, graph, layer: int | None) -> Tensor:
     """The model's output on ``graph`` in eval mode, or (``layer`` K) the output of its layer K: ``[n_owned, *]``."""
     model.eval()
     if layer is None:
         with torch.no_grad():
             return model(graph, graph.x)
-    layers = representation_layers(model)
-    if not 0 <= layer < len(layers):
-        raise UserError(f"--layer {layer} is out of range: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    layers = check_layer(model, layer)
     seen: list[Tensor] = []
 
     def keep(module, inputs, output) -> None:
@@ -122,6 +128,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
                       normalize_features=cfg.model.normalize_features)
     model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+    if req.layer is not None:
+        check_layer(model, req.layer)  # every rank alike: one line, before any work
     if grid.is_main:
         print(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on {grid.world_size} "
               f"rank(s)", file=sys.stderr, flush=True)
