@@ -91,13 +91,15 @@ class GNN(nn.Module):
 
 
 def _gat_heads(i: int, o: int, heads: int = 8) -> nn.Module:
-    """The residual blocks' GAT layer: ``heads`` heads of ``o // heads``, concatenated; no attention dropout."""
+    """The residual blocks' GAT layer: ``heads`` heads of ``o // heads``, concatenated (no attention dropout), then
+    a linear map mixing the heads (the first linear of the paper's feed-forward module)."""
     from gnndist.errors import UserError
     from gnndist.nn.gat_conv import GATConv
+    from gnndist.nn.residual_gnn import ThenLinear
 
     if o % heads:
         raise UserError(f"--arch residual --model gat: --hidden {o} must be a multiple of its {heads} heads")
-    return GATConv(i, o // heads, heads)
+    return ThenLinear(GATConv(i, o // heads, heads), o, o)
 
 
 for _name, _conv, _block in (("gcn", GCNConv, GCNConv), ("sage", SAGEConv, SAGEConv),

@@ -19,7 +19,7 @@ class ResidualGNN(nn.Module):
     out :math:`\mathrm{norm}(X_L) W_{out}`. ``conv_l`` is the first linear of the paper's feed-forward
     module with the graph's aggregation: for GCN, :math:`\hat A (H W) + b = (\hat A H) W + b`; for
     SAGE, :math:`W [H \Vert \mathrm{mean}_N H] + b` (``SAGEConv``'s ``lin_r`` and ``lin_l``); for GAT,
-    attention with 8 heads and no attention dropout. Dropout masks come from ``graph.dropout``
+    attention with 8 heads (no attention dropout), then that linear (:class:`ThenLinear`). Dropout masks come from ``graph.dropout``
     (keys 0 .. 2L), so P ranks train exactly like one; layer norm is per node.
     ``--arch residual`` with ``--model gcn|sage|gat|gin``; the heterophily recipe
     (:func:`gnndist.presets.heterophily`) sets the paper's widths and training.
@@ -62,3 +62,30 @@ class ResidualGNN(nn.Module):
         for i in range(len(self.convs)):
             x = x + checkpointed(self._block(i), graph, x, enabled=self.recompute and self.training)
         return self.lin_out(apply_norm(self.norm_out, graph, x))  # [n_owned, out_channels]
+
+
+class ThenLinear(nn.Module):
+    """A graph layer, then a linear map: ``lin(conv(graph, x))`` (GAT's block: attention, then the first linear).
+
+    Args:
+        conv: a layer taking ``(graph, x)``, of output width ``in_features``.
+        in_features, out_features: widths of the linear map.
+
+    Shapes:
+        x ``[n_owned, F]`` -> ``[n_owned, out_features]``
+    """
+
+    def __init__(self, conv: nn.Module, in_features: int, out_features: int):
+        super().__init__()
+        self.conv, self.lin = conv, nn.Linear(in_features, out_features)
+
+    @property
+    def tag(self) -> str:
+        return self.conv.tag
+
+    @tag.setter
+    def tag(self, value: str) -> None:
+        self.conv.tag = value
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        return self.lin(self.conv(graph, x))  # [n_owned, out_features]
