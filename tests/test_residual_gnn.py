@@ -144,3 +144,24 @@ def test_flags_override_the_heterophily_recipe():
     assert (one.eval.split, one.eval.splits) == (3, "one")
     plain_gat = cfg("--model", "gat", "--arch", "plain")  # back to the model's own architecture and preset
     assert (plain_gat.model.hidden, plain_gat.model.dropout) == (64, 0.6)
+
+
+def test_residual_recompute_gives_the_same_gradients(tmp_path):
+    """--recompute with --arch residual: every block recomputed in backward (dropout on), the same gradients."""
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    from gnndist.grid import ProcessGrid
+
+    data = synthetic(60, avg_degree=4, num_classes=2, num_features=5, seed=1)
+    partition(data, 1).save(tmp_path, dataset="toy")
+    graph = DistGraph.load(tmp_path, ProcessGrid())
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = build_model("sage", 5, 8, 1, 2, 0.3, "layer", recompute=recompute, arch="residual")
+        with graph.context.step(seed=0, epoch=1):
+            model(graph, graph.x).square().sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        assert_close(f"grad {name}", g, grads[1][name])
