@@ -1,11 +1,11 @@
 """Deep residual models (GCNII, ResGCN+, RevGNN) on P ranks equal one process; recomputation is exact and counted.
 
-One spawn per world size runs every case; each rank trains every deep model (8 layers,
+One spawn per world size runs every case; each rank trains every deep model (6 layers,
 dropout on) with and without recomputation and returns what the parent compares:
 per-epoch losses, metrics, batch-norm running statistics, measured and predicted bytes
 per layer, RevGNN's stored and recomputed block inputs and its gradients with and
 without reversibility. The same job also measures the halo bytes of ``--comm-dtype bf16``.
-One process trains a 48-block RevGNN for exact reconstruction at depth and its range guard.
+One process trains a 24-block RevGNN for exact reconstruction at depth and its range guard.
 """
 
 import pytest
@@ -19,7 +19,7 @@ from gnndist.testing import assert_close, rel_err, run_distributed
 from gnndist.trainer import Trainer
 
 EPOCHS = 3
-LAYERS = 8
+LAYERS = 6
 MODELS = [("gcn2", "none"), ("resgcn", "batch"), ("revgnn", "batch")]
 WORLDS = (1, 2, 4)
 
