@@ -228,7 +228,7 @@ def model_of(m: ModelConfig, graph: DistGraph) -> nn.Module:
     """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths."""
     ea = graph.edge_attr
     return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
-                       m.recompute, edge_dim=rows2d(ea).shape[1] if ea is not None else 0)
+                       m.recompute, edge_dim=rows2d(ea).shape[1] if ea is not None else 0, arch=m.arch)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:

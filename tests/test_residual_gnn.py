@@ -165,3 +165,15 @@ def test_residual_recompute_gives_the_same_gradients(tmp_path):
         grads.append({n: p.grad for n, p in model.named_parameters()})
     for name, g in grads[0].items():
         assert_close(f"grad {name}", g, grads[1][name])
+
+
+def test_the_trainer_builds_the_residual_model_of_the_config(part1):
+    """``--arch residual`` reaches the model the trainer (and so ``gnndist train``) builds."""
+    from gnndist.grid import ProcessGrid
+    from gnndist.nn.residual_gnn import ResidualGNN
+
+    cfg = TrainConfig()
+    cfg.model.arch, cfg.model.norm, cfg.optim.epochs, cfg.run.progress = "residual", "layer", 1, False
+    trainer = Trainer(DistGraph.load(part1, ProcessGrid()), cfg)
+    assert isinstance(trainer.model, ResidualGNN)
+    assert not isinstance(Trainer(DistGraph.load(part1, ProcessGrid()), TrainConfig()).model, ResidualGNN)  # plain
