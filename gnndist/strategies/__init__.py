@@ -12,7 +12,6 @@ strategy is exact against one process.
 
 from __future__ import annotations
 
-from gnndist.config import DistConfig
 from gnndist.errors import UserError
 from gnndist.strategies.auto import Auto
 from gnndist.strategies.base import Block, BlockStrategy, Strategy, Structure
@@ -22,7 +21,7 @@ from gnndist.strategies.halo1d import Halo1D
 STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Halo1D, Grid15D, Grid2D, Auto)}
 
 
-def strategy_from_config(dist: DistConfig) -> Strategy:
+def strategy_from_config(dist) -> Strategy:
     """The (unbuilt) strategy of ``--strategy`` with the options of ``dist`` it uses."""
     return STRATEGIES[dist.strategy].from_config(dist)
 
@@ -32,6 +31,8 @@ def get_strategy(name: str, **options) -> Strategy:
     ``network``, ``alpha``, ``beta``) validated as the flags are (:class:`~gnndist.config.DistConfig`)."""
     if name not in STRATEGIES:
         raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
+    from gnndist.config import DistConfig  # here: the config sits above the strategies
+
     return strategy_from_config(DistConfig(strategy=name, **options))
 
 

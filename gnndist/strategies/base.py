@@ -23,7 +23,6 @@ from gnndist.cost import RankLoad
 from gnndist.kernels import CSR, KernelSettings, spmm
 
 if TYPE_CHECKING:
-    from gnndist.config import DistConfig
     from gnndist.grid import ProcessGrid
 
 
@@ -150,8 +149,8 @@ class Strategy:
     replication: int | None = None
 
     @classmethod
-    def from_config(cls, dist: DistConfig) -> Strategy:
-        """The strategy of ``--strategy`` with the options of ``dist`` it uses."""
+    def from_config(cls, dist) -> Strategy:
+        """The strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`) it uses."""
         raise NotImplementedError
 
     def grid_shape(self, world: int) -> int:
