@@ -59,50 +59,198 @@ def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
             grid.destroy()
 
 
+def _pool_worker(rank: int, world: int, tasks, results) -> None:
+    """One pooled rank: run each task it is sent (as :func:`_rank_main` does for a fresh rank) until ``None``.
+
+    Not a daemon (a rank may start processes of its own): it leaves when told, or when its parent is gone.
+    """
+    import os
+    import queue as queue_mod
+    import sys
+
+    parent = os.getppid()
+    while True:
+        try:
+            task = tasks.get(timeout=5.0)
+        except queue_mod.Empty:
+            if os.getppid() != parent:
+                return  # the test run that owned this pool is gone
+            continue
+        if task is None:
+            return
+        runner, fn, args, port, env, path = task
+        os.environ.clear()
+        os.environ.update(env)  # the parent's environment at the call, as a fresh spawn would inherit it
+        sys.path[:] = path
+        runner(fn, rank, world, port, results, args)
+
+
+class _RankPool:
+    """``world`` spawned ranks kept alive between calls, so a test pays Python's and torch's start-up once.
+
+    Each call forms a new process group on a fresh port with the parent's current environment,
+    exactly as a fresh spawn would; the processes (their imports and caches) are what is reused.
+    After a failure or a timeout the pool is closed (a rank may still wait in a collective) and
+    the next call spawns a new one.
+    """
+
+    def __init__(self, world: int):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.world = world
+        self.results = ctx.Queue()
+        self.tasks = [ctx.Queue() for _ in range(world)]
+        self.procs = [ctx.Process(target=_pool_worker, args=(r, world, self.tasks[r], self.results))
+                      for r in range(world)]
+        for p in self.procs:
+            p.start()
+
+    def run(self, runner, fn, args: tuple, timeout: float, grace: float = 0.0) -> dict[int, tuple[bool, object]]:
+        """Every rank's ``(ok, value)`` of ``runner(fn, rank, world, port, queue, args)``.
+
+        Stops at a dead rank, at ``timeout``, or ``grace`` seconds after the first failing rank
+        (what the others said by then is kept).
+        """
+        import os
+        import queue as queue_mod
+        import sys
+        import time
+
+        from gnndist.grid import free_port
+
+        port = free_port()
+        for q in self.tasks:
+            q.put((runner, fn, args, port, dict(os.environ), list(sys.path)))
+        results: dict[int, tuple[bool, object]] = {}
+        deadline = time.monotonic() + timeout
+        while len(results) < self.world:
+            try:
+                rank, ok, value = self.results.get(timeout=1.0)
+            except queue_mod.Empty:
+                if any(not ok for ok, _ in results.values()):
+                    break  # the grace after a failure is over
+                dead = [r for r, p in enumerate(self.procs) if not p.is_alive() and r not in results]
+                if dead:
+                    raise AssertionError(f"ranks {dead} died (exit codes "
+                                         f"{[self.procs[r].exitcode for r in dead]})") from None
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(self.world)) - set(results))
+                    raise AssertionError(f"ranks {missing} did not finish within {timeout:g}s") from None
+                continue
+            results[rank] = (ok, value)
+            if not ok and grace <= 0:
+                break
+            if not ok:
+                deadline = min(deadline, time.monotonic() + grace)
+        return results
+
+    def close(self, wait: float = 5.0) -> None:
+        for q, p in zip(self.tasks, self.procs):
+            if p.is_alive():
+                q.put(None)
+        for p in self.procs:
+            p.join(timeout=wait)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=1)
+
+
+_POOLS: dict[int, _RankPool] = {}  # world size -> its live pool (a cache of processes; closed at exit)
+
+
+def _close_pools() -> None:
+    while _POOLS:
+        _POOLS.popitem()[1].close()
+
+
 def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
     """Run ``fn(grid, *args)`` on ``world_size`` gloo CPU ranks; return each rank's result in rank order.
 
-    One rank runs in this process with a solo grid. Otherwise ranks are spawned processes
-    (``fn`` must be importable at module level); if any rank fails, the error names every
-    failing rank with its traceback.
+    One rank runs in this process with a solo grid. Otherwise the ranks are spawned processes
+    kept for the next call of the same world size (``fn`` must be importable at module level;
+    each call forms a fresh process group with the caller's current environment); if any rank
+    fails, the error names every failing rank with its traceback, and the pool is replaced.
     """
-    import multiprocessing as mp
-    import queue as queue_mod
-
     if world_size == 1:
         from gnndist.grid import ProcessGrid
 
         return [fn(ProcessGrid(), *args)]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    from gnndist.grid import free_port
+    import atexit
+    import io
 
-    port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, port, q, args)) for r in range(world_size)]
-    for p in procs:
-        p.start()
-    results: dict[int, tuple[bool, object]] = {}
-    try:
-        while len(results) < world_size:
-            try:
-                rank, ok, value = q.get(timeout=timeout)
-            except queue_mod.Empty:
-                missing = sorted(set(range(world_size)) - set(results))
-                raise AssertionError(f"ranks {missing} did not finish within {timeout:g}s") from None
-            results[rank] = (ok, value)
-            if not ok:
-                break
-    finally:
-        for p in procs:
-            p.join(timeout=5 if len(results) == world_size else 1)
-            if p.is_alive():
-                p.terminate()
+    results = _on_pool(_rank_main, fn, world_size, args, timeout)
     errors = [f"rank {r}:\n{v}" for r, (ok, v) in sorted(results.items()) if not ok]
     if errors:
         raise AssertionError("distributed run failed\n" + "\n".join(errors))
+    return [torch.load(io.BytesIO(results[r][1]), weights_only=False) for r in range(world_size)]
+
+
+def _on_pool(runner, fn, world_size: int, args: tuple, timeout: float, grace: float = 0.0) -> dict:
+    """``runner`` on the pool of ``world_size`` ranks (started on first use); a pool that failed is replaced."""
+    import atexit
+
+    pool = _POOLS.get(world_size)
+    if pool is None:
+        if not _POOLS:
+            atexit.register(_close_pools)
+        pool = _POOLS[world_size] = _RankPool(world_size)
+    try:
+        results = pool.run(runner, fn, args, timeout, grace)
+    except BaseException:
+        _POOLS.pop(world_size).close(wait=1.0)
+        raise
+    if len(results) < world_size or not all(ok for ok, _ in results.values()):
+        _POOLS.pop(world_size).close(wait=1.0)  # a rank may still wait in a collective
+    return results
+
+
+def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
+    """One rank of :func:`pooled_elastic`: what the launcher's spawned rank does, on a pooled process."""
+    import io
+    import os
+    import time
+    import traceback
+
+    from gnndist.errors import PeerFailed, UserError
+    from gnndist.launcher import run_here
+
+    user_args, opts = args
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
+    try:
+        result = run_here(fn, user_args, opts)
+        buf = io.BytesIO()  # plain bytes, as _rank_main sends them
+        torch.save(result if rank == 0 else None, buf)
+        queue.put((rank, True, buf.getvalue()))
+    except UserError as e:
+        queue.put((rank, False, (time.time(), str(e), isinstance(e, PeerFailed), 2)))
+    except BaseException as e:
+        traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        queue.put((rank, False, (time.time(), f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+                                 False, 1)))
+
+
+def pooled_elastic(fn, args: tuple, nproc: int, opts):
+    """A stand-in for the launcher's elastic start (``gnndist.launcher._elastic``, no restarts) on pooled ranks.
+
+    For tests of what the ranks compute, not of how they start (the ``pooled_ranks`` fixture):
+    the same rank body (:func:`gnndist.launcher.run_here`), the same
+    :class:`~gnndist.errors.RanksFailed` (the earliest own error, else a peer's), without an
+    elastic agent or fresh processes.
+    """
     import io
 
-    return [torch.load(io.BytesIO(results[r][1]), weights_only=False) for r in range(world_size)]
+    from gnndist.errors import RanksFailed
+
+    results = _on_pool(_launched_rank_main, fn, nproc, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
+    failed = sorted(v for ok, v in results.values() if not ok)
+    if failed:
+        own = [f for f in failed if not f[2]]
+        _, message, _, code = (own or failed)[0]
+        raise RanksFailed(message, code if own else 2)
+    return torch.load(io.BytesIO(results[0][1]), weights_only=False)
 
 
 def shared_data(rel: str = "") -> str:

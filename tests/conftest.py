@@ -46,3 +46,24 @@ def part1(tmp_path_factory):
     d = tmp_path_factory.mktemp("p1")
     partition(synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2), 1).save(d, dataset="toy")
     return d
+
+
+@pytest.fixture
+def pooled_ranks(monkeypatch):
+    """``--nproc N`` ranks started on the suite's pooled processes (:func:`gnndist.testing.pooled_elastic`).
+
+    For modules whose tests check what the ranks compute; the launcher's own behaviour (the
+    elastic agent, restarts, signals, a rank that dies) is tested on real launches elsewhere
+    (test_reliability, test_cli_torchrun, test_cli_train). Runs with restarts still launch for real.
+    """
+    from gnndist import launcher
+    from gnndist.testing import pooled_elastic
+
+    real = launcher._elastic
+
+    def start(fn, args, nproc, max_restarts, opts):
+        if max_restarts:
+            return real(fn, args, nproc, max_restarts, opts)
+        return pooled_elastic(fn, args, nproc, opts)
+
+    monkeypatch.setattr(launcher, "_elastic", start)

@@ -51,16 +51,15 @@ def test_run_cora_json_and_log(tmp_path):
     assert (tmp_path / "partitions" / "cora-p2-auto-vol-s0" / "META.json").is_file()  # --method auto, the default
 
 
-def test_torchrun_standalone_equals_nproc(part2):
+def test_torchrun_standalone_equals_nproc(part2, capsys):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun, "torchrun not installed beside python"
     flags = ["--epochs", "4", "--json", "--no-progress"]
     a = _run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "gnndist.cli", "train", str(part2)] + flags)
     assert a.returncode == 0, a.stderr
-    b = _run(GNNDIST + ["train", str(part2), "--nproc", "2"] + flags)
-    assert b.returncode == 0, b.stderr
+    assert main(["train", str(part2), "--nproc", "2"] + flags) == 0  # the elastic launcher, from this process
     sa = json.loads(a.stdout.strip().splitlines()[-1])
-    sb = json.loads(b.stdout.strip().splitlines()[-1])
+    sb = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sa["nproc"] == sb["nproc"] == 2
     assert sa["final_loss"] == sb["final_loss"] and sa["test_acc"] == sb["test_acc"]
 
@@ -71,15 +70,17 @@ def test_wrong_world_size_is_one_line(part2, capsys):
     assert len(err) == 1 and "has 2 parts but --ranks is 3" in err[0]
 
 
-def test_world_size_mismatch_under_torchrun_env(part2):
+def test_world_size_mismatch_under_torchrun_env(part2, monkeypatch, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    r = _run(GNNDIST + ["train", str(part2), "--epochs", "1"], env=env)
-    assert r.returncode == 2
-    assert "has 2 parts but the world has 1 ranks" in r.stderr and "Traceback" not in r.stderr
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # what torchrun sets: this process is its one rank
+    assert main(["train", str(part2), "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 parts but the world has 1 ranks" in err and "Traceback" not in err
 
 
 def test_peer_that_never_joins_times_out(part2):
@@ -153,15 +154,15 @@ def test_ogb_evaluator_matches_counts(tmp_path):
     assert ogb.evaluate() == pytest.approx(plain.evaluate(), abs=1e-12)
 
 
-def test_run_on_ogb_layout(tmp_path):
+def test_run_on_ogb_layout(tmp_path, monkeypatch, capsys, pooled_ranks):
     from gnndist.datasets import write_ogb
 
     data = synthetic(300, avg_degree=5, num_classes=4, num_features=6, seed=5)
     write_ogb(data, str(tmp_path), "ogbn-arxiv")
-    r = _run(GNNDIST + ["run", "ogbn-arxiv", "--root", str(tmp_path), "--nproc", "2", "--epochs", "3",
-                        "--json", "--no-progress"], env={"GNNDIST_DATA": str(tmp_path / "cache")})
-    assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))
+    assert main(["run", "ogbn-arxiv", "--root", str(tmp_path), "--nproc", "2", "--epochs", "3",
+                 "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["metric"] == "acc" and summary["dataset"] == "ogbn-arxiv"
     assert 0.0 <= summary["test_acc"] <= 1.0
 
@@ -252,7 +253,7 @@ def test_dataset_family_recipe_sits_below_presets_and_flags():
     assert dataset_recipe("coauthor-cs") is None and dataset_recipe(None) is None
 
 
-def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path):
+def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path, monkeypatch, capsys, pooled_ranks):
     """ogbn-proteins' shape: multi-label tasks, edge features; --model gine reads them on every rank."""
     from gnndist.datasets import load, write_ogb
 
@@ -264,15 +265,15 @@ def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path):
     back = load(folder)
     assert back.edge_attr.shape == (data.edge_index.shape[1], 4)
     assert torch.equal(back.edge_attr, data.edge_attr)
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))
     losses = {}
     for p in (1, 2):
-        r = _run(GNNDIST + ["run", folder, "--nproc", str(p), "--model", "gine", "--epochs", "3", "--hidden", "8",
-                            "--json", "--no-progress"], env={"GNNDIST_DATA": str(tmp_path / "cache")})
-        assert r.returncode == 0, r.stderr
-        summary = json.loads(r.stdout.strip().splitlines()[-1])
+        assert main(["run", folder, "--nproc", str(p), "--model", "gine", "--epochs", "3", "--hidden", "8",
+                     "--json", "--no-progress"]) == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert summary["metric"] == "rocauc"
         losses[p] = summary["final_loss"]
     assert losses[2] == pytest.approx(losses[1], rel=1e-5)
-    r = _run(GNNDIST + ["run", "cora", "--nproc", "1", "--model", "gine", "--epochs", "1", "--no-progress"],
-             env={"GNNDIST_DATA": str(tmp_path / "cache")})
-    assert r.returncode == 2 and "reads edge features" in r.stderr and "Traceback" not in r.stderr
+    assert main(["run", "cora", "--nproc", "1", "--model", "gine", "--epochs", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "reads edge features" in err and "Traceback" not in err
