@@ -32,6 +32,10 @@ def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float = 
 
 
 HAS_CUDA = torch.cuda.is_available()
+# The partition of tests that check what the ranks compute (every partition is exact): plain METIS with
+# node balance, a fraction of a second, where the default search (``--method auto --balance auto``) takes
+# seconds per graph. The partitioners' own tests use the defaults.
+QUICK_PARTITION = dict(method="metis", balance="nodes")
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -176,7 +180,6 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
         from gnndist.grid import ProcessGrid
 
         return [fn(ProcessGrid(), *args)]
-    import atexit
     import io
 
     results = _on_pool(_rank_main, fn, world_size, args, timeout)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from gnndist.testing import HAS_CUDA, HAS_TRITON
+from gnndist.testing import HAS_CUDA, HAS_TRITON, QUICK_PARTITION
 
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -33,7 +33,7 @@ def part2(tmp_path_factory):
     from gnndist.partition import partition
 
     d = tmp_path_factory.mktemp("p2")
-    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2).save(d, dataset="toy")
+    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2, **QUICK_PARTITION).save(d, dataset="toy")
     return d
 
 

@@ -15,7 +15,7 @@ from gnndist.partition import partition
 from gnndist.config import TrainConfig
 from gnndist.graph import DistGraph
 from gnndist.strategies import get_strategy
-from gnndist.testing import assert_close, rel_err, run_distributed
+from gnndist.testing import QUICK_PARTITION, assert_close, rel_err, run_distributed
 from gnndist.trainer import Trainer
 
 EPOCHS = 3
@@ -94,7 +94,7 @@ def runs(tmp_path_factory):
     results = {}
     for world in WORLDS:
         d = tmp_path_factory.mktemp(f"deep{world}")
-        partition(data, world, progress=False).save(d, dataset="toy", progress=False)
+        partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
         results[world] = run_distributed(_rank_job, world, str(d))
     return results
 

@@ -15,7 +15,7 @@ from torch import nn
 from gnndist.config import TrainConfig
 from gnndist.graph import DistGraph
 from gnndist.strategies import get_strategy
-from gnndist.testing import assert_close, run_distributed
+from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.trainer import Trainer
 
 EPOCHS = 6
@@ -103,7 +103,7 @@ def runs(tmp_path_factory):
     results = {}
     for world in (1, 2, 4):
         d = tmp_path_factory.mktemp(f"p{world}")
-        p = partition(data, world)
+        p = partition(data, world, **QUICK_PARTITION)
         p.save(d, dataset="toy")
         results[world] = (run_distributed(_rank_job, world, str(d)), p.report)
     return data, results

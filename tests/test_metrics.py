@@ -17,7 +17,7 @@ from gnndist import metrics
 from gnndist.cli import main
 from gnndist.config import TrainConfig
 from gnndist.graph import DistGraph
-from gnndist.testing import run_distributed
+from gnndist.testing import QUICK_PARTITION, run_distributed
 from gnndist.trainer import Trainer
 
 PROTEINS_TASKS = 112  # OGB's evaluator for ogbn-proteins checks the label count
@@ -90,7 +90,7 @@ def test_rocauc_over_ranks_equals_sklearn_and_ogb_on_gathered_predictions(world,
     partdirs = {}
     for name, data in datasets.items():
         partdirs[name] = tmp_path / name
-        partition(data, world, progress=False).save(partdirs[name], dataset=name)
+        partition(data, world, progress=False, **QUICK_PARTITION).save(partdirs[name], dataset=name)
     ranks = run_distributed(_rank_scores, world, partdirs)
     for name, data in datasets.items():
         per = [r[name] for r in ranks]

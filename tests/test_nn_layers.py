@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 import gnndist.nn as gnn
 from gnndist.graph import DistGraph
-from gnndist.testing import assert_close, run_distributed
+from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 
 F_IN = 7
 WORLD_SIZES = (1, 2, 4)
@@ -202,7 +202,7 @@ def setup(tmp_path_factory):
     runs = {}
     for p in WORLD_SIZES:
         root = tmp_path_factory.mktemp(f"p{p}")
-        partition(data, p).save(root, dataset="synthetic")
+        partition(data, p, **QUICK_PARTITION).save(root, dataset="synthetic")
         runs[p] = run_distributed(_rank_job, p, str(root), weights)
     refs = {name: _reference(name, data, edge_index, weights) for name in WITH_PYG}
     return data, runs, refs

@@ -16,7 +16,7 @@ import gnndist.nn as gnn
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.grid import ProcessGrid
-from gnndist.testing import assert_close
+from gnndist.testing import QUICK_PARTITION, assert_close
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_partition_stores_edge_features_per_local_edge(tmp_path):
     data.edge_index = one_way
     data.edge_attr = torch.randn(one_way.shape[1], 2, generator=torch.Generator().manual_seed(0))
     value = {(int(s), int(d)): a for (s, d), a in zip(one_way.t(), data.edge_attr)}
-    partition(data, 2, progress=False).save(tmp_path, dataset="synthetic", progress=False)
+    partition(data, 2, progress=False, **QUICK_PARTITION).save(tmp_path, dataset="synthetic", progress=False)
     from gnndist.partition import read_part
 
     seen = 0

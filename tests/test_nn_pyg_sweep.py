@@ -29,7 +29,7 @@ from torch import nn
 
 import gnndist.nn as gnn
 from gnndist.graph import DistGraph
-from gnndist.testing import run_distributed
+from gnndist.testing import QUICK_PARTITION, run_distributed
 
 F = 16  # input features
 E_DIM = 3  # edge features
@@ -260,7 +260,7 @@ def sweep(tmp_path_factory):
     ctx = {"deg_hist": torch.bincount(deg)}
     weights = torch.randn(data.num_nodes, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     root = tmp_path_factory.mktemp("sweep2")
-    partition(data, 2, progress=False).save(root, dataset="synthetic", progress=False)
+    partition(data, 2, progress=False, **QUICK_PARTITION).save(root, dataset="synthetic", progress=False)
     per_rank = run_distributed(_rank_job, 2, str(root), ctx, weights, timeout=120)
     table = {}
     for name, case in CASES.items():

@@ -10,7 +10,7 @@ from gnndist.config import ModelConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.nn import build_model
-from gnndist.testing import assert_close, run_distributed
+from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.trainer import Trainer
 
 MODELS = ["gcn", "sage", "gat", "gin"]
@@ -66,7 +66,7 @@ def runs(tmp_path_factory):
     results = {}
     for world in (1, 3):
         d = tmp_path_factory.mktemp(f"p{world}")
-        partition(data, world).save(d, dataset="toy")
+        partition(data, world, **QUICK_PARTITION).save(d, dataset="toy")
         results[world] = run_distributed(_rank_job, world, str(d))
     return results
 

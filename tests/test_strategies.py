@@ -18,7 +18,7 @@ from gnndist.graph import DistGraph
 from gnndist.grid import ProcessGrid
 from gnndist.simulate import grid_loads
 from gnndist.strategies import get_strategy
-from gnndist.testing import assert_close, run_distributed
+from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.trainer import Trainer
 
 WIDTH = 5
@@ -76,7 +76,7 @@ def spmm_runs(tmp_path_factory):
     out = {}
     for world, cases in SPMM_CASES.items():
         d = tmp_path_factory.mktemp(f"spmm{world}")
-        p = partition(data, world, progress=False)
+        p = partition(data, world, progress=False, **QUICK_PARTITION)
         p.save(d, dataset="toy", progress=False)
         out[world] = (p, run_distributed(_spmm_job, world, str(d), cases))
     return data, out
@@ -180,7 +180,7 @@ def train_runs(tmp_path_factory):
     out = {}
     for world, cases in TRAIN_CASES.items():
         d = tmp_path_factory.mktemp(f"train{world}")
-        partition(data, world, progress=False).save(d, dataset="toy", progress=False)
+        partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
         out[world] = run_distributed(_train_job, world, str(d), cases)
     return data, ref, out
 
