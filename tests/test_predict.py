@@ -120,49 +120,109 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
     assert not list(tmp_path.glob(".*tmp*")), "no temporary file is left"
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
-def test_exported_pyg_model_gives_the_logits_of_gnndist(tmp_path, capsys, model):
-    """``gnndist export --format pyg``: torch_geometric's twin, built from the file, reproduces predict's logits."""
-    import torch_geometric.nn.models as pyg_models
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """An 80-node graph with 3 edge features, one part (every model: GINE reads the edge features)."""
     from gnndist.datasets import synthetic
     from gnndist.partition import partition
 
     data = synthetic(80, avg_degree=5, num_classes=3, num_features=6, seed=4)
-    partition(data, 1, progress=False).save(tmp_path / "p", dataset="toy", progress=False)
+    data.edge_attr = torch.rand(data.edge_index.shape[1], 3, generator=torch.Generator().manual_seed(4))  # [E, 3]
+    d = tmp_path_factory.mktemp("toy")
+    partition(data, 1, progress=False).save(d / "p", dataset="toy", progress=False)
+    return d / "p", data
+
+
+class AdapterNet(torch.nn.Module):
+    """A custom model of PyGAdapter layers (PyG's SAGEConv, GraphConv) with a DistBatchNorm between them."""
+
+    def __init__(self, i: int, h: int, o: int, layers: int, dropout: float, norm: str):
+        import torch_geometric.nn as pyg_nn
+
+        from gnndist.nn import DistBatchNorm, PyGAdapter
+
+        super().__init__()
+        self.convs = torch.nn.ModuleList([PyGAdapter(pyg_nn.SAGEConv(i, h)), PyGAdapter(pyg_nn.GraphConv(h, o))])
+        self.norm = DistBatchNorm(h)
+
+    def forward(self, graph, x):
+        return self.convs[1](graph, torch.relu(self.norm(self.convs[0](graph, x), graph)))
+
+
+class AdapterNetPyG(torch.nn.Module):
+    """AdapterNet on one device, with the PyG layers in place of the adapters: what the export's state dict fits."""
+
+    def __init__(self, i: int, h: int, o: int):
+        import torch_geometric.nn as pyg_nn
+
+        super().__init__()
+        self.convs = torch.nn.ModuleList([pyg_nn.SAGEConv(i, h), pyg_nn.GraphConv(h, o)])
+        self.norm = torch.nn.BatchNorm1d(h)
+
+    def forward(self, x, edge_index):
+        return self.convs[1](torch.relu(self.norm(self.convs[0](x, edge_index))), edge_index)
+
+
+@pytest.mark.parametrize("model,flags", [("gcn", []), ("sage", ["--norm", "layer"]), ("gin", []),
+                                         ("gat", ["--hidden", "16", "--norm", "batch"]),
+                                         ("gcn2", ["--layers", "3", "--hidden", "8"]), ("gine", ["--hidden", "8"]),
+                                         ("adapters", ["--hidden", "8"])])
+def test_exported_pyg_model_gives_the_logits_of_gnndist(toy, tmp_path, capsys, model, flags):
+    """``gnndist export --format pyg``: the PyG twin built from the file alone reproduces predict's logits (1e-5)."""
+    import importlib
+
+    from gnndist.nn.models import MODELS, register_model
+
+    part, data = toy
     ck, logits, out = tmp_path / "ck", tmp_path / "logits.npy", tmp_path / "pyg.pt"
-    assert main(["train", str(tmp_path / "p"), "--model", model, "--epochs", "2", "--no-progress",
-                 "--checkpoint", str(ck), "--no-normalize-features"]) == 0
-    assert main(["predict", str(tmp_path / "p"), "--checkpoint", str(ck), "--out", str(logits), "--what",
-                 "logits"]) == 0
-    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 0
+    if model == "adapters":
+        register_model("test-adapters", AdapterNet)
+    try:
+        assert main(["train", str(part), "--model", "test-adapters" if model == "adapters" else model, "--epochs",
+                     "2", "--no-progress", "--checkpoint", str(ck), "--no-normalize-features", *flags]) == 0
+        assert main(["predict", str(part), "--checkpoint", str(ck), "--out", str(logits), "--what", "logits"]) == 0
+        assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 0
+    finally:
+        MODELS.pop("test-adapters", None)
     f = torch.load(out, weights_only=True)
-    twin = getattr(pyg_models, f["model"])(**f["kwargs"])
+    if model == "adapters":  # no twin class: each wrapped conv's own state dict, and the whole model's unwrapped
+        assert f["model"] is None and sorted(f["layers"]) == ["convs.0", "convs.1"]
+        assert f["layers"]["convs.0"]["class"].endswith(".SAGEConv")
+        import torch_geometric.nn as pyg_nn
+
+        pyg_nn.SAGEConv(6, 8).load_state_dict(f["layers"]["convs.0"]["state_dict"])  # strict
+        twin = AdapterNetPyG(6, 8, 3)
+    else:
+        assert f["module"] == ("torch_geometric.nn.models" if model in ("gcn", "sage", "gin") else "gnndist.pyg_twins")
+        twin = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
     twin.load_state_dict(f["state_dict"])  # strict: every name and shape
     twin.eval()
     with torch.no_grad():
-        got = twin(data.x, data.edge_index)
+        got = twin(data.x, data.edge_index, data.edge_attr) if model == "gine" else twin(data.x, data.edge_index)
     torch.testing.assert_close(got, torch.from_numpy(np.load(logits)), rtol=1e-5, atol=1e-5)
-    capsys.readouterr()
-    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 2  # exists
-    assert "pass --force" in capsys.readouterr().err
+    if model == "gcn":
+        capsys.readouterr()
+        assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 2  # exists
+        assert "pass --force" in capsys.readouterr().err
 
 
-def test_export_without_a_pyg_twin_is_one_line(tmp_path, capsys):
-    from gnndist.datasets import synthetic
-    from gnndist.partition import partition
-
-    partition(synthetic(40, avg_degree=4, num_classes=2, num_features=4, seed=1), 1,
-              progress=False).save(tmp_path / "p", dataset="toy", progress=False)
-    assert main(["train", str(tmp_path / "p"), "--model", "gcn", "--norm", "batch", "--epochs", "1",
-                 "--no-progress", "--checkpoint", str(tmp_path / "ck")]) == 0
+@pytest.mark.parametrize("flags,words", [(["--arch", "residual"], "(GCNConv) is a gnndist layer with no torch_geometric twin"),
+                                         (["--model", "gin", "--norm", "batch"], "PyG's GIN puts --norm batch inside")])
+def test_export_without_a_pyg_twin_is_one_line(toy, tmp_path, capsys, flags, words):
+    """No exact PyG twin: a model with a gnndist layer of its own (``--arch residual``'s blocks), GIN with a norm."""
+    part, _ = toy
+    assert main(["train", str(part), "--layers", "2", "--hidden", "8", "--epochs", "1", "--no-progress",
+                 "--checkpoint", str(tmp_path / "ck"), *flags]) == 0
     capsys.readouterr()
     out = tmp_path / "m.pt"
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out), "--format", "pyg"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--format pyg is for --model gcn, sage, gin with --norm none" in err[0] and not out.exists()
+    assert len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0] and not out.exists(), err
+    if "--arch" not in flags:
+        return
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0  # the plain format: any model
     f = torch.load(out, weights_only=True)
-    assert f["config"]["model"]["norm"] == "batch" and (f["in_channels"], f["out_channels"]) == (4, 1)
+    assert f["config"]["model"]["arch"] == "residual" and (f["in_channels"], f["out_channels"], f["edge_dim"]) == (6, 3, 3)
 
 
 def test_every_model_gives_each_layer_representation(part1):
