@@ -46,6 +46,11 @@ class Stages:
         if self.bar is not None:
             self.bar.close()
 
+    def discard(self) -> None:
+        """Close without a line for the running stage (it failed: its error is the one line to show)."""
+        self.name = None
+        self.close()
+
     def _end(self) -> None:
         if self.name is None or not self.enabled or self.tty:
             return

@@ -94,7 +94,7 @@ def small_ck(trained, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["exists", "layer-beyond", "layer-without-embedding", "corrupt", "other-model",
-                                  "missing", "suffix"])
+                                  "missing", "suffix", "unwritable"])
 def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp_path, capsys, case):
     d, _ = trained
     out = tmp_path / "out.npy"
@@ -114,7 +114,10 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
         ck, words = str(small_ck / "nothing"), "no checkpoint at"
     elif case == "suffix":
         out, words = tmp_path / "out.parquet", "the file's suffix says the format"
-    code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), *extra)
+    elif case == "unwritable":  # the tests run as root: a folder that is a regular file is what cannot be written
+        (tmp_path / "afile").write_bytes(b"")
+        out, words = tmp_path / "afile" / "out.npy", "afile is not a writable folder"
+    code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), "--no-progress", *extra)
     assert code == 2 and len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0], err
     assert (out.read_bytes() == b"keep me") if case == "exists" else not out.exists()
     assert not list(tmp_path.glob(".*tmp*")), "no temporary file is left"
@@ -220,6 +223,9 @@ def test_export_without_a_pyg_twin_is_one_line(toy, tmp_path, capsys, flags, wor
     assert len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0] and not out.exists(), err
     if "--arch" not in flags:
         return
+    (tmp_path / "afile").write_bytes(b"")  # an unwritable --out (as root: its folder is a regular file)
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "afile" / "m.pt")]) == 2
+    assert "afile is not a writable folder" in capsys.readouterr().err
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0  # the plain format: any model
     f = torch.load(out, weights_only=True)
     assert f["config"]["model"]["arch"] == "residual" and (f["in_channels"], f["out_channels"], f["edge_dim"]) == (6, 3, 3)
@@ -261,8 +267,10 @@ def test_every_model_gives_each_layer_representation(part1):
         assert torch.equal(forward_at(m, graph, 0), m.first(graph, graph.x))
 
 
-def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, capsys):
-    """Inductive use: weights trained on one graph, predictions for every node of another (same F and classes)."""
+def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, capsys, monkeypatch):
+    """Inductive use: weights trained on one graph, predictions for every node of another (same F and classes);
+    piped, rank 0 says each stage that took a while in one line (here every stage: the threshold is 0)."""
+    import partition.progress as stages
     from gnndist.datasets import synthetic
     from gnndist.partition import partition
 
@@ -271,7 +279,13 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
                   progress=False).save(tmp_path / name, dataset=name, progress=False)
     assert main(["train", str(tmp_path / "a"), "--epochs", "1", "--no-progress", "--checkpoint", str(tmp_path / "ck")]) == 0
     out = tmp_path / "b.pt"
+    monkeypatch.setattr(stages, "MIN_SECONDS", 0.0)
+    capsys.readouterr()
     assert main(["predict", str(tmp_path / "b"), "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0
+    said = [line.split(": ", 1)[1].rsplit(" ", 2)[0] for line in capsys.readouterr().err.splitlines()
+            if line.startswith("gnndist predict on 1 rank(s): ")]
+    assert said == ["read the checkpoint", "read the part", "layer 1/2", "layer 2/2", "write b.pt",
+                    "the metric from the written rows"], said
     probs = torch.load(out, weights_only=True)
     assert probs.shape == (90, 3)
     torch.testing.assert_close(probs.sum(1), torch.ones(90))
