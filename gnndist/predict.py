@@ -13,7 +13,6 @@ name and renamed when every rank is done. The metric is then recomputed from the
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,7 +144,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from partition.progress import Stages
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
-                    unit="stage")
+                    unit="stage", bar_format="{desc}{postfix} ({elapsed})")
     try:
         stages.set_postfix_str("read the checkpoint")
         state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
@@ -158,9 +157,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
         if req.layer is not None:
             check_layer(model, req.layer)  # every rank alike: one line, before any work
-        if grid.is_main:
-            print(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on {grid.world_size} "
-                  f"rank(s)", file=sys.stderr, flush=True)
+        stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
+                   f"{grid.world_size} rank(s)")
         out = forward_at(model.to(grid.device), graph, req.layer, stages if grid.is_main else None)
         rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
         stages.set_postfix_str(f"write {Path(req.out).name}")
