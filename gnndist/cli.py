@@ -319,7 +319,8 @@ def _add_export(sub) -> None:
 
     se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
                         description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
-                                    "that loads into torch_geometric.nn.models.GCN / GraphSAGE / GIN built from the "
+                                    "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / GIN / "
+                                    "GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
                                     "file's kwargs (see gnndist/export.py)")
     se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
     se.add_argument("--out", required=True, help="the file to write")
