@@ -53,7 +53,7 @@ def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained,
     for p, layout in ((1, "1d"), (2, "1d"), (4, "2d")):  # trained on 1 rank: any number of parts serves
         files[p] = tmp_path / f"logits{p}.npy"
         code, out, err = _run(capsys, "predict", str(d / f"p{p}"), "--checkpoint", str(ck), "--out", str(files[p]),
-                              "--what", "logits", "--ranks", str(p), "--strategy", layout, "--json")
+                              "--what", "logits", "--ranks", str(p), "--strategy", layout, "--json", "--no-progress")
         assert code == 0, err
         summary = json.loads(out[-1])
         for split in ("train", "val", "test"):  # the metric recomputed from the written rows: the run's (best.pt)
@@ -68,10 +68,11 @@ def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained,
 
     emb = tmp_path / "emb.npy"  # the representation after layer 0, on 2 ranks: PyG's first conv
     assert _run(capsys, "predict", str(d / "p2"), "--checkpoint", str(ck), "--out", str(emb), "--what",
-                "embedding", "--layer", "0", "--ranks", "2")[0] == 0
+                "embedding", "--layer", "0", "--ranks", "2", "--no-progress")[0] == 0
     torch.testing.assert_close(torch.from_numpy(np.load(emb)), layer0, rtol=1e-4, atol=1e-5)
     cls = tmp_path / "class.csv"
-    assert _run(capsys, "predict", str(d / "p1"), "--checkpoint", str(ck), "--out", str(cls), "--what", "class")[0] == 0
+    assert _run(capsys, "predict", str(d / "p1"), "--checkpoint", str(ck), "--out", str(cls), "--what", "class",
+                "--no-progress")[0] == 0
     rows = np.loadtxt(cls, delimiter=",", skiprows=1, dtype=np.int64)  # node,v0
     assert np.array_equal(rows[:, 0], np.arange(data.num_nodes))
     assert np.array_equal(rows[:, 1], got1.argmax(1).numpy())
@@ -183,7 +184,8 @@ def test_exported_pyg_model_gives_the_logits_of_gnndist(toy, tmp_path, capsys, m
     try:
         assert main(["train", str(part), "--model", "test-adapters" if model == "adapters" else model, "--epochs",
                      "2", "--no-progress", "--checkpoint", str(ck), "--no-normalize-features", *flags]) == 0
-        assert main(["predict", str(part), "--checkpoint", str(ck), "--out", str(logits), "--what", "logits"]) == 0
+        assert main(["predict", str(part), "--checkpoint", str(ck), "--out", str(logits), "--what", "logits",
+                     "--no-progress"]) == 0
         assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 0
     finally:
         MODELS.pop("test-adapters", None)
