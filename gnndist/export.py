@@ -130,6 +130,8 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     target = Path(out)
+    if target.is_dir():
+        raise UserError(f"--out {target} is a folder: give the file to write (e.g. {target / 'model.pt'})")
     if target.exists() and not force:
         raise UserError(f"--out {target} exists: pass --force to replace it")
     folder = target.parent if str(target.parent) else Path(".")

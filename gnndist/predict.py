@@ -47,6 +47,8 @@ class PredictRequest:
         if Path(self.out).suffix not in SUFFIXES:
             raise UserError(f"--out {self.out}: the file's suffix says the format, one of {', '.join(SUFFIXES)}")
         out = Path(self.out)
+        if out.is_dir():
+            raise UserError(f"--out {out} is a folder: give the file to write (e.g. {out / ('pred' + out.suffix)})")
         if out.exists() and not self.force:
             raise UserError(f"--out {out} exists: pass --force to replace it")
         folder = out.parent if str(out.parent) else Path(".")
@@ -206,7 +208,7 @@ def write_rows(grid, graph, rows: Tensor, out: str) -> Tensor:
                      "rank 0 could not create the output")
             written = together(grid, lambda: _write_mine(tmp, ids, rows.numpy().astype(dtype)),
                                "another rank could not write its rows")  # every rank's rows are in the file now
-            together(grid, (lambda: os.replace(tmp, target)) if grid.is_main else None, "rank 0 could not rename it")
+            together(grid, (lambda: _rename(tmp, target)) if grid.is_main else None, "rank 0 could not rename it")
             return written
         every = grid.all_gather_object((ids, rows.numpy()))
         full = None
@@ -231,6 +233,13 @@ def _write_mine(tmp: Path, ids: np.ndarray, rows: np.ndarray) -> Tensor:
         return torch.from_numpy(np.array(mm[ids]))
     except OSError as e:
         raise UserError(f"cannot write {tmp.with_name(tmp.name[1:-4])}: {e.strerror or e}") from None
+
+
+def _rename(tmp: Path, target: Path) -> None:
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        raise UserError(f"cannot write {target}: {e.strerror or e}") from None
 
 
 def _create(tmp: Path, shape: tuple[int, int], dtype) -> None:

@@ -95,7 +95,7 @@ def small_ck(trained, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["exists", "layer-beyond", "layer-without-embedding", "corrupt", "other-model",
-                                  "missing", "suffix", "unwritable"])
+                                  "missing", "suffix", "unwritable", "a-folder"])
 def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp_path, capsys, case):
     d, _ = trained
     out = tmp_path / "out.npy"
@@ -118,9 +118,15 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
     elif case == "unwritable":  # the tests run as root: a folder that is a regular file is what cannot be written
         (tmp_path / "afile").write_bytes(b"")
         out, words = tmp_path / "afile" / "out.npy", "afile is not a writable folder"
+    elif case == "a-folder":  # with --force too: a folder is never replaced
+        (tmp_path / "out.npy").mkdir()
+        extra, words = ["--force"], "out.npy is a folder: give the file to write"
     code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), "--no-progress", *extra)
     assert code == 2 and len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0], err
-    assert (out.read_bytes() == b"keep me") if case == "exists" else not out.exists()
+    if case == "a-folder":
+        assert out.is_dir() and not list(out.iterdir())
+    else:
+        assert (out.read_bytes() == b"keep me") if case == "exists" else not out.exists()
     assert not list(tmp_path.glob(".*tmp*")), "no temporary file is left"
 
 
