@@ -4,10 +4,10 @@
     gnndist export --checkpoint CKDIR --out pyg.pt --format pyg      # loads into the model's torch_geometric twin
 
 The ``pyg`` format is for the models with an exact twin built of ``torch_geometric`` layers
-(``--arch plain``, any ``--norm``; ``gin`` with ``--norm none``): ``--model gcn`` -> ``torch_geometric.nn.models.GCN``, ``sage``
--> ``GraphSAGE``, ``gin`` -> ``GIN``; ``gat``, ``gcn2``, ``gine`` -> :mod:`gnndist.pyg_twins`
-(PyG's ``GAT`` averages heads in its output layer, and PyG has no GCNII or GINE model; that file
-imports nothing of gnndist). The state dict is renamed to the twin's names, and the file says
+(``--arch plain``, any ``--norm``; ``gin`` with ``--norm none``): ``--model gcn`` ->
+``torch_geometric.nn.models.GCN``, ``sage`` -> ``GraphSAGE``, ``gin`` -> ``GIN``; ``gat``,
+``gcn2``, ``gine`` -> :mod:`gnndist.pyg_twins` (PyG's ``GAT`` averages heads in its output
+layer, and PyG has no GCNII or GINE model; that file imports nothing of gnndist). The state dict is renamed to the twin's names, and the file says
 how to build it::
 
     import importlib, torch
