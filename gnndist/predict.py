@@ -161,6 +161,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
             check_layer(model, req.layer)  # every rank alike: one line, before any work
         stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
                    f"{grid.world_size} rank(s)")
+        stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
         out = forward_at(model.to(grid.device), graph, req.layer, stages if grid.is_main else None)
         rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
         stages.set_postfix_str(f"write {Path(req.out).name}")

@@ -293,7 +293,7 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
     assert main(["predict", str(tmp_path / "b"), "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0
     said = [line.split(": ", 1)[1].rsplit(" ", 2)[0] for line in capsys.readouterr().err.splitlines()
             if line.startswith("gnndist predict on 1 rank(s): ")]
-    assert said == ["read the checkpoint", "read the part", "layer 1/2", "layer 2/2", "write b.pt",
+    assert said == ["read the checkpoint", "read the part", "forward", "layer 1/2", "layer 2/2", "write b.pt",
                     "the metric from the written rows"], said
     probs = torch.load(out, weights_only=True)
     assert probs.shape == (90, 3)
