@@ -300,3 +300,25 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
     probs = torch.load(out, weights_only=True)
     assert probs.shape == (90, 3)
     torch.testing.assert_close(probs.sum(1), torch.ones(90))
+
+
+def test_predict_gives_the_trainers_own_final_evaluation_logits(part1, tmp_path):
+    """The last checkpoint, applied by predict, gives the logits the trainer's final evaluation scored."""
+    from gnndist.config import OptimConfig, RunConfig, TrainConfig
+    from gnndist.graph import DistGraph
+    from gnndist.grid import ProcessGrid
+    from gnndist.trainer import Trainer
+
+    ck, out = tmp_path / "ck", tmp_path / "logits.npy"
+    cfg = TrainConfig(optim=OptimConfig(epochs=2), run=RunConfig(progress=False, checkpoint=str(ck)))
+    graph = DistGraph.load(part1, ProcessGrid(), normalize_features=cfg.model.normalize_features)
+    trainer = Trainer(graph, cfg)
+    trainer.fit()
+    trainer.model.eval()
+    with torch.no_grad():
+        final = trainer.model(graph, graph.x)  # [n_owned, C]: what evaluate() scored after the last step
+    expected = torch.zeros(graph.num_nodes, final.shape[1])
+    expected[graph.orig_id[: graph.n_owned]] = final  # in the dataset's order
+    assert main(["predict", str(part1), "--checkpoint", str(sorted(ck.glob("ckpt-*.pt"))[-1]), "--out", str(out),
+                 "--what", "logits", "--no-progress"]) == 0
+    torch.testing.assert_close(torch.from_numpy(np.load(out)), expected)
