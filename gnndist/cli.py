@@ -170,7 +170,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from gnndist.partition import read_meta
     from gnndist.predict import PredictRequest, predict_rank
 
-    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, args.strategy)
+    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, args.strategy, args.progress)
     if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
         req.check()  # one line, before any rank starts
     d = build_section(DistConfig, args)
@@ -306,6 +306,9 @@ def _add_predict(sub) -> None:
     sq.add_argument("--strategy", default="1d", choices=("1d", "2d"), help="aggregation layout (default 1d)")
     sq.add_argument("--json", action="store_true", help="print the summary (with the metric recomputed from the "
                                                          "written rows) as one JSON object")
+    sq.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                    help="rank 0 shows each stage (reading, every layer, writing): a bar on a terminal, else one line "
+                         "per stage that took 2 s or more (default: on)")
     add_section(sq, DistConfig, only=("nproc", "timeout", "backend"))
     add_section(sq, DataConfig)
     sq.set_defaults(func=cmd_predict)
@@ -316,7 +319,8 @@ def _add_export(sub) -> None:
 
     se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
                         description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
-                                    "that loads into torch_geometric.nn.models.GCN / GraphSAGE / GIN built from the "
+                                    "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / GIN / "
+                                    "GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
                                     "file's kwargs (see gnndist/export.py)")
     se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
     se.add_argument("--out", required=True, help="the file to write")

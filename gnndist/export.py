@@ -1,18 +1,28 @@
 """``gnndist export``: a trained model as a plain file that needs no gnndist partition, or as a PyG model.
 
     gnndist export --checkpoint CKDIR --out model.pt                 # {"state_dict", "config", "in", "out"}
-    gnndist export --checkpoint CKDIR --out pyg.pt --format pyg      # loads into torch_geometric.nn.models.<Model>
+    gnndist export --checkpoint CKDIR --out pyg.pt --format pyg      # loads into the model's torch_geometric twin
 
-The ``pyg`` format is for the models with a twin among PyG's ``BasicGNN`` models (``--model gcn``
--> ``GCN``, ``sage`` -> ``GraphSAGE``, ``gin`` -> ``GIN``, with ``--norm none``): the state dict
-is renamed to the twin's parameter names, and the file says how to build it::
+The ``pyg`` format is for the models with an exact twin built of ``torch_geometric`` layers
+(``--arch plain``, any ``--norm``; ``gin`` with ``--norm none``): ``--model gcn`` ->
+``torch_geometric.nn.models.GCN``, ``sage`` -> ``GraphSAGE``, ``gin`` -> ``GIN``; ``gat``,
+``gcn2``, ``gine`` -> :mod:`gnndist.pyg_twins` (PyG's ``GAT`` averages heads in its output
+layer, and PyG has no GCNII or GINE model; that file imports nothing of gnndist). The state dict is renamed to the twin's names, and the file says
+how to build it::
 
-    import torch, torch_geometric.nn.models as M
+    import importlib, torch
     f = torch.load("pyg.pt")
-    model = getattr(M, f["model"])(**f["kwargs"])
+    model = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
     model.load_state_dict(f["state_dict"])
     model.eval()
-    logits = model(x, edge_index)      # x row-normalised if f["normalize_features"]
+    logits = model(x, edge_index)      # x row-normalised if f["normalize_features"]; gine: + edge_attr
+
+Any other model whose layers are all :class:`~gnndist.nn.PyGAdapter` (with torch modules and
+``DistBatchNorm`` between them) is written as ``"model": None``: ``f["layers"]`` holds each wrapped
+PyG conv's own state dict by its path, and ``f["state_dict"]`` the whole model's with every adapter
+replaced by its conv (``convs.0.conv.lin.weight`` -> ``convs.0.lin.weight``), for the same model
+built with the PyG layers in place. A model with a gnndist layer of its own (``--arch residual``,
+``gen``, ``resgcn``, ``revgnn``) has no exact twin: one line, use ``--format gnndist``.
 
 In eval mode the twin gives gnndist's logits (dropout is the only difference in training).
 """
@@ -22,20 +32,95 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from gnndist.errors import UserError
 
-PYG_TWINS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # --model -> torch_geometric.nn.models.<name>
+BASIC_TWINS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # --model -> torch_geometric.nn.models.<name>
+OWN_TWINS = {"gat": "GAT", "gcn2": "GCNII", "gine": "GINE"}  # --model -> gnndist.pyg_twins.<name>
 FORMATS = ("gnndist", "pyg")
+PYG_NORMS = {"none": {}, "batch": {"norm": "batch_norm"},  # --norm -> BasicGNN's norm arguments
+             "layer": {"norm": "layer_norm", "norm_kwargs": {"mode": "node"}}}
 
 
-def pyg_state(model: str, state: dict) -> dict:
-    """``state`` renamed to the parameter names of ``model``'s PyG twin (GIN's MLP: ``nn.0/2`` -> ``nn.lins.0/1``)."""
-    if model != "gin":
-        return dict(state)
+def _unwrapped(model, state: dict, own_layers: bool) -> tuple[dict, dict]:
+    """``state`` with every PyGAdapter replaced by its conv and every DistBatchNorm by a ``BatchNorm1d``;
+    ``{adapter path: {"class", "state_dict"}}`` of the wrapped convs. Without ``own_layers``, one line for
+    a gnndist layer of the model's own (it has no PyG twin)."""
+    from gnndist.nn import DistBatchNorm, PyGAdapter
+
+    adapters, norms = {}, []
+    for path, mod in model.named_modules():
+        if not path or any(path.startswith(a + ".") for a in adapters):
+            continue  # the model itself (a container), or inside a PyG conv
+        if isinstance(mod, PyGAdapter):
+            conv = mod.conv
+            adapters[path] = {"class": f"{type(conv).__module__}.{type(conv).__qualname__}",
+                              "state_dict": dict(conv.state_dict())}
+        elif isinstance(mod, DistBatchNorm):
+            norms.append(path)
+        elif not own_layers and type(mod).__module__.startswith("gnndist."):
+            raise UserError(f"--format pyg: {path} ({type(mod).__name__}) is a gnndist layer with no torch_geometric "
+                            f"twin; --format pyg is for --model {', '.join([*BASIC_TWINS, *OWN_TWINS])} with --arch "
+                            f"plain, or a model of PyGAdapter layers: use --format gnndist")
     out = {}
     for k, v in state.items():
-        out[k.replace(".nn.0.", ".nn.lins.0.").replace(".nn.2.", ".nn.lins.1.")] = v
+        a = next((a for a in adapters if k.startswith(a + ".conv.")), None)
+        out[k if a is None else a + "." + k[len(a) + len(".conv."):]] = v
+    for path in norms:  # the counter BatchNorm1d keeps (unused in eval mode)
+        out[f"{path}.num_batches_tracked"] = torch.zeros((), dtype=torch.long)
+    return out, adapters
+
+
+def _basic_state(model: str, state: dict, norm: str) -> dict:
+    """``state`` in the names of PyG's BasicGNN twin: GIN's MLP ``nn.0/2`` -> ``nn.lins.0/1``, and PyG's
+    ``BatchNorm`` wraps a ``BatchNorm1d`` as ``module``."""
+    out = {}
+    for k, v in state.items():
+        if model == "gin":
+            k = k.replace(".nn.0.", ".nn.lins.0.").replace(".nn.2.", ".nn.lins.1.")
+        if norm == "batch" and k.startswith("norms."):
+            head, i, rest = k.split(".", 2)
+            k = f"{head}.{i}.module.{rest}"  # norms.0.weight -> norms.0.module.weight
+        out[k] = v
     return out
+
+
+def pyg_file(state: dict, config: dict, path: Path) -> dict:
+    """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
+    from gnndist.checkpoint import check_same_model
+    from gnndist.nn.models import EDGE_MODELS, build_model
+
+    m = config["model"]
+    name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
+    f_in, f_out, edge_dim = config.get("in_channels"), config.get("out_channels"), config.get("edge_dim", 0)
+    if not f_in or not f_out:
+        raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")
+    if name in EDGE_MODELS and not edge_dim:
+        raise UserError(f"{path} does not record the width of the edge features --model {name} reads (written "
+                        f"before 2026-12-01): export it with --format gnndist, or train again")
+    model = build_model(name, f_in, m["hidden"], f_out, m["layers"], 0.0, norm, edge_dim=edge_dim,
+                        arch=m.get("arch", "plain"))
+    check_same_model(path, {"model": state, "config": config}, model)
+    twin = (OWN_TWINS.get(name) or BASIC_TWINS.get(name)) if plain else None
+    unwrapped, layers = _unwrapped(model, state, own_layers=twin is not None)
+    base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
+    kwargs = {"in_channels": f_in, "hidden_channels": m["hidden"], "num_layers": m["layers"], "out_channels": f_out}
+    if plain and name in BASIC_TWINS:
+        if name == "gin" and norm != "none":
+            raise UserError(f"--format pyg: PyG's GIN puts --norm {norm} inside every layer's MLP, gnndist's GIN "
+                            f"between the layers, so it has no exact twin with a norm: use --format gnndist")
+        return {**base, "module": "torch_geometric.nn.models", "model": BASIC_TWINS[name],
+                "kwargs": {**kwargs, **PYG_NORMS[norm]}, "state_dict": _basic_state(name, unwrapped, norm)}
+    if plain and name in OWN_TWINS:
+        if name == "gcn2":
+            kwargs.update(alpha=model.convs[0].alpha, theta=model.convs[0].theta)
+        else:
+            kwargs.update(norm=norm, **({"edge_dim": edge_dim} if name == "gine" else {}))
+        return {**base, "module": "gnndist.pyg_twins", "model": OWN_TWINS[name], "kwargs": kwargs,
+                "state_dict": unwrapped}
+    return {**base, "module": None, "model": None, "gnndist_model": name, "layers": layers,
+            "state_dict": unwrapped}
 
 
 def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False) -> dict:
@@ -45,6 +130,8 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     target = Path(out)
+    if target.is_dir():
+        raise UserError(f"--out {target} is a folder: give the file to write (e.g. {target / 'model.pt'})")
     if target.exists() and not force:
         raise UserError(f"--out {target} exists: pass --force to replace it")
     folder = target.parent if str(target.parent) else Path(".")
@@ -54,20 +141,10 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     m, f_in, f_out = config["model"], config.get("in_channels"), config.get("out_channels")
     if fmt == "gnndist":
         obj = {"format": "gnndist-model", "state_dict": state, "config": {k: config[k] for k in config
-               if k not in ("in_channels", "out_channels")}, "in_channels": f_in, "out_channels": f_out,
-               "checkpoint": str(path)}
+               if k not in ("in_channels", "out_channels", "edge_dim")}, "in_channels": f_in, "out_channels": f_out,
+               "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path)}
     else:
-        twin = PYG_TWINS.get(m["model"])
-        if twin is None or m.get("norm", "none") != "none":
-            raise UserError(f"--format pyg is for --model {', '.join(PYG_TWINS)} with --norm none (PyG's BasicGNN "
-                            f"twins); this checkpoint holds --model {m['model']} --norm {m.get('norm')}: use "
-                            f"--format gnndist")
-        if not f_in or not f_out:
-            raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")
-        obj = {"format": "pyg", "model": twin, "state_dict": pyg_state(m["model"], state),
-               "kwargs": {"in_channels": f_in, "hidden_channels": m["hidden"], "num_layers": m["layers"],
-                          "out_channels": f_out},
-               "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
+        obj = pyg_file(state, config, path)
     try:
         atomic_save(obj, target)
     except OSError as e:

@@ -13,7 +13,6 @@ name and renamed when every rank is done. The metric is then recomputed from the
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,7 @@ class PredictRequest:
     layer: int | None = None
     force: bool = False
     strategy: str = "1d"
+    progress: bool = True  # rank 0: a bar naming the stage on a terminal, else one line per slow stage
 
     def check(self) -> None:
         """One line for a request that cannot be (before any rank starts)."""
@@ -47,6 +47,8 @@ class PredictRequest:
         if Path(self.out).suffix not in SUFFIXES:
             raise UserError(f"--out {self.out}: the file's suffix says the format, one of {', '.join(SUFFIXES)}")
         out = Path(self.out)
+        if out.is_dir():
+            raise UserError(f"--out {out} is a folder: give the file to write (e.g. {out / ('pred' + out.suffix)})")
         if out.exists() and not self.force:
             raise UserError(f"--out {out} exists: pass --force to replace it")
         folder = out.parent if str(out.parent) else Path(".")
@@ -78,26 +80,42 @@ def check_layer(model: nn.Module, layer: int) -> list[nn.Module]:
     return layers
 
 
-def forward_at(model: nn.Module, graph, layer: int | None) -> Tensor:
-    """The model's output on ``graph`` in eval mode, or (``layer`` K) the output of its layer K: ``[n_owned, *]``."""
+def forward_at(model: nn.Module, graph, layer: int | None, stages=None) -> Tensor:
+    """The model's output on ``graph`` in eval mode, or (``layer`` K) the output of its layer K: ``[n_owned, *]``.
+
+    ``stages`` (a :class:`partition.progress.Stages`): each representation layer is a stage, named as it starts.
+    """
     model.eval()
-    if layer is None:
-        with torch.no_grad():
-            return model(graph, graph.x)
-    layers = check_layer(model, layer)
+    layers = check_layer(model, layer) if layer is not None else None
     seen: list[Tensor] = []
 
     def keep(module, inputs, output) -> None:
         seen.append(output[0] if isinstance(output, tuple) else output)  # RevGNN's blocks return (state, x, bound)
 
-    hook = layers[layer].register_forward_hook(keep)
+    hooks = [layers[layer].register_forward_hook(keep)] if layers is not None else []
+    if stages is not None:
+        shown = layers if layers is not None else _layers_if_named(model)
+        for k, m in enumerate(shown):
+            hooks.append(m.register_forward_pre_hook(lambda *_, k=k: stages.set_postfix_str(
+                f"layer {k + 1}/{len(shown)}")))
     try:
         with torch.no_grad():
-            model(graph, graph.x)
+            out = model(graph, graph.x)
     finally:
-        hook.remove()
+        for h in hooks:
+            h.remove()
+    if layer is None:
+        return out
     out = seen[-1]
     return out.float() if out.dtype == torch.int64 else out  # a reversible block's fixed-point state
+
+
+def _layers_if_named(model: nn.Module) -> list[nn.Module]:
+    """The model's representation layers, or none when it names none (its forward is then one stage)."""
+    try:
+        return representation_layers(model)
+    except UserError:
+        return []
 
 
 def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
@@ -113,34 +131,52 @@ def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
 
 
 def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
-    """Body of one rank of ``gnndist predict``; rank 0 returns the summary (the metric recomputed from the file)."""
+    """Body of one rank of ``gnndist predict``; rank 0 returns the summary (the metric recomputed from the file).
+
+    Rank 0 shows the stages (``req.progress``): reading the checkpoint and the part, each layer of the
+    forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
+    """
     from gnndist.checkpoint import load_model_file
     from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
     from gnndist.launcher import together
     from gnndist.strategies import get_strategy
+    from gnndist.timing import peak_memory_bytes
     from gnndist.trainer import metric_of, split_metrics
+    from partition.progress import Stages
 
-    state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
-                                   "another rank could not read the checkpoint")
-    cfg = TrainConfig.from_dict(config)
-    arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
-    graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
-                      normalize_features=cfg.model.normalize_features)
-    model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
-    if req.layer is not None:
-        check_layer(model, req.layer)  # every rank alike: one line, before any work
-    if grid.is_main:
-        print(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on {grid.world_size} "
-              f"rank(s)", file=sys.stderr, flush=True)
-    out = forward_at(model.to(grid.device), graph, req.layer)
-    rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
-    written = write_rows(grid, graph, rows, req.out)
-    summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [graph.num_nodes, rows.shape[1]],
-               "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
-    if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
-        metric = metric_of(cfg, graph)
-        summary.update(metric=metric, **split_metrics(graph, written.to(grid.device), metric))
+    stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
+                    unit="stage", bar_format="{desc}{postfix} ({elapsed})")
+    try:
+        stages.set_postfix_str("read the checkpoint")
+        state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
+                                       "another rank could not read the checkpoint")
+        cfg = TrainConfig.from_dict(config)
+        stages.set_postfix_str("read the part")
+        arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
+        graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
+                          normalize_features=cfg.model.normalize_features)
+        model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+        if req.layer is not None:
+            check_layer(model, req.layer)  # every rank alike: one line, before any work
+        stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
+                   f"{grid.world_size} rank(s)")
+        stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
+        out = forward_at(model.to(grid.device), graph, req.layer, stages if grid.is_main else None)
+        rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
+        stages.set_postfix_str(f"write {Path(req.out).name}")
+        written = write_rows(grid, graph, rows, req.out)
+        summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [graph.num_nodes, rows.shape[1]],
+                   "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
+        if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
+            stages.set_postfix_str("the metric from the written rows")
+            metric = metric_of(cfg, graph)
+            summary.update(metric=metric, **split_metrics(graph, written.to(grid.device), metric))
+    except BaseException:
+        stages.discard()  # the error is the one line
+        raise
+    stages.close()
+    summary["peak_memory_bytes"] = grid.all_gather_object(peak_memory_bytes(grid.device))  # per rank, measured
     return summary
 
 
@@ -173,7 +209,7 @@ def write_rows(grid, graph, rows: Tensor, out: str) -> Tensor:
                      "rank 0 could not create the output")
             written = together(grid, lambda: _write_mine(tmp, ids, rows.numpy().astype(dtype)),
                                "another rank could not write its rows")  # every rank's rows are in the file now
-            together(grid, (lambda: os.replace(tmp, target)) if grid.is_main else None, "rank 0 could not rename it")
+            together(grid, (lambda: _rename(tmp, target)) if grid.is_main else None, "rank 0 could not rename it")
             return written
         every = grid.all_gather_object((ids, rows.numpy()))
         full = None
@@ -198,6 +234,13 @@ def _write_mine(tmp: Path, ids: np.ndarray, rows: np.ndarray) -> Tensor:
         return torch.from_numpy(np.array(mm[ids]))
     except OSError as e:
         raise UserError(f"cannot write {tmp.with_name(tmp.name[1:-4])}: {e.strerror or e}") from None
+
+
+def _rename(tmp: Path, target: Path) -> None:
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        raise UserError(f"cannot write {target}: {e.strerror or e}") from None
 
 
 def _create(tmp: Path, shape: tuple[int, int], dtype) -> None:

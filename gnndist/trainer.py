@@ -177,7 +177,8 @@ class Trainer:
                 self.select(row)
                 log.write(row, row[self.keys["val"]])
                 if self.checkpoints:
-                    self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict(), self.widths)
+                    self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict(), self.widths,
+                                          edge_dim=edge_width(g))
                 if cfg.eval.patience and epoch - self.best.epoch >= cfg.eval.patience:
                     break  # the same decision on every rank: the metric is global
         self.history = log.history
@@ -224,11 +225,16 @@ def output_width(graph: DistGraph) -> int:
     return 1 if graph.num_classes == 2 else graph.num_classes
 
 
+def edge_width(graph: DistGraph) -> int:
+    """The width of the partition's edge features (0: it has none)."""
+    ea = graph.edge_attr
+    return rows2d(ea).shape[1] if ea is not None else 0
+
+
 def model_of(m: ModelConfig, graph: DistGraph) -> nn.Module:
     """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths."""
-    ea = graph.edge_attr
     return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
-                       m.recompute, edge_dim=rows2d(ea).shape[1] if ea is not None else 0, arch=m.arch)
+                       m.recompute, edge_dim=edge_width(graph), arch=m.arch)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:

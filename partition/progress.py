@@ -20,12 +20,14 @@ MIN_SECONDS = 2.0
 class Stages:
     """A tqdm bar on a terminal, else one line per slow stage (see the module docstring)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, unit: str = "step", stream=None):
+    def __init__(self, total: int | None, desc: str, enabled: bool = True, unit: str = "step", stream=None,
+                 bar_format: str | None = None):
         self.stream = stream or sys.stderr
         self.desc = desc
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.enabled = enabled
-        self.bar = tqdm(total=total, desc=desc, unit=unit, leave=False, file=self.stream) if self.tty else None
+        self.bar = tqdm(total=total, desc=desc, unit=unit, leave=False, file=self.stream,
+                        bar_format=bar_format) if self.tty else None
         self.name: str | None = None
         self.t0 = time.perf_counter()
 
@@ -36,6 +38,13 @@ class Stages:
         if self.bar is not None:
             self.bar.set_postfix_str(name)
 
+    def say(self, line: str) -> None:
+        """Print ``line`` (when enabled) above the bar, which stays."""
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+        elif self.enabled:
+            print(line, file=self.stream, flush=True)
+
     def update(self, n: int = 1) -> None:
         if self.bar is not None:
             self.bar.update(n)
@@ -45,6 +54,11 @@ class Stages:
         self.name = None
         if self.bar is not None:
             self.bar.close()
+
+    def discard(self) -> None:
+        """Close without a line for the running stage (it failed: its error is the one line to show)."""
+        self.name = None
+        self.close()
 
     def _end(self) -> None:
         if self.name is None or not self.enabled or self.tty:

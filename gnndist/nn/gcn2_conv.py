@@ -29,7 +29,7 @@ class GCN2Conv(nn.Module):
 
     def __init__(self, channels: int, alpha: float = 0.1, theta: float = 0.5, layer: int = 1):
         super().__init__()
-        self.channels, self.alpha = channels, alpha
+        self.channels, self.alpha, self.theta, self.layer = channels, alpha, theta, layer
         self.beta = math.log(theta / layer + 1.0)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))
         self.tag = "gcn2"
