@@ -299,9 +299,16 @@ def _leave_now() -> None:
 
 
 def _stop_resource_tracker() -> None:
-    """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher."""
+    """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher.
+
+    Not while this process has other multiprocessing children (the caller's own workers): they
+    hold the helper's pipe, so it would not end, and waiting for it would hang.
+    """
+    import multiprocessing
     from multiprocessing import resource_tracker
 
+    if multiprocessing.active_children():
+        return
     stop = getattr(resource_tracker._resource_tracker, "_stop", None)
     if stop is not None:
         stop()

@@ -68,8 +68,19 @@ def _fail_on_rank1(grid):
 
 
 def test_launch_runs_a_function_on_every_rank(monkeypatch):
+    import multiprocessing as mp
+
     monkeypatch.setenv("GNNDIST_CHECK_COLLECTIVES", "0")  # two bare collectives: nothing to compare
-    assert gnndist.launch(_sum_ranks, 10, nproc=2, timeout=60) == (2, 21.0)  # rank 0's result: 10 + 11
+    ctx = mp.get_context("spawn")
+    done = ctx.Event()
+    own = ctx.Process(target=done.wait, args=(120,))  # the caller's own worker, alive through the launch
+    own.start()
+    try:  # (the launcher must not wait for multiprocessing's helper, which that worker keeps alive)
+        assert gnndist.launch(_sum_ranks, 10, nproc=2, timeout=60) == (2, 21.0)  # rank 0's result: 10 + 11
+    finally:
+        done.set()
+        own.join(10)
+        del done  # its semaphore goes now, not at the helper's stop after the next launch
     assert gnndist.launch(_sum_ranks, 10, nproc=1) == (1, 10.0)  # one rank: in this process
     with pytest.raises(RanksFailed, match="rank 1 refuses") as e:
         gnndist.launch(_fail_on_rank1, nproc=2, timeout=20)

@@ -44,7 +44,7 @@ def _pyg_gcn(data, state: dict):
         return convs[1](torch.relu(h), data.edge_index), h
 
 
-def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained, tmp_path, capsys):
+def test_predictions_equal_for_every_p_and_a_pyg_model_in_dataset_order(trained, tmp_path, capsys, pooled_ranks):
     d, data = trained
     ck = tmp_path / "ck"
     code, out, _ = _run(capsys, "train", str(d / "p1"), "--epochs", "3", "--no-progress", "--checkpoint", str(ck),
