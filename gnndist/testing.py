@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 import torch
@@ -233,6 +234,26 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         queue.put((rank, False, (time.time(), f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
                                  False, 1)))
+
+
+@contextlib.contextmanager
+def pooled_launches():
+    """Within it, :func:`gnndist.launch` starts its ranks on pooled processes (:func:`pooled_elastic`);
+    a launch with restarts still goes through the elastic agent."""
+    from gnndist import launcher
+
+    real = launcher._elastic
+
+    def start(fn, args, nproc, max_restarts, opts):
+        if max_restarts:
+            return real(fn, args, nproc, max_restarts, opts)
+        return pooled_elastic(fn, args, nproc, opts)
+
+    launcher._elastic = start
+    try:
+        yield
+    finally:
+        launcher._elastic = real
 
 
 def pooled_elastic(fn, args: tuple, nproc: int, opts):

@@ -49,21 +49,14 @@ def part1(tmp_path_factory):
 
 
 @pytest.fixture
-def pooled_ranks(monkeypatch):
-    """``--nproc N`` ranks started on the suite's pooled processes (:func:`gnndist.testing.pooled_elastic`).
+def pooled_ranks():
+    """``--nproc N`` ranks started on the suite's pooled processes (:func:`gnndist.testing.pooled_launches`).
 
-    For modules whose tests check what the ranks compute; the launcher's own behaviour (the
-    elastic agent, restarts, signals, a rank that dies) is tested on real launches elsewhere
-    (test_reliability, test_cli_torchrun, test_cli_train). Runs with restarts still launch for real.
+    For tests of what the ranks compute; the launcher's own behaviour (the elastic agent,
+    restarts, signals, a rank that dies) is tested on real launches (test_reliability,
+    test_cli_torchrun, test_cli_train, test_api). Runs with restarts still launch for real.
     """
-    from gnndist import launcher
-    from gnndist.testing import pooled_elastic
+    from gnndist.testing import pooled_launches
 
-    real = launcher._elastic
-
-    def start(fn, args, nproc, max_restarts, opts):
-        if max_restarts:
-            return real(fn, args, nproc, max_restarts, opts)
-        return pooled_elastic(fn, args, nproc, opts)
-
-    monkeypatch.setattr(launcher, "_elastic", start)
+    with pooled_launches():
+        yield
