@@ -31,7 +31,7 @@ above; the probe (:mod:`gnndist.probe`) measures all of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -63,6 +63,15 @@ class Network:
     gamma_elem: float = 0.0
     step_overhead: float = 0.0
 
+    def as_dict(self) -> dict:
+        """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The model's relative error on measured epochs (|modelled / measured - 1|, the median over the
+# calibration grid of benchmarks/README.md, "Cost model"): `gnndist simulate` prints it as the band
+# of its times, and `auto` times candidates modelled within it of each other instead of trusting the model.
+MODEL_ERROR = 0.25
 
 # Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
 # An all-to-all posts its messages at once, so a peer costs a per-message overhead (alpha), and
