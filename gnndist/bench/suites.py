@@ -28,7 +28,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnndist.bench.common import BREAKDOWN, Rows, Settings, strategy_flags, strategy_runs, timing_columns, train
+from gnndist.bench.common import (
+    BREAKDOWN,
+    Rows,
+    Settings,
+    strategy_flags,
+    strategy_runs,
+    timing_columns,
+    train,
+    write_csv,
+)
 
 
 def _say(msg: str) -> None:
@@ -313,6 +322,7 @@ def model_suite(s: Settings, rows: Rows, work: Path) -> None:
                     _say(f"model: {e}; once more")
                     summary = train(d, P, replace(s, model=model, hidden=hidden), flags)
                 rows.add(**_graph_columns(data), **_run_columns(p, data, summary, s, P, strategy, c, model, hidden))
+                write_csv(s.out / "model.csv", rows.rows)  # as it goes: a long grid stopped early keeps its rows
 
 
 def _case(text: str) -> tuple[str, str, int]:
