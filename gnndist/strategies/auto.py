@@ -173,13 +173,14 @@ class Auto(Strategy):
             if self.is_main:
                 alts = ", ".join(f"{k} {v['max_bytes_per_rank']:,} B/rank {v['model_time_s'] * 1e3:.3f} ms"
                                  for k, v in per.items())
-                log.info("auto: %s (F=%d) -> %s  [%s; network %s]", tag, width, self.options[best].describe(),
-                         alts, self.network.name)
-                if measured:
-                    how = "kept from an earlier run" if kept is not None else "timed one SpMM each"
-                    log.info("auto: %s: %s within the model's error (%.0f %%) of each other; %s: %s -> %s", tag,
-                             " and ".join(names[k] for k in measured), 100 * self.error, how,
-                             ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()), names[best])
+                timed = ""
+                if measured:  # said once, on the layer's line
+                    how = "as timed in an earlier run" if kept is not None else "timed one SpMM each"
+                    timed = (f"; {' and '.join(names[k] for k in measured)} within the model's error "
+                             f"({100 * self.error:.0f} %), {how}: "
+                             + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()))
+                log.info("auto: %s (F=%d) -> %s  [%s; network %s%s]", tag, width, self.options[best].describe(),
+                         alts, self.network.name, timed)
         return self.chosen[tag]
 
     def after_first_step(self) -> None:
