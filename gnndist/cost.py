@@ -20,10 +20,12 @@ The whole training step (:func:`step_time`, what every user of the model calls i
 adds, per layer and rank, the dense work (``X @ W`` forward, ``dW`` and, past the first
 layer, ``dX``: ``gamma_dense`` per FLOP; the elementwise passes over the layer's rows:
 ``gamma_elem`` per element), and per step the all-reduce of the weight gradients and a fixed
-``step_overhead`` (loss, optimiser, autograd and Python dispatch). A layer lasts as long as
+cost (loss, optimiser, autograd and Python dispatch: ``step_overhead`` times
+:data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer). A layer lasts as long as
 its slowest rank (its exchanges synchronise the ranks)::
 
-    T = sum_l max_r (dense_lr + aggregation_lr + exchange_lr) + allreduce + step_overhead
+    T = sum_l max_r (dense_lr + aggregation_lr + exchange_lr) + allreduce
+        + step_overhead * (STEP_FIXED + LAYER_FIXED * layers)
 
 The presets have ``gamma_elem = step_overhead = 0``: their times are those of the formulas
 above; the probe (:mod:`gnndist.probe`) measures all of them.
@@ -51,7 +53,8 @@ class Network:
         overhead: seconds per collective call, whatever its peers (launch and synchronisation).
         gamma_elem: seconds per element of an elementwise pass over activations (dropout,
             bias, activation, scaling and their backward; see :data:`ELEMENTWISE`).
-        step_overhead: fixed seconds per training step (loss, optimiser, autograd and Python dispatch).
+        step_overhead: seconds of a tiny training step (a 2-layer MLP on 8 rows: loss, optimiser, autograd and
+            Python dispatch); a step's fixed cost is :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer of these.
     """
 
     name: str
@@ -191,6 +194,14 @@ ELEMENTWISE_OUT = 8.0
 ELEMENTWISE_SPARSE_IN = 1.0
 
 
+# The fixed cost of a step (what a 300-node graph's step costs: ops dispatched, autograd, Python), in units
+# of the probe's `step_overhead` (a tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer. Measured
+# by timing gnndist steps of 1, 2 and 4 GCN and SAGE layers on 300 nodes against that tiny step
+# (benchmarks/README.md, "Cost model"): 4.4 (GCN) and 5.5 (SAGE) tiny steps per layer, 6.2-6.8 besides.
+STEP_FIXED = 6.5
+LAYER_FIXED = 5.0
+
+
 @dataclass(frozen=True)
 class Layer:
     """One layer of a modelled training step.
@@ -313,8 +324,9 @@ def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTi
         parts += layer_parts(lds[k], layer, net, elem)
     P = max((len(lds) for lds in per_layer), default=1)
     allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, elem)
-    total = sum(times) + allreduce + net.step_overhead
-    return StepTime(float(total), *(float(v) for v in parts), float(allreduce), float(net.step_overhead), tuple(times))
+    fixed = net.step_overhead * (STEP_FIXED + LAYER_FIXED * len(layers)) if net.step_overhead else 0.0
+    total = sum(times) + allreduce + fixed
+    return StepTime(float(total), *(float(v) for v in parts), float(allreduce), float(fixed), tuple(times))
 
 
 def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network, elem: int = 4,
@@ -346,6 +358,6 @@ def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, ele
     weight gradients (and the network's fixed step overhead)::
 
         T = sum_l max_r rank_layer_times(r, widths[l], widths[l+1], first=(l == 0))
-            + allreduce_time(sum_l widths[l] * widths[l+1], P) + step_overhead
+            + allreduce_time(sum_l widths[l] * widths[l+1], P) + fixed (see :func:`step_time`)
     """
     return step_time(loads, model_layers("gcn", widths), net, elem).total

@@ -23,6 +23,7 @@ from gnndist.cost import NETWORKS, Network
 
 TOLERANCE = 0.15  # two consecutive rounds of the probe agree within 15 % on every constant
 ROUNDS = 5  # at most this many rounds
+SUSTAINED = 0.01  # seconds of back-to-back calls in one timing of local work
 
 
 def default_cache() -> Path:
@@ -111,8 +112,8 @@ def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
     run's ``kernel`` settings); gamma_dense: a ``[2048, 256] @ [256, 64]`` product (the skinny
     shape of a layer's ``X @ W``); gamma_elem: a multiply of 2^20 elements; step_overhead:
     forward, backward and an Adam step of a 2-layer model on 8 rows (the fixed cost of a step).
-    Each is the median over ``repeats`` runs; the slowest rank's value is taken (all-reduce of
-    the maximum). Rounds repeat until two consecutive rounds agree within ``tolerance`` on every
+    Each is the median over ``repeats`` timings (local work: each timing about :data:`SUSTAINED`
+    seconds of back-to-back calls); the slowest rank's value is taken (all-reduce of the maximum). Rounds repeat until two consecutive rounds agree within ``tolerance`` on every
     constant (at most ``rounds``).
 
     Returns:
@@ -123,16 +124,23 @@ def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
     dev = grid.device
     P = grid.world_size
 
-    def median_time(fn) -> float:
+    def median_time(fn, local: bool = False) -> float:
+        """Median seconds of ``fn``; ``local`` (no collective inside): each timing runs it back to back for
+        about :data:`SUSTAINED` seconds, so a loaded machine's preemptions weigh as they do in a step."""
+        t0 = time.perf_counter()
         fn()  # warm-up
+        grid.synchronize()
+        warm = time.perf_counter() - t0
+        inner = min(int(SUSTAINED / max(warm, 1e-9)) + 1, 64) if local else 1
         ts = []
         for _ in range(repeats):
             grid.barrier()
             grid.synchronize()
             t0 = time.perf_counter()
-            fn()
+            for _ in range(inner):
+                fn()
             grid.synchronize()
-            ts.append(time.perf_counter() - t0)
+            ts.append((time.perf_counter() - t0) / inner)
         return float(np.median(ts))
 
     small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
@@ -155,11 +163,11 @@ def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
             alpha, overhead = t_world / max(P - 1, 1), 0.0
         t_big = median_time(lambda: grid.all_to_all_single(big_out, big))
         inv_beta = max(t_big - t_world, 1e-9) / (big_n * 4 * (P - 1) / P) if P > 1 else 0.0
-        gamma_s = (median_time(lambda: spmm(csr, x, **k)) / (csr.nnz * 32) if x is not None
+        gamma_s = (median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None
                    else NETWORKS["ethernet"].gamma_sparse)
-        gamma_d = median_time(lambda: a @ w) / (2 * a.shape[0] * a.shape[1] * w.shape[1])
-        gamma_e = median_time(lambda: torch.mul(e1, e2)) / e1.numel()
-        fixed = median_time(step)
+        gamma_d = median_time(lambda: a @ w, True) / (2 * a.shape[0] * a.shape[1] * w.shape[1])
+        gamma_e = median_time(lambda: torch.mul(e1, e2), True) / e1.numel()
+        fixed = median_time(step, True)
         vals = torch.tensor([alpha, inv_beta, gamma_s, gamma_d, overhead, gamma_e, fixed], dtype=torch.float64,
                             device=dev)
         grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here

@@ -4,7 +4,17 @@ layers it describes against what the layers' code runs."""
 import pytest
 import torch
 
-from gnndist.cost import ELEMENTWISE_IN, ELEMENTWISE_OUT, Network, RankLoad, epoch_time, model_layers, step_time
+from gnndist.cost import (
+    ELEMENTWISE_IN,
+    ELEMENTWISE_OUT,
+    LAYER_FIXED,
+    STEP_FIXED,
+    Network,
+    RankLoad,
+    epoch_time,
+    model_layers,
+    step_time,
+)
 
 # two ranks of a 5-node graph: rank 0 sends 2 halo rows and receives 1, one peer; 6 and 4 nonzeros
 LOADS = [RankLoad(expand_send=2, expand_recv=1, messages=1, nnz=6, rows=3),
@@ -12,6 +22,9 @@ LOADS = [RankLoad(expand_send=2, expand_recv=1, messages=1, nnz=6, rows=3),
 # 4-byte rows of width w cost w seconds at beta = 4 B/s
 NET = Network("hand", alpha=1.0, beta=4.0, gamma_sparse=0.5, gamma_dense=0.25, overhead=2.0, gamma_elem=0.125,
               step_overhead=3.0)
+
+
+FIXED = 3.0 * (STEP_FIXED + LAYER_FIXED * 2)  # a 2-layer step's fixed cost, in tiny steps of 3 s
 
 
 def elementwise(rows: int, f_in: int, f_out: int) -> float:
@@ -38,8 +51,8 @@ def test_sage_step_equals_the_hand_computation():
     assert t.exchange == pytest.approx(14 + 10, rel=1e-12)
     assert t.aggregation == pytest.approx(12 + 6, rel=1e-12)
     assert t.dense == pytest.approx(36 + elementwise(3, 3, 2) + 18 + elementwise(3, 2, 1), rel=1e-12)
-    assert t.allreduce == pytest.approx(allreduce, rel=1e-12) and t.other == 3.0
-    assert t.total == pytest.approx(r0 + q0 + allreduce + 3.0, rel=1e-12)
+    assert t.allreduce == pytest.approx(allreduce, rel=1e-12) and t.other == pytest.approx(FIXED, rel=1e-12)
+    assert t.total == pytest.approx(r0 + q0 + allreduce + FIXED, rel=1e-12)
     assert t.total == pytest.approx(t.dense + t.aggregation + t.exchange + t.allreduce + t.other, rel=1e-12)
     assert set(t.columns()) == {"model_epoch_s", "model_aggregation_s", "model_dense_s", "model_exchange_s",
                                 "model_allreduce_s", "model_other_s"}
@@ -58,7 +71,7 @@ def test_gcn_step_aggregates_first_and_per_layer_layouts():
     q0 = 10 + 12 + 9 + elementwise(3, 2, 1)
     allreduce = 2 + (3 * 2 + 2 * 1)
     t = step_time([LOADS, other], layers, NET)
-    assert t.total == pytest.approx(r0 + q0 + allreduce + 3.0, rel=1e-12)
+    assert t.total == pytest.approx(r0 + q0 + allreduce + FIXED, rel=1e-12)
     assert t.aggregation == pytest.approx(9 + 12, rel=1e-12) and t.exchange == pytest.approx(9 + 10, rel=1e-12)
 
 

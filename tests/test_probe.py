@@ -29,8 +29,8 @@ def test_probe_stops_when_two_rounds_agree(monkeypatch):
     net, spread = probe(ProcessGrid(), tiny_csr(), repeats=3)
     assert spread == 0.0
     # one rank: 6 timings a round (tiny all-to-all, big all-to-all, SpMM, X @ W, elementwise, step),
-    # each an untimed call then 3 timed ones of two readings: 2 rounds
-    assert next(clock) == 2 * 6 * 3 * 2
+    # each a warm-up call then 3 timed ones, two readings each (a 1 s call: one call per timing): 2 rounds
+    assert next(clock) == 2 * 6 * (1 + 3) * 2
     assert net.alpha == 1.0 and net.overhead == 0.0 and net.beta == float("inf") and net.step_overhead == 1.0
     assert net.gamma_sparse == pytest.approx(1 / (5 * 32)) and net.gamma_dense == pytest.approx(1 / (2 * 2048 * 256 * 64))
     assert net.gamma_elem == pytest.approx(2.0**-20)
@@ -41,11 +41,11 @@ def test_probe_gives_up_after_its_rounds_and_reports_the_spread(monkeypatch):
 
     def clock() -> float:  # each round's timings take twice the previous round's
         n = next(ticks)
-        return float(n * 2 ** (n // (6 * 3 * 2)))
+        return float(n * 2 ** (n // (6 * 4 * 2)))
 
     monkeypatch.setattr(probe_mod.time, "perf_counter", clock)
     _, spread = probe(ProcessGrid(), tiny_csr(), repeats=3, rounds=3)
-    assert next(ticks) == 3 * 6 * 3 * 2 and spread > probe_mod.TOLERANCE
+    assert next(ticks) == 3 * 6 * 4 * 2 and spread > probe_mod.TOLERANCE
 
 
 @pytest.fixture()
