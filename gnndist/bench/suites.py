@@ -325,6 +325,44 @@ def model_suite(s: Settings, rows: Rows, work: Path) -> None:
                 write_csv(s.out / "model.csv", rows.rows)  # as it goes: a long grid stopped early keeps its rows
 
 
+def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
+    """``model.csv`` rows with the cost model's columns computed again by the current :mod:`gnndist.cost`: each
+    layer on the layout the run chose (``layers_chosen``), with the counts its partition stored (``META.json``
+    ``layouts`` of ``work/<dataset>/metis-vol-auto-p<P>``) and the constants of ``probe_file`` at that P.
+    What a calibration of the model changes can so be read on runs already measured."""
+    import numpy as np
+
+    from gnndist import cost
+    from gnndist.cost import RankLoad
+    from gnndist.partition import read_meta
+    from gnndist.partition.balance import model_widths
+    from gnndist.probe import read_cached
+
+    out = []
+    for r in rows:
+        d = Path(work) / r["dataset"] / f"metis-vol-auto-p{r['P']}"
+        meta = read_meta(d)
+        x = np.load(d / "part-0" / "x.npy", mmap_mode="r")
+        widths = list(model_widths(meta["F"], meta["classes"], r["hidden"], r["layers"]))
+        if not meta["multilabel"] and widths[-1] == 2:
+            widths[-1] = 1  # a binary task: one logit
+        stack = cost.model_layers(r["model"], tuple(widths), sparse_features=bool(np.count_nonzero(x) < x.size // 2))
+        loads = []
+        for chosen in str(r["layers_chosen"]).split(","):
+            c = chosen.split("/")[1] if "/" in chosen else "1"
+            loads.append([RankLoad.from_array(a) for a in meta["layouts"][c]])
+        key = next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}"))
+        t = cost.step_time(loads, stack, read_cached(probe_file, key))
+        out.append({**r, **t.columns(), "model_ratio": t.total / r["epoch_s"]})
+    return out
+
+
+def _probe_keys(path: Path) -> list[str]:
+    import json
+
+    return [k for k in json.loads(Path(path).read_text()) if "|layouts" not in k]
+
+
 def _case(text: str) -> tuple[str, str, int]:
     from gnndist.errors import UserError
 
