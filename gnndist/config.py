@@ -136,6 +136,8 @@ class DistConfig:
         _need(self.beta is None or self.beta > 0, f"--beta must be > 0, got {self.beta}")
         _need(self.strategy == "auto" or (self.alpha is None and self.beta is None),
               "--alpha and --beta set the cost model of --strategy auto")
+        _need(self.strategy == "auto" or not (self.reprobe or self.probe_cache),
+              "--reprobe and --probe-cache are for the probe of --strategy auto")
         if self.strategy == "1.5d":
             _need(self.replication is not None, "--strategy 1.5d needs --replication C (C divides the rank count)")
         if self.replication is not None:

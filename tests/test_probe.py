@@ -11,6 +11,7 @@ from gnndist.kernels import CSR
 from gnndist import probe as probe_mod
 from gnndist.config import DistConfig
 from gnndist.cost import Network
+from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.probe import cache_key, probe, probed, read_cached, write_cached
 from gnndist.strategies import Auto
@@ -90,3 +91,5 @@ def test_presets_and_flags_reach_auto(tmp_path):
     assert a.network.name == "ib" and a.network.alpha == 3e-6  # a preset: nothing measured, nothing read
     a = Auto.from_config(DistConfig(strategy="auto", probe_cache=str(tmp_path / "p.json"), reprobe=True, beta=1e9))
     assert a.network is None and a.cache == tmp_path / "p.json" and a.reprobe and a.overrides == {"beta": 1e9}
+    with pytest.raises(UserError, match="--reprobe"):
+        DistConfig(strategy="1d", reprobe=True)
