@@ -13,12 +13,14 @@ the fastest fixed layout) and writes the CSV and its plot.
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 from gnndist.bench.common import read_csv, write_csv
 from gnndist.bench.plots import model_calibration
 from gnndist.bench.report import model
 from gnndist.bench.suites import remodel
+from gnndist.cost import LAYER_FIXED, STEP_FIXED
 
 
 def main() -> None:
@@ -30,6 +32,14 @@ def main() -> None:
     args = ap.parse_args()
     rows = remodel(read_csv(Path(args.csv)), Path(args.work), Path(args.probe))
     print("\n".join(model(rows)))
+    # the fixed cost each run implies (measured epoch less the modelled work), in the probe's tiny steps,
+    # against what the model puts there (STEP_FIXED + LAYER_FIXED per layer)
+    implied = sorted((r["epoch_s"] - (r["model_epoch_s"] - r["model_other_s"])) * (STEP_FIXED + LAYER_FIXED * r["layers"])
+                     / r["model_other_s"] for r in rows if r["model_other_s"])
+    if implied:
+        print(f"\nfixed cost implied by the runs: median {statistics.median(implied):.1f} tiny steps "
+              f"(quartiles {implied[len(implied) // 4]:.1f} - {implied[3 * len(implied) // 4]:.1f}); the model's: "
+              f"{STEP_FIXED} + {LAYER_FIXED} per layer")
     if args.out:
         out = write_csv(Path(args.out), rows)
         fig = model_calibration(read_csv(out))

@@ -18,8 +18,9 @@ added to the epoch time ``gnndist simulate`` reports.
 
 The whole training step (:func:`step_time`, what every user of the model calls in the end)
 adds, per layer and rank, the dense work (``X @ W`` forward, ``dW`` and, past the first
-layer, ``dX``: ``gamma_dense`` per FLOP; the elementwise passes over the layer's rows:
-``gamma_elem`` per element), and per step the all-reduce of the weight gradients and a fixed
+layer, ``dX``: ``gamma_dense`` per FLOP, or a pass over the operands at ``gamma_elem`` per
+element where that is longer; the elementwise passes over the layer's rows: ``gamma_elem``
+per element), and per step the all-reduce of the weight gradients and a fixed
 cost (loss, optimiser, autograd and Python dispatch: ``step_overhead`` times
 :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer). A layer lasts as long as
 its slowest rank (its exchanges synchronise the ranks)::
@@ -194,12 +195,14 @@ ELEMENTWISE_OUT = 8.0
 ELEMENTWISE_SPARSE_IN = 1.0
 
 
-# The fixed cost of a step (what a 300-node graph's step costs: ops dispatched, autograd, Python), in units
-# of the probe's `step_overhead` (a tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer. Measured
-# by timing gnndist steps of 1, 2 and 4 GCN and SAGE layers on 300 nodes against that tiny step
-# (benchmarks/README.md, "Cost model"): 4.4 (GCN) and 5.5 (SAGE) tiny steps per layer, 6.2-6.8 besides.
-STEP_FIXED = 6.5
-LAYER_FIXED = 5.0
+# The fixed cost of a step (ops dispatched, autograd, Python), in units of the probe's `step_overhead` (a
+# tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer. The split is measured (gnndist steps of 1, 2
+# and 4 GCN / SAGE layers on 300 nodes, one process, against the tiny step: 6.2-6.8 + 4.4-5.5 per layer);
+# the scale is fitted: a 2-layer step's fixed cost is 5.2 tiny steps, the median that the first calibration
+# grid implies (benchmarks/README.md, "Cost model"; the in-process ratio, 16.5, overshot ranks that probe
+# their tiny step while sharing 2 cores).
+STEP_FIXED = 2.0
+LAYER_FIXED = 1.6
 
 
 @dataclass(frozen=True)
@@ -258,20 +261,29 @@ def model_layers(model: str, widths: tuple[int, ...], sparse_features: bool = Fa
     return out
 
 
+def _products(load: RankLoad, layer: Layer, net: Network) -> float:
+    """Modelled seconds of a layer's matrix products on one rank: ``X @ W``, ``dW`` and past the first layer
+    ``dX`` per linear map, each the larger of its FLOPs (``gamma_dense``) and one pass over its operands
+    (``gamma_elem`` per element of ``[rows, f_in]`` and ``[rows, f_out]``: a wide skinny product is memory-bound)."""
+    products = (1.0 if layer.input_grad else 2.0 / 3.0) * layer.linears
+    flops = dense_time(load.rows, layer.f_in, layer.f_out, net)
+    if net.gamma_elem:
+        flops = max(flops, 3.0 * net.gamma_elem * load.rows * (layer.f_in + layer.f_out))
+    return products * flops
+
+
 def layer_parts(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> tuple[float, float, float]:
     """Modelled seconds ``(dense, aggregation, exchange)`` of one layer on one rank, forward + backward."""
     dirs = 2.0 if layer.backward else 1.0
-    products = (1.0 if layer.input_grad else 2.0 / 3.0) * layer.linears  # X @ W, dW, and dX past the first layer
-    dense = products * dense_time(load.rows, layer.f_in, layer.f_out, net)
+    dense = _products(load, layer, net)
     dense += net.gamma_elem * load.rows * (layer.in_passes * layer.f_in + layer.out_passes * layer.f_out)
     return dense, dirs * net.gamma_sparse * load.nnz * layer.width, dirs * exchange_time(load, layer.width, net, elem)
 
 
 def layer_rank_time(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one layer on one rank, forward + backward (the sum of :func:`layer_parts`)."""
-    products = (1.0 if layer.input_grad else 2.0 / 3.0) * layer.linears
     spmm = spmm_time(load, layer.width, net, elem)
-    t = (spmm if layer.backward else spmm / 2) + products * dense_time(load.rows, layer.f_in, layer.f_out, net)
+    t = (spmm if layer.backward else spmm / 2) + _products(load, layer, net)
     if net.gamma_elem:
         t += net.gamma_elem * load.rows * (layer.in_passes * layer.f_in + layer.out_passes * layer.f_out)
     return t

@@ -296,8 +296,9 @@ QUICK_MODEL_GRID = ("cora:gcn:16", "synthetic-20k-d10:gcn:128")
 
 def model_suite(s: Settings, rows: Rows, work: Path) -> None:
     """The cost model beside measured epochs: every case of ``--grid`` (dataset:model:hidden) at every P, on
-    each layout that fits P (at P = 1 only ``auto``, which is ``1d`` there), ``auto`` first: its probe gives
-    the constants every row at that P is modelled with. A run that fails is tried once more."""
+    each layout that fits P (at P = 1 only ``auto``, which is ``1d`` there), ``auto`` first and with
+    ``--reprobe``: its probe, taken beside the runs it models, gives the constants of every row of that case
+    and P. A run that fails is tried once more."""
     from gnndist.errors import UserError
 
     cases = [_case(c) for c in s.grid or (QUICK_MODEL_GRID if s.quick else MODEL_GRID)]
@@ -315,7 +316,7 @@ def model_suite(s: Settings, rows: Rows, work: Path) -> None:
                 if s.strategies and strategy not in s.strategies and strategy != "auto":
                     continue
                 _say(f"model: {name} {model} hidden {hidden} P={P} {strategy}" + (f" c={c}" if strategy == "1.5d" else ""))
-                flags = strategy_flags(strategy, c)
+                flags = strategy_flags(strategy, c) + (["--reprobe"] if strategy == "auto" else [])
                 try:
                     summary = train(d, P, replace(s, model=model, hidden=hidden), flags)
                 except UserError as e:
