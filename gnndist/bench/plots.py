@@ -198,7 +198,8 @@ def model_calibration(rows: list[dict]):
     ax.set_xlabel("measured ms per epoch (median)")
     ax.set_ylabel("modelled ms per epoch (gnndist.cost.step_time)")
     ax.legend(fontsize=6, ncol=2)
-    _title(ax, "cost model vs measured epoch", pts or rows)
+    names = sorted({r["dataset"] for r in pts or rows})
+    _title(ax, "cost model vs measured epoch", [{**r, "dataset": ", ".join(names)} for r in pts or rows])
     fig.tight_layout()
     return fig
 
