@@ -75,8 +75,8 @@ class Network:
 # The model's relative error on measured epochs (|modelled / measured - 1|, the median over the
 # calibration grid of benchmarks/README.md, "Cost model"): `gnndist simulate` prints it as the band
 # of its times, and `auto` times candidates modelled within it of each other instead of trusting the model.
-MODEL_ERROR = 0.25
-MODEL_ERROR_WORST = 0.5  # the worst case of that grid
+MODEL_ERROR = 0.38
+MODEL_ERROR_WORST = 1.18  # the worst case of that grid
 
 # Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
 # An all-to-all posts its messages at once, so a peer costs a per-message overhead (alpha), and
