@@ -115,6 +115,9 @@ class DistConfig:
                        ("probe", "nvlink", "ib", "ethernet"))
     alpha: float | None = opt(None, "cost model: seconds per message, overriding --network's")
     beta: float | None = opt(None, "cost model: bytes per second per rank, overriding --network's")
+    reprobe: bool = opt(False, "--network probe: measure the constants again, even when this machine's are cached")
+    probe_cache: str | None = opt(None, "file of the probe's constants per machine, torch version and world size "
+                                  "(default: <data root>/probe.json)")
     timeout: float = opt(600.0, "seconds before a missing peer or collective is an error")
     backend: str = opt("auto", "torch.distributed backend", ("auto", "gloo", "nccl"))
     check_collectives: bool = opt(False, "compare every collective's op, axis and call number across ranks before "
@@ -133,6 +136,8 @@ class DistConfig:
         _need(self.beta is None or self.beta > 0, f"--beta must be > 0, got {self.beta}")
         _need(self.strategy == "auto" or (self.alpha is None and self.beta is None),
               "--alpha and --beta set the cost model of --strategy auto")
+        _need(self.strategy == "auto" or not (self.reprobe or self.probe_cache),
+              "--reprobe and --probe-cache are for the probe of --strategy auto")
         if self.strategy == "1.5d":
             _need(self.replication is not None, "--strategy 1.5d needs --replication C (C divides the rank count)")
         if self.replication is not None:

@@ -15,11 +15,26 @@ where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
 layout's time is its slowest rank's. Dense work (``X @ W``) is the same for every layout
 whose input and output are the 1D row layout, so it does not enter the choice; it is
 added to the epoch time ``gnndist simulate`` reports.
+
+The whole training step (:func:`step_time`, what every user of the model calls in the end)
+adds, per layer and rank, the dense work (``X @ W`` forward, ``dW`` and, past the first
+layer, ``dX``: ``gamma_dense`` per FLOP, or a pass over the operands at ``gamma_elem`` per
+element where that is longer; the elementwise passes over the layer's rows: ``gamma_elem``
+per element), and per step the all-reduce of the weight gradients and a fixed
+cost (loss, optimiser, autograd and Python dispatch: ``step_overhead`` times
+:data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer). A layer lasts as long as
+its slowest rank (its exchanges synchronise the ranks)::
+
+    T = sum_l max_r (dense_lr + aggregation_lr + exchange_lr) + allreduce
+        + step_overhead * (STEP_FIXED + LAYER_FIXED * layers)
+
+The presets have ``gamma_elem = step_overhead = 0``: their times are those of the formulas
+above; the probe (:mod:`gnndist.probe`) measures all of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -37,6 +52,10 @@ class Network:
         gamma_sparse: seconds per nonzero per feature column of an SpMM.
         gamma_dense: seconds per dense floating-point operation.
         overhead: seconds per collective call, whatever its peers (launch and synchronisation).
+        gamma_elem: seconds per element of an elementwise pass over activations (dropout,
+            bias, activation, scaling and their backward; see :data:`ELEMENTWISE`).
+        step_overhead: seconds of a tiny training step (a 2-layer MLP on 8 rows: loss, optimiser, autograd and
+            Python dispatch); a step's fixed cost is :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer of these.
     """
 
     name: str
@@ -45,7 +64,19 @@ class Network:
     gamma_sparse: float
     gamma_dense: float
     overhead: float = 0.0
+    gamma_elem: float = 0.0
+    step_overhead: float = 0.0
 
+    def as_dict(self) -> dict:
+        """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The model's relative error on measured epochs (|modelled / measured - 1|, the median over the
+# calibration grid of benchmarks/README.md, "Cost model"): `gnndist simulate` prints it as the band
+# of its times, and `auto` times candidates modelled within it of each other instead of trusting the model.
+MODEL_ERROR = 0.38
+MODEL_ERROR_WORST = 1.18  # the worst case of that grid
 
 # Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
 # An all-to-all posts its messages at once, so a peer costs a per-message overhead (alpha), and
@@ -125,11 +156,15 @@ def aggregate_first(f_in: int, f_out: int) -> bool:
     return f_in <= 2 * f_out
 
 
+def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
+    """Modelled seconds of one direction of an SpMM's exchanges on one rank: calls, peers and bytes."""
+    rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
+    return net.overhead * load.exchanges + net.alpha * load.messages + elem * width * rows / net.beta
+
+
 def spmm_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one SpMM (forward + backward) of width ``width`` on one rank."""
-    rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
-    comm = net.overhead * load.exchanges + net.alpha * load.messages + elem * width * rows / net.beta
-    return 2.0 * comm + 2.0 * net.gamma_sparse * load.nnz * width
+    return 2.0 * exchange_time(load, width, net, elem) + 2.0 * net.gamma_sparse * load.nnz * width
 
 
 def layout_time(loads: list[RankLoad], width: int, net: Network, elem: int = 4) -> float:
@@ -149,10 +184,167 @@ def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float
     return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
 
 
+# Elementwise passes of a layer, forward and backward, per element of its input rows and of its
+# output rows (dropout of the input: its mask and scaling, forward and backward; bias, activation,
+# GCN scaling and their backward on the output). Read off the layers' code, then calibrated
+# against measured epochs (benchmarks/README.md, "Cost model").
+ELEMENTWISE_IN = 4.0
+ELEMENTWISE_OUT = 8.0
+# the model's input features when stored sparse (under half nonzero): dropout writes one dense
+# [rows, f_in] buffer and touches only the nonzeros (gnndist.graph.DistGraph.dropout)
+ELEMENTWISE_SPARSE_IN = 1.0
+
+
+# The fixed cost of a step (ops dispatched, autograd, Python), in units of the probe's `step_overhead` (a
+# tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer. The split is measured (gnndist steps of 1, 2
+# and 4 GCN / SAGE layers on 300 nodes, one process, against the tiny step: 6.2-6.8 + 4.4-5.5 per layer);
+# the scale is fitted: a 2-layer step's fixed cost is 5.2 tiny steps, the median that the first calibration
+# grid implies (benchmarks/README.md, "Cost model"; the in-process ratio, 16.5, overshot ranks that probe
+# their tiny step while sharing 2 cores).
+STEP_FIXED = 2.0
+LAYER_FIXED = 1.6
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a modelled training step.
+
+    Attributes:
+        f_in, f_out: widths of its input and output rows.
+        width: width of its SpMM (``f_out`` when the linear map runs first, ``f_in`` when it aggregates first).
+        backward: the SpMM runs backward too (its input needs a gradient): its exchanges reversed
+            and the ``A^T`` product.
+        input_grad: the layer computes the gradient of its input (every layer but the first).
+        linears: linear maps ``f_in -> f_out`` (GCN 1; SAGE 2: neighbours and self).
+        in_passes, out_passes: elementwise passes per element of the input and output rows.
+    """
+
+    f_in: int
+    f_out: int
+    width: int
+    backward: bool = True
+    input_grad: bool = True
+    linears: int = 1
+    in_passes: float = ELEMENTWISE_IN
+    out_passes: float = ELEMENTWISE_OUT
+
+    @property
+    def weights(self) -> int:
+        """Weights whose gradients are all-reduced (biases aside)."""
+        return self.linears * self.f_in * self.f_out
+
+
+def model_layers(model: str, widths: tuple[int, ...], sparse_features: bool = False) -> list[Layer]:
+    """The layers of ``model`` (``gcn`` or ``sage``) mapping ``widths[l]`` to ``widths[l + 1]``.
+
+    The SpMM widths and directions are those of the layers' code: GCN maps first except a first
+    layer for which :func:`aggregate_first` holds (its SpMM of the features has no backward);
+    SAGE aggregates the narrower of its input and output (``gnndist.nn.SAGEConv``). The first
+    layer's input, the features, needs no gradient (no ``dX``). ``sparse_features``: the
+    features are stored sparse (:data:`ELEMENTWISE_SPARSE_IN`).
+    """
+    if len(widths) < 2:
+        raise ValueError(f"widths needs an input and an output width, got {widths}")
+    if model not in ("gcn", "sage"):
+        raise ValueError(f"the cost model describes gcn and sage layers, not {model!r}")
+    out = []
+    for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
+        first = i == 0
+        if model == "gcn":
+            agg_in = first and aggregate_first(f_in, f_out)
+        else:
+            agg_in = not f_out < f_in
+        width = f_in if agg_in else f_out
+        passes = ELEMENTWISE_SPARSE_IN if first and sparse_features else ELEMENTWISE_IN
+        out.append(Layer(f_in, f_out, width, backward=not (first and agg_in), input_grad=not first,
+                         linears=1 if model == "gcn" else 2, in_passes=passes))
+    return out
+
+
+def _products(load: RankLoad, layer: Layer, net: Network) -> float:
+    """Modelled seconds of a layer's matrix products on one rank: ``X @ W``, ``dW`` and past the first layer
+    ``dX`` per linear map, each the larger of its FLOPs (``gamma_dense``) and one pass over its operands
+    (``gamma_elem`` per element of ``[rows, f_in]`` and ``[rows, f_out]``: a wide skinny product is memory-bound)."""
+    products = (1.0 if layer.input_grad else 2.0 / 3.0) * layer.linears
+    flops = dense_time(load.rows, layer.f_in, layer.f_out, net)
+    if net.gamma_elem:
+        flops = max(flops, 3.0 * net.gamma_elem * load.rows * (layer.f_in + layer.f_out))
+    return products * flops
+
+
+def layer_parts(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> tuple[float, float, float]:
+    """Modelled seconds ``(dense, aggregation, exchange)`` of one layer on one rank, forward + backward."""
+    dirs = 2.0 if layer.backward else 1.0
+    dense = _products(load, layer, net)
+    dense += net.gamma_elem * load.rows * (layer.in_passes * layer.f_in + layer.out_passes * layer.f_out)
+    return dense, dirs * net.gamma_sparse * load.nnz * layer.width, dirs * exchange_time(load, layer.width, net, elem)
+
+
+def layer_rank_time(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> float:
+    """Modelled seconds of one layer on one rank, forward + backward (the sum of :func:`layer_parts`)."""
+    spmm = spmm_time(load, layer.width, net, elem)
+    t = (spmm if layer.backward else spmm / 2) + _products(load, layer, net)
+    if net.gamma_elem:
+        t += net.gamma_elem * load.rows * (layer.in_passes * layer.f_in + layer.out_passes * layer.f_out)
+    return t
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Modelled seconds of one training step and its parts (the slowest rank's, layer by layer).
+
+    ``total = sum(layers) + allreduce + other``; ``dense + aggregation + exchange = sum(layers)``
+    up to rounding. ``layers``: each layer's slowest rank's time.
+    """
+
+    total: float
+    dense: float
+    aggregation: float
+    exchange: float
+    allreduce: float
+    other: float
+    layers: tuple[float, ...]
+
+    def columns(self, prefix: str = "model_") -> dict[str, float]:
+        """``{prefix}epoch_s`` and ``{prefix}{part}_s`` of every part (bench CSV columns)."""
+        return {f"{prefix}epoch_s": self.total, **{f"{prefix}{k}_s": getattr(self, k)
+                                                   for k in ("aggregation", "dense", "exchange", "allreduce", "other")}}
+
+
+def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTime:
+    """Modelled seconds of one training step: every layer forward and backward, the gradient
+    all-reduce and the fixed overhead (the one model of :mod:`gnndist.cost`; see the module docstring).
+
+    Args:
+        loads: the ranks' :class:`RankLoad` of every layer's layout, ``[layers][P]``, or one ``[P]``
+            list for every layer.
+        layers: the step's :class:`Layer` list (:func:`model_layers`).
+        net: machine constants.
+        elem: bytes per exchanged element.
+    """
+    per_layer = loads if loads and isinstance(loads[0], (list, tuple)) else [loads] * len(layers)
+    if len(per_layer) != len(layers):
+        raise ValueError(f"{len(per_layer)} layouts for {len(layers)} layers")
+    times, parts = [], np.zeros(3)
+    for lds, layer in zip(per_layer, layers):
+        t = np.array([layer_rank_time(ld, layer, net, elem) for ld in lds])
+        if not len(t):
+            times.append(0.0)
+            continue
+        k = int(np.argmax(t))
+        times.append(float(t.max(initial=0.0)))
+        parts += layer_parts(lds[k], layer, net, elem)
+    P = max((len(lds) for lds in per_layer), default=1)
+    allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, elem)
+    fixed = net.step_overhead * (STEP_FIXED + LAYER_FIXED * len(layers)) if net.step_overhead else 0.0
+    total = sum(times) + allreduce + fixed
+    return StepTime(float(total), *(float(v) for v in parts), float(allreduce), float(fixed), tuple(times))
+
+
 def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network, elem: int = 4,
                      first: bool = False) -> np.ndarray:
     """Modelled seconds of one GCN-like layer (``X @ W`` on the owned rows, then one SpMM of width
-    ``f_out``), forward + backward, on every rank.
+    ``f_out``), forward + backward, on every rank (:func:`layer_rank_time` of a GCN layer).
 
     ``first``: the model's first layer, whose input (the features) needs no gradient: ``X @ W``
     has two products (no ``dX``), and when :func:`aggregate_first` holds the layer aggregates
@@ -161,16 +353,13 @@ def rank_layer_times(loads: list[RankLoad], f_in: int, f_out: int, net: Network,
     Shapes:
         loads ``[P]`` -> ``[P]`` seconds.
     """
-    products = 2.0 / 3.0 if first else 1.0
-    if first and aggregate_first(f_in, f_out):
-        return np.array([spmm_time(ld, f_in, net, elem) / 2 + products * dense_time(ld.rows, f_in, f_out, net)
-                         for ld in loads])
-    return np.array([spmm_time(ld, f_out, net, elem) + products * dense_time(ld.rows, f_in, f_out, net)
-                     for ld in loads])
+    layer = model_layers("gcn", (f_in, f_out))[0] if first else Layer(f_in, f_out, f_out)
+    return np.array([layer_rank_time(ld, layer, net, elem) for ld in loads])
 
 
 def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, elem: int = 4) -> float:
-    """Modelled seconds of one training epoch of a GCN-like model on a partition (the partitioner's objective).
+    """Modelled seconds of one training epoch of a GCN on a partition (the partitioner's objective):
+    :func:`step_time` of :func:`model_layers` ``("gcn", widths)`` on the 1D layout ``loads``.
 
     Layer ``l`` maps width ``widths[l]`` to ``widths[l + 1]``: each rank multiplies its owned
     rows by ``W`` (per-row cost), exchanges its halo and aggregates its nonzeros at width
@@ -178,14 +367,9 @@ def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, ele
     aggregates the features first when :func:`aggregate_first` says so (see
     :func:`rank_layer_times`). The halo exchange synchronises the ranks, so a layer lasts as
     long as its slowest rank; the epoch is the sum over layers plus the all-reduce of the
-    weight gradients::
+    weight gradients (and the network's fixed step overhead)::
 
         T = sum_l max_r rank_layer_times(r, widths[l], widths[l+1], first=(l == 0))
-            + allreduce_time(sum_l widths[l] * widths[l+1], P)
+            + allreduce_time(sum_l widths[l] * widths[l+1], P) + fixed (see :func:`step_time`)
     """
-    if len(widths) < 2:
-        raise ValueError(f"widths needs an input and an output width, got {widths}")
-    layers = sum(rank_layer_times(loads, f_in, f_out, net, elem, first=(i == 0)).max(initial=0.0)
-                 for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])))
-    weights = sum(f_in * f_out for f_in, f_out in zip(widths[:-1], widths[1:]))
-    return float(layers + allreduce_time(weights, len(loads), net, elem))
+    return step_time(loads, model_layers("gcn", widths), net, elem).total

@@ -1,61 +1,209 @@
-"""Measure the cost model's machine constants on the running ranks (``--network probe``, the default of ``auto``)."""
+"""Measure the cost model's machine constants on the running ranks (``--network probe``, the default of ``auto``).
+
+:func:`probe` times each constant in rounds until two rounds agree (:data:`TOLERANCE`);
+:func:`probed` keeps the result per machine, torch version, device and world size in a JSON
+file (default ``<data root>/probe.json``) and reuses it, unless ``--reprobe``. Every rank
+gets rank 0's values.
+"""
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
+import platform
 import time
+from dataclasses import asdict, fields, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from gnndist.cost import NETWORKS, Network
 
+TOLERANCE = 0.15  # two consecutive rounds of the probe agree within 15 % on every constant
+ROUNDS = 5  # at most this many rounds
+SUSTAINED = 0.01  # seconds of back-to-back calls in one timing of local work
 
-def probe(grid, csr=None, repeats: int = 5, kernel=None) -> Network:
-    """Measure alpha, beta and gamma on the running machine; every rank gets the same values.
+
+def default_cache() -> Path:
+    """Where measured constants are kept: ``<data root>/probe.json`` (``$GNNDIST_DATA``, else ``~/.cache/gnndist``)."""
+    from gnndist.datasets.root import default_root
+
+    return Path(default_root()) / "probe.json"
+
+
+def cache_key(world_size: int, device: torch.device | str) -> str:
+    """The machine, torch version, device type and world size a probe's result holds for."""
+    return f"{platform.node()}|torch {torch.__version__}|{torch.device(device).type}|P={world_size}"
+
+
+def read_cached(path: Path, key: str) -> Network | None:
+    """The constants stored under ``key`` in ``path``, or ``None`` (no file, no entry, or an unreadable one)."""
+    try:
+        entry = json.loads(Path(path).read_text())[key]
+        return Network("probe", **{f.name: float(entry[f.name]) for f in fields(Network) if f.name != "name"})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store(path: Path, key: str, entry: dict) -> None:
+    """``entry`` under ``key`` in the JSON table ``path`` (atomically; other keys kept), dated."""
+    path = Path(path)
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table[key] = {**entry, "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def write_cached(path: Path, key: str, net: Network, spread: float) -> None:
+    """Store ``net`` under ``key`` in ``path``, with the date, the torch version and the probe's spread."""
+    _store(path, key, {**{k: v for k, v in asdict(net).items() if k != "name"}, "spread": spread})
+
+
+def read_decision(path: Path | None, key: str | None) -> dict | None:
+    """``auto``'s timed decision stored under ``key`` (``{"keep": name, "measured": {name: seconds}}``), or ``None``."""
+    try:
+        entry = json.loads(Path(path).read_text())[key]
+        return {"keep": str(entry["keep"]), "measured": {str(k): float(v) for k, v in entry["measured"].items()}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_decision(path: Path, key: str, keep: str, measured: dict[str, float]) -> None:
+    """Store ``auto``'s timed decision under ``key``: the layout kept and the seconds each near candidate took."""
+    _store(path, key, {"keep": keep, "measured": measured})
+
+
+def probed(grid, cache: Path | None, reprobe: bool = False, csr=None, kernel=None, say=None) -> Network:
+    """The probe's constants for this machine and world size: from ``cache`` when it holds them
+    (and not ``reprobe``), else measured (:func:`probe`, collective) and stored there by rank 0.
+
+    Rank 0 reads the file and its values go to every rank, so all ranks use the same constants.
+    ``cache`` ``None``: measure, store nothing. ``say``: called with one line on rank 0.
+    """
+    key = cache_key(grid.world_size, grid.device)
+    found = read_cached(cache, key) if cache is not None and not reprobe and grid.is_main else None
+    found = grid.all_gather_object(found)[0]
+    if found is not None:
+        if say and grid.is_main:
+            say(f"cost model: probe constants of {key} reused from {cache} (--reprobe measures them again)")
+        return found
+    net, spread = probe(grid, csr, kernel=kernel)
+    if cache is not None and grid.is_main:
+        write_cached(cache, key, net, spread)
+    if say and grid.is_main:
+        say(f"cost model: probed {key}: rounds agree within {100 * spread:.1f} %"
+            + (f"; stored in {cache}" if cache is not None else ""))
+    return net
+
+
+def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
+          tolerance: float = TOLERANCE) -> tuple[Network, float]:
+    """Measure the cost model's constants on the running machine; every rank gets the same values.
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
-    beta: one of 256 KiB per peer; gamma_sparse:
-    this rank's SpMM (``csr``, width 32, with the run's ``kernel`` settings); gamma_dense: a 256x256 matmul. Each is the median
-    over ``repeats`` runs; the slowest rank's value is taken (all-reduce of the maximum).
+    beta: one of 256 KiB per peer; gamma_sparse: this rank's SpMM (``csr``, width 32, with the
+    run's ``kernel`` settings); gamma_dense: a ``[2048, 256] @ [256, 64]`` product (the skinny
+    shape of a layer's ``X @ W``); gamma_elem: a multiply of 2^20 elements; step_overhead:
+    forward, backward and an Adam step of a 2-layer model on 8 rows (the fixed cost of a step).
+    Each is the median over ``repeats`` timings (local work: each timing about :data:`SUSTAINED`
+    seconds of back-to-back calls); the slowest rank's value is taken (all-reduce of the maximum). Rounds repeat until two consecutive rounds agree within ``tolerance`` on every
+    constant (at most ``rounds``).
+
+    Returns:
+        the constants and the relative spread of the last two rounds (max over constants).
     """
     from gnndist.kernels import spmm
 
     dev = grid.device
     P = grid.world_size
 
-    def median_time(fn) -> float:
+    def median_time(fn, local: bool = False) -> float:
+        """Median seconds of ``fn``; ``local`` (no collective inside): each timing runs it back to back for
+        about :data:`SUSTAINED` seconds, so a loaded machine's preemptions weigh as they do in a step."""
+        t0 = time.perf_counter()
         fn()  # warm-up
+        grid.synchronize()
+        warm = time.perf_counter() - t0
+        inner = min(int(SUSTAINED / max(warm, 1e-9)) + 1, 64) if local else 1
         ts = []
         for _ in range(repeats):
+            grid.barrier()
             grid.synchronize()
             t0 = time.perf_counter()
-            fn()
+            for _ in range(inner):
+                fn()
             grid.synchronize()
-            ts.append(time.perf_counter() - t0)
+            ts.append((time.perf_counter() - t0) / inner)
         return float(np.median(ts))
 
     small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
     big_n = (1 << 16) * P
     big, big_out = torch.zeros(big_n, device=dev), torch.empty(big_n, device=dev)
-    t_world = median_time(lambda: grid.all_to_all_single(small_out, small))  # overhead + (P - 1) alpha
-    if P > 2 and P % 2 == 0:  # a 2-rank axis gives the second point: overhead + alpha
-        pair = grid.axes(2)["row"]
-        t_pair = median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair))
-        alpha = max(t_world - t_pair, 0.0) / (P - 2)
-        overhead = max(t_pair - alpha, 0.0)
-    else:
-        alpha, overhead = t_world / max(P - 1, 1), 0.0
-    t_big = median_time(lambda: grid.all_to_all_single(big_out, big))
-    beta = (big_n * 4 * (P - 1) / P) / max(t_big - t_world, 1e-9) if P > 1 else float("inf")
-    if csr is not None and csr.nnz:
-        x = torch.randn(csr.num_cols, 32, device=dev)
-        k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
-        gamma_s = median_time(lambda: spmm(csr, x, **k)) / (csr.nnz * 32)
-    else:
-        gamma_s = NETWORKS["ethernet"].gamma_sparse
-    a = torch.randn(256, 256, device=dev)
-    gamma_d = median_time(lambda: a @ a) / (2 * 256**3)
-    vals = torch.tensor([alpha, 1.0 / beta, gamma_s, gamma_d, overhead], dtype=torch.float64, device=dev)
-    grid.all_reduce_(vals, op="max")
-    alpha, inv_beta, gamma_s, gamma_d, overhead = vals.tolist()
-    return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d, overhead)
+    pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
+    x = torch.randn(csr.num_cols, 32, device=dev) if csr is not None and csr.nnz else None
+    k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
+    a, w = torch.randn(2048, 256, device=dev), torch.randn(256, 64, device=dev)
+    e1, e2 = torch.randn(1 << 20, device=dev), torch.randn(1 << 20, device=dev)
+    step = _tiny_step(dev)
+
+    def one_round() -> np.ndarray:
+        t_world = median_time(lambda: grid.all_to_all_single(small_out, small))  # overhead + (P - 1) alpha
+        if pair is not None:  # a 2-rank axis gives the second point: overhead + alpha
+            t_pair = median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair))
+            alpha = max(t_world - t_pair, 0.0) / (P - 2)
+            overhead = max(t_pair - alpha, 0.0)
+        else:
+            alpha, overhead = t_world / max(P - 1, 1), 0.0
+        t_big = median_time(lambda: grid.all_to_all_single(big_out, big))
+        inv_beta = max(t_big - t_world, 1e-9) / (big_n * 4 * (P - 1) / P) if P > 1 else 0.0
+        gamma_s = (median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None
+                   else NETWORKS["ethernet"].gamma_sparse)
+        gamma_d = median_time(lambda: a @ w, True) / (2 * a.shape[0] * a.shape[1] * w.shape[1])
+        gamma_e = median_time(lambda: torch.mul(e1, e2), True) / e1.numel()
+        fixed = median_time(step, True)
+        vals = torch.tensor([alpha, inv_beta, gamma_s, gamma_d, overhead, gamma_e, fixed], dtype=torch.float64,
+                            device=dev)
+        grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
+        return vals.cpu().numpy()
+
+    prev, spread = one_round(), float("inf")
+    for _ in range(rounds - 1):
+        cur = one_round()
+        spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
+        prev = cur
+        if spread <= tolerance:  # the same decision on every rank: the values are all-reduced
+            break
+    alpha, inv_beta, gamma_s, gamma_d, overhead, gamma_e, fixed = prev.tolist()
+    net = Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d, overhead,
+                  gamma_e, fixed)
+    return net, spread
+
+
+def _tiny_step(dev: torch.device):
+    """Forward, backward and an Adam step of a 2-layer model on 8 rows: what a step costs beyond its layers' work."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 8, device=dev), torch.randint(0, 4, (8,), device=dev)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def with_overrides(net: Network, alpha: float | None = None, beta: float | None = None) -> Network:
+    """``net`` with ``--alpha`` / ``--beta`` replacing its values where given."""
+    return replace(net, **{k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
+
+
+__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "probe", "probed", "read_cached", "read_decision",
+           "with_overrides", "write_cached", "write_decision"]

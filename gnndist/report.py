@@ -163,6 +163,7 @@ def strategy_report(graph) -> dict[str, dict]:
                     "backward": call.count > call.forward_only}
         if tag in choices:
             out[tag]["candidates"] = choices[tag]["candidates"]
+            out[tag]["network"] = choices[tag]["network"]  # the cost model's constants the choice used
     return out
 
 

@@ -49,9 +49,10 @@ feature rows of width F it holds during one SpMM, 4-byte floats):
   received word, own H block).
 
 Epoch (``layers`` SpMMs of width F, forward and backward): bytes are the per-SpMM bytes
-times ``layers``; the modelled time is, per layer, :func:`gnndist.cost.layout_time` +
-:func:`gnndist.cost.dense_time` of the largest rank, plus :func:`gnndist.cost.allreduce_time`
-of the ``F * F * layers`` weight gradients. Oblivious loads enter the cost model as rows of
+times ``layers``; the modelled time is :func:`gnndist.cost.step_time` of ``layers`` layers
+``F -> F`` (per layer the slowest rank's dense work, SpMM and exchanges, then the all-reduce of
+the ``F * F * layers`` weight gradients), with the band the calibration's median error
+(:data:`gnndist.cost.MODEL_ERROR`) puts around it: ``[T / (1 + e), T / (1 - e)]``. Oblivious loads enter the cost model as rows of
 width F (words / F, rounded up); a 2D rank's dense work is that of R_r / s full rows.
 """
 
@@ -75,7 +76,8 @@ ELEM = 4  # bytes per feature element (float32)
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
-    "max_sent", "max_received", "memory_per_rank", "model_time_s", "vs_1d", "max_messages", "nnz_imbalance",
+    "max_sent", "max_received", "memory_per_rank", "model_time_s", "model_time_low_s", "model_time_high_s", "vs_1d",
+    "max_messages", "nnz_imbalance",
 )
 
 
@@ -224,8 +226,7 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
     """
     P = len(layout.loads)
     max_bytes = max_bytes_per_rank(layout, layers)
-    rows = max(ld.rows for ld in layout.loads)
-    per_layer = cost.layout_time(layout.loads, width, net, ELEM) + cost.dense_time(rows, width, width, net)
+    step = cost.step_time(layout.loads, [cost.Layer(width, width, width)] * layers, net, ELEM)
     nnz = np.array([ld.nnz for ld in layout.loads], dtype=np.float64)
     return {
         "parts": P,
@@ -238,7 +239,10 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
         "max_sent": int(layout.sent.max()) * layers,
         "max_received": int(layout.received.max()) * layers,
         "memory_per_rank": int(layout.memory.max()),
-        "model_time_s": layers * per_layer + cost.allreduce_time(width * width * layers, P, net, ELEM),
+        "model_time_s": step.total,
+        # where the measured epoch falls for the calibration's median error (cost.MODEL_ERROR)
+        "model_time_low_s": step.total / (1 + cost.MODEL_ERROR),
+        "model_time_high_s": step.total / (1 - cost.MODEL_ERROR),
         "vs_1d": max_bytes / base_bytes if base_bytes else (1.0 if max_bytes == 0 else None),
         "max_messages": max(ld.messages for ld in layout.loads),
         "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
@@ -307,16 +311,21 @@ def check_inputs(parts: Sequence[int], replication: Iterable[int], feature_dim: 
 
 
 def format_table(records: list[dict]) -> str:
-    """One line per record: parts, strategy, c, max MiB/rank, vs 1d, total MiB, memory MiB, model ms, messages."""
+    """One line per record: parts, strategy, c, max MiB/rank, vs 1d, total MiB, memory MiB, model ms and its
+    band, messages; then what the band means."""
     mib = 1 << 20
     head = f"{'parts':>6} {'strategy':<15} {'c':>3} {'max MiB/rank':>13} {'vs 1d':>7} {'total MiB':>11} " \
-           f"{'memory MiB':>11} {'model ms':>10} {'messages':>9}"
+           f"{'memory MiB':>11} {'model ms':>10} {'band ms':>19} {'messages':>9}"
     lines = [head, "-" * len(head)]
     for r in records:
         vs = f"{r['vs_1d']:.3f}" if r["vs_1d"] is not None else "-"
+        band = f"{r['model_time_low_s'] * 1e3:.3f}-{r['model_time_high_s'] * 1e3:.3f}"
         lines.append(
             f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
             f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
-            f"{r['model_time_s'] * 1e3:>10.3f} {r['max_messages']:>9}"
+            f"{r['model_time_s'] * 1e3:>10.3f} {band:>19} {r['max_messages']:>9}"
         )
+    lines.append(f"band: where the measured epoch falls at the cost model's median error, {100 * cost.MODEL_ERROR:.0f} % "
+                 f"(worst {100 * cost.MODEL_ERROR_WORST:.0f} %), measured with probed constants on a 2-core CPU "
+                 "(benchmarks/README.md, \"Cost model\"); a preset network's constants are not measured")
     return "\n".join(lines)

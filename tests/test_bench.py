@@ -145,3 +145,22 @@ def test_phase_timer_is_exclusive_forward_and_backward(monkeypatch):
     assert torch.equal(x.grad, torch.full((4, 3), 2.0))
     assert t.seconds["aggregation"] == 2.0  # forward 1 + backward 1
     assert not t._stack
+
+
+def test_model_table_errors_and_auto_margins():
+    """The calibration summary: median and worst |modelled / measured - 1|, auto against the fastest fixed layout."""
+    from gnndist.bench.report import calibration_summary, model
+
+    base = {"dataset": "g", "model": "gcn", "hidden": 16, "P": 4, "replication": 1, "loadavg_1m": 1.0}
+    rows = [{**base, "strategy": "1d", "layers_chosen": "1d,1d", "epoch_s": 0.2, "model_epoch_s": 0.3, "model_ratio": 1.5},
+            {**base, "strategy": "2d", "replication": 2, "layers_chosen": "2d/2,2d/2", "epoch_s": 0.1,
+             "model_epoch_s": 0.09, "model_ratio": 0.9},
+            {**base, "strategy": "auto", "layers_chosen": "2d/2,1d", "epoch_s": 0.11, "model_epoch_s": 0.11,
+             "model_ratio": 1.0}]
+    c = calibration_summary(rows)
+    assert c["cases"] == 3 and c["median"] == pytest.approx(0.1) and c["worst"] == pytest.approx(0.5)
+    assert c["within_20"] == 2
+    (a,) = c["auto"]
+    assert a["fastest"] == "2d" and a["margin"] == pytest.approx(0.1)
+    text = "\n".join(model(rows))
+    assert "median 10 %, worst 50 %" in text and "| g gcn h=16 | 4 | 2d/2,1d | 2d | +10.0 % |" in text

@@ -8,6 +8,7 @@ and a one-rank run for training.
 """
 
 import copy
+import os
 
 import pytest
 import torch
@@ -259,7 +260,8 @@ def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, nproc, layou
         (d / "META.json").write_text(json.dumps(meta))
     r = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(d), "--ranks", str(nproc), "--epochs", "2",
                         "--strategy", "auto", "--network", "ethernet", "--json", "--no-progress"],
-                       capture_output=True, text=True, timeout=240)
+                       capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "GNNDIST_DATA": str(tmp_path)})  # auto's timed decisions are kept there
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     chosen = summary["strategies"]

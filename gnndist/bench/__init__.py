@@ -1,6 +1,6 @@
 """``gnndist bench``: scaling benchmarks users run to pick P, the layout and the partitioner.
 
-    gnndist bench strong|weak|partition|peer|kernels|all [--quick] [--out DIR] [--device cpu|cuda]
+    gnndist bench strong|weak|partition|peer|kernels|model|all [--quick] [--out DIR] [--device cpu|cuda]
     gnndist bench report RESULTS [--readme benchmarks/README.md]
 
 Each suite writes ``DIR/<suite>.csv`` (one row per measurement, with the machine, torch /
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gnndist.errors import UserError
 
-SUITE_NAMES = ("strong", "weak", "partition", "peer", "kernels")
+SUITE_NAMES = ("strong", "weak", "partition", "peer", "kernels", "model")
 QUICK_ORDER = ("peer", "strong", "weak", "partition", "kernels")
 
 
@@ -35,7 +35,8 @@ def _ints(text: str | None, flag: str) -> list[int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", choices=(*SUITE_NAMES, "all", "report"),
-                   help="strong | weak | partition | peer | kernels | all (in that order: peer first) | report")
+                   help="strong | weak | partition | peer | kernels | model (the cost model beside measured "
+                   "epochs) | all (peer, strong, weak, partition, kernels) | report")
     p.add_argument("results", nargs="?", default=None, help="report only: a results folder, or a folder of them")
     p.add_argument("--quick", action="store_true", help="small graphs and P <= 4: all suites in < 10 minutes on 2 cores")
     p.add_argument("--out", default=None, help="output folder (default: bench-results/<date>-<machine>)")
@@ -60,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work", default=None, help="folder for the partitions (kept; on a cluster: shared storage; "
                    "default: a temporary folder)")
     p.add_argument("--strategies", default=None, help="strong: only these layouts, a comma list of 1d, 1.5d, 2d, auto")
+    p.add_argument("--grid", default=None, help="model: comma list of DATASET:MODEL:HIDDEN cases (default: Cora, "
+                   "synthetic, Coauthor CS, Amazon Photo, Cornell5; GCN and SAGE; hidden 16-256)")
     p.add_argument("--train-parts", default=None, help="partition: train on the parts at these P (default: 4 quick; 4,8)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="CSV only")
     p.add_argument("--readme", default=None, help="report only: write the tables between the markers of this file")
@@ -83,7 +86,8 @@ def main(args: argparse.Namespace) -> int:
                  hidden=args.hidden, layers=args.layers, root=args.root, launcher=args.launcher, plots=args.plots,
                  per_node=args.per_node, work=Path(args.work) if args.work else None,
                  strategies=args.strategies.split(",") if args.strategies else [],
-                 train_parts=_ints(args.train_parts, "--train-parts") if args.train_parts is not None else None)
+                 train_parts=_ints(args.train_parts, "--train-parts") if args.train_parts is not None else None,
+                 grid=args.grid.split(",") if args.grid else [])
     suites = QUICK_ORDER if args.suite == "all" else (args.suite,)
     env = environment(args.device)
     run = {"command": "gnndist bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:] if "bench" in sys.argv

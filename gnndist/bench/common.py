@@ -46,6 +46,7 @@ class Settings:
     plots: bool = True
     strategies: list[str] = field(default_factory=list)  # strong: only these (default: every layout that fits)
     train_parts: list[int] | None = None  # partition: train at these P (default: 4 quick, 4 and 8)
+    grid: list[str] = field(default_factory=list)  # model: DATASET:MODEL:HIDDEN cases (default: its MODEL_GRID)
 
 
 def loadavg() -> float:

@@ -175,12 +175,49 @@ def kernel_throughput(rows: list[dict]):
     return fig
 
 
+def model_calibration(rows: list[dict]):
+    """Modelled vs measured epoch time, one point per run (marker per dataset, colour per P), the diagonal drawn."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    pts = [r for r in rows if isinstance(r.get("model_epoch_s"), float) and r.get("epoch_s")]
+    markers = dict(zip(sorted({r["dataset"] for r in pts}), "osD^vP*X"))
+    colors = dict(zip(sorted({r["P"] for r in pts}), ("#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974")))
+    for (name, P), group in sorted(_groups(pts).items()):
+        ax.scatter([1e3 * r["epoch_s"] for r in group], [1e3 * r["model_epoch_s"] for r in group],
+                   marker=markers[name], color=colors[P], label=f"{name} P={P}", s=22)
+    if pts:
+        vals = [1e3 * r[k] for r in pts for k in ("epoch_s", "model_epoch_s")]
+        lo, hi = min(vals) / 1.5, max(vals) * 1.5
+        ax.plot([lo, hi], [lo, hi], color="k", lw=1, label="modelled = measured")
+        ax.plot([lo, hi], [1.5 * lo, 1.5 * hi], color="k", lw=0.5, ls=":")
+        ax.plot([lo, hi], [lo / 1.5, hi / 1.5], color="k", lw=0.5, ls=":", label="x 1.5, / 1.5")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured ms per epoch (median)")
+    ax.set_ylabel("modelled ms per epoch (gnndist.cost.step_time)")
+    ax.legend(fontsize=6, ncol=2)
+    names = sorted({r["dataset"] for r in pts or rows})
+    _title(ax, "cost model vs measured epoch", [{**r, "dataset": ", ".join(names)} for r in pts or rows])
+    fig.tight_layout()
+    return fig
+
+
+def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out = defaultdict(list)
+    for r in rows:
+        out[(r["dataset"], r["P"])].append(r)
+    return out
+
+
 FIGURES = {
     "strong": {"speedup": speedup, "breakdown": breakdown, "bytes": bytes_per_rank},
     "weak": {"time": weak_time},
     "partition": {"volume": partition_volume},
     "peer": {"time": peer_time},
     "kernels": {"throughput": kernel_throughput},
+    "model": {"calibration": model_calibration},
 }
 
 

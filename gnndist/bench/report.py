@@ -30,7 +30,8 @@ def _f(v, fmt: str = ".2f") -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    align = ["---" if h in ("strategy", "method", "provider", "layers chosen") else "---:" for h in head]
+    align = ["---" if h in ("strategy", "method", "provider", "layers chosen", "case", "fastest fixed") else "---:"
+             for h in head]
     return ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
@@ -82,7 +83,52 @@ def kernels(rows: list[dict]) -> list[str]:
     return _table(["F", "provider", "ms", "GB/s", "vs best peer", "load"], out)
 
 
-TABLES = {"peer": peer, "strong": strong, "weak": weak, "partition": partition, "kernels": kernels}
+def _case_name(r: dict) -> str:
+    return f"{r['dataset']} {r['model']} h={r['hidden']}"
+
+
+def _layout(r: dict) -> str:
+    return f"1.5d c={r['replication']}" if r["strategy"] == "1.5d" else r["strategy"]
+
+
+def calibration_summary(rows: list[dict]) -> dict:
+    """Over the rows with a modelled epoch: the median and worst |modelled / measured - 1|, and per case and P
+    with fixed layouts, ``auto``'s layouts and its measured margin to the fastest fixed layout (> 0: slower)."""
+    errs = sorted(abs(r["model_ratio"] - 1) for r in rows if isinstance(r.get("model_ratio"), float))
+    autos = []
+    for r in rows:
+        if r["strategy"] != "auto":
+            continue
+        fixed = [q for q in rows if q["strategy"] != "auto" and _case_name(q) == _case_name(r) and q["P"] == r["P"]]
+        if fixed:
+            best = min(fixed, key=lambda q: q["epoch_s"])
+            autos.append({"case": _case_name(r), "P": r["P"], "auto": r["layers_chosen"], "fastest": _layout(best),
+                          "margin": r["epoch_s"] / best["epoch_s"] - 1})
+    n = len(errs)
+    return {"cases": n, "median": errs[(n - 1) // 2] if n else None, "worst": errs[-1] if n else None,
+            "within_20": sum(e <= 0.2 for e in errs), "auto": autos}
+
+
+def model(rows: list[dict]) -> list[str]:
+    out = [[_case_name(r), str(r["P"]), _layout(r), str(r.get("layers_chosen", "")), _ms(r["epoch_s"]),
+            _ms(r.get("model_epoch_s")), _f(r.get("model_ratio")), _ms(r.get("model_dense_s")),
+            _ms(r.get("model_aggregation_s")), _ms(r.get("model_exchange_s")), _ms(r.get("model_allreduce_s")),
+            _ms(r.get("model_other_s")), _f(r["loadavg_1m"])] for r in rows]
+    lines = _table(["case", "P", "strategy", "layers chosen", "measured ms", "modelled ms", "ratio", "dense ms",
+                    "aggregation ms", "exchange ms", "all-reduce ms", "other ms", "load"], out)
+    c = calibration_summary(rows)
+    if c["cases"]:
+        lines += ["", f"|modelled / measured - 1| over {c['cases']} runs: median {100 * c['median']:.0f} %, worst "
+                  f"{100 * c['worst']:.0f} %, {c['within_20']} within 20 %."]
+    if c["auto"]:
+        lines += ["", "auto against the fastest fixed layout (measured epoch, > 0: auto slower):", ""]
+        lines += _table(["case", "P", "layers chosen", "fastest fixed", "margin"],
+                        [[a["case"], str(a["P"]), a["auto"], a["fastest"], f"{100 * a['margin']:+.1f} %"]
+                         for a in c["auto"]])
+    return lines
+
+
+TABLES = {"peer": peer, "strong": strong, "weak": weak, "partition": partition, "kernels": kernels, "model": model}
 CAPTIONS = {
     "peer": "gnndist on one rank vs single-process PyG (same GCN, data, Adam); > 1 in the fourth column: gnndist faster",
     "strong": "strong scaling: median epoch and its breakdown (rank 0, the median epoch), SpMM bytes sent per rank "
@@ -91,6 +137,7 @@ CAPTIONS = {
     "weak": "weak scaling: fixed nodes and edges per rank",
     "partition": "METIS settings vs random: volume = halo rows summed over parts; epoch time at the trained P",
     "kernels": "aggregation kernels (sum SpMM), power-law graph",
+    "model": "the cost model (gnndist.cost.step_time, probed constants) beside the measured median epoch",
 }
 
 

@@ -10,6 +10,11 @@
     peer       gnndist on one rank vs a single-process PyG GCN (cached torch.sparse CSR, and
                edge_index), same model, data and optimiser, on --device: step time and (CUDA) memory
     kernels    the aggregation kernels vs torch.sparse.mm and PyG's SimpleConv (gnndist.bench.kernels)
+    model      the cost model beside measured epochs over a grid of graphs, models, widths, P and layouts
+
+Every row with a measured epoch time also has the cost model's (``model_epoch_s`` and its parts,
+:func:`gnndist.cost.step_time`) from the constants of the run (``auto``'s probe, else the probe
+cached for this machine at that P), and ``model_ratio`` = modelled / measured.
 """
 
 from __future__ import annotations
@@ -17,12 +22,22 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gnndist.bench.common import BREAKDOWN, Rows, Settings, strategy_flags, strategy_runs, timing_columns, train
+from gnndist.bench.common import (
+    BREAKDOWN,
+    Rows,
+    Settings,
+    strategy_flags,
+    strategy_runs,
+    timing_columns,
+    train,
+    write_csv,
+)
 
 
 def _say(msg: str) -> None:
@@ -40,6 +55,25 @@ def _graph_columns(data) -> dict:
             "edges": int(data.edge_index.shape[1])}
 
 
+def used_layouts(p, summary: dict) -> dict[str, tuple]:
+    """Per layer (tag, in order): ``(layout, info)``, the :func:`gnndist.simulate.layouts` entry of the layout
+    the run used for it (per layer under ``auto``) at the layer's width, on the same partition ``p``, and
+    the run's report of that layer (``summary["strategies"][tag]``)."""
+    from gnndist.simulate import layouts
+
+    cache: dict[int, list] = {}
+    out = {}
+    for tag, info in sorted(summary["strategies"].items()):
+        w = info["width"]
+        if w not in cache:
+            cache[w] = layouts(p.csr, p.book.offsets, w, replication=range(2, p.book.parts))
+        want = (info["strategy"], info.get("replication") or 1)
+        match = [lay for lay in cache[w] if (lay.strategy, lay.replication) == want]
+        if match:
+            out[tag] = (match[0], info)
+    return out
+
+
 def predicted_bytes(p, summary: dict) -> tuple[float, float]:
     """Mean and max over ranks of the SpMM bytes sent per epoch that :func:`gnndist.simulate.layouts` predicts.
 
@@ -47,21 +81,49 @@ def predicted_bytes(p, summary: dict) -> tuple[float, float]:
     (per layer under ``auto``), on the same partition ``p``; the forward alone for a layer whose
     SpMM had no backward (a first GCN layer that aggregates the features before its linear map).
     """
-    from gnndist.simulate import ELEM, layouts
+    from gnndist.simulate import ELEM
 
     sent = np.zeros(p.book.parts)
-    cache: dict[int, list] = {}
-    for tag, info in summary["strategies"].items():
-        w = info["width"]
-        if w not in cache:
-            cache[w] = layouts(p.csr, p.book.offsets, w, replication=range(2, p.book.parts))
-        want = (info["strategy"], info.get("replication") or 1)
-        match = [lay for lay in cache[w] if (lay.strategy, lay.replication) == want]
-        if match and info.get("backward", True):
-            sent += match[0].sent
-        elif match:
-            sent += np.array([ld.bytes(w, ELEM)["fwd_sent"] for ld in match[0].loads], dtype=np.int64)
+    for lay, info in used_layouts(p, summary).values():
+        if info.get("backward", True):
+            sent += lay.sent
+        else:
+            sent += np.array([ld.bytes(info["width"], ELEM)["fwd_sent"] for ld in lay.loads], dtype=np.int64)
     return float(sent.mean()), float(sent.max())
+
+
+def run_network(summary: dict, P: int, device: str):
+    """The cost model's constants of a run: those ``auto`` reported, else this machine's probe at ``P`` ranks
+    (the cache every run of this bench shares, ``$GNNDIST_DATA/probe.json``); ``None`` when neither exists."""
+    from gnndist.cost import Network
+    from gnndist.probe import cache_key, default_cache, read_cached
+
+    for info in summary["strategies"].values():
+        if info.get("network"):
+            return Network(**info["network"])
+    return read_cached(default_cache(), cache_key(P, device))
+
+
+def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, net) -> dict:
+    """The cost model's epoch time and its parts (:func:`gnndist.cost.step_time`) for a run: the layers of
+    ``model`` at the data's widths, each on the layout the run used, with the constants ``net``; blank
+    when the model does not describe ``model`` or there are no constants."""
+    from gnndist import cost
+    from gnndist.partition import model_widths_of
+
+    blank = {k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}
+    if net is None or model not in ("gcn", "sage"):
+        return {**blank, "model_network": ""}
+    widths = list(model_widths_of(data, hidden, layers))
+    if data.y.dim() == 1 and widths[-1] == 2:
+        widths[-1] = 1  # a binary task: one logit (gnndist.trainer.output_width)
+    sparse = bool((data.x != 0).sum().item() < data.x.numel() // 2)
+    stack = cost.model_layers(model, tuple(widths), sparse_features=sparse)
+    used = used_layouts(p, summary)
+    if len(used) != len(stack):
+        return {**blank, "model_network": ""}
+    t = cost.step_time([lay.loads for lay, _ in used.values()], stack, net)
+    return {**t.columns(), "model_network": net.name}
 
 
 def _partition(data, P: int, method: str, s: Settings, work: Path, objective: str = "vol", balance="auto"):
@@ -88,13 +150,29 @@ def strong(s: Settings, rows: Rows, work: Path) -> None:
                 continue
             _say(f"strong: {g['dataset']} P={P} {strategy}" + (f" c={c}" if strategy == "1.5d" else ""))
             summary = train(d, P, s, strategy_flags(strategy, c))
-            pred_mean, pred_max = predicted_bytes(p, summary)
-            chosen = ",".join(f"{v['strategy']}" + (f"/{v['replication']}" if (v.get("replication") or 1) > 1 else "")
-                              for _, v in sorted(summary["strategies"].items()))
-            rows.add(**g, model=s.model, hidden=s.hidden, layers=s.layers, P=P, strategy=strategy,
-                     replication=c if strategy != "auto" else "", layers_chosen=chosen,
-                     **timing_columns(summary, s.warmup), predicted_bytes_per_rank=pred_mean,
-                     predicted_bytes_per_rank_max=pred_max)
+            rows.add(**g, **_run_columns(p, data, summary, s, P, strategy, c, s.model, s.hidden))
+
+
+def _chosen(summary: dict) -> str:
+    return ",".join(f"{v['strategy']}" + (f"/{v['replication']}" if (v.get("replication") or 1) > 1 else "")
+                    for _, v in sorted(summary["strategies"].items()))
+
+
+def _run_columns(p, data, summary: dict, s: Settings, P: int, strategy: str, c: int, model: str, hidden: int) -> dict:
+    """A training run's columns: measured times and bytes, predicted bytes, and the cost model's epoch beside them."""
+    pred_mean, pred_max = predicted_bytes(p, summary)
+    timing = timing_columns(summary, s.warmup)
+    return {"model": model, "hidden": hidden, "layers": s.layers, "P": P, "strategy": strategy,
+            "replication": c if strategy != "auto" else "", "layers_chosen": _chosen(summary),
+            **timing, "predicted_bytes_per_rank": pred_mean, "predicted_bytes_per_rank_max": pred_max,
+            **_modelled(p, data, summary, s, P, model, hidden, timing["epoch_s"])}
+
+
+def _modelled(p, data, summary: dict, s: Settings, P: int, model: str, hidden: int, measured: float) -> dict:
+    """:func:`model_columns` of a run with its constants (:func:`run_network`), and modelled / measured."""
+    cols = model_columns(p, data, summary, model, hidden, s.layers, run_network(summary, P, s.device))
+    m = cols["model_epoch_s"]
+    return {**cols, "model_ratio": m / measured if isinstance(m, float) and measured else ""}
 
 
 # ---------------------------------------------------------------------- weak
@@ -108,9 +186,11 @@ def weak(s: Settings, rows: Rows, work: Path, nodes_per_rank: int | None = None,
         _say(f"weak: {per_rank:,} nodes per rank, P={P}")
         summary = train(d, P, s, ["--strategy", "1d"])
         pred_mean, pred_max = predicted_bytes(p, summary)
+        timing = timing_columns(summary, s.warmup)
         rows.add(**_graph_columns(data), nodes_per_rank=per_rank, model=s.model, hidden=s.hidden, layers=s.layers,
-                 P=P, strategy="1d", **timing_columns(summary, s.warmup), predicted_bytes_per_rank=pred_mean,
-                 predicted_bytes_per_rank_max=pred_max)
+                 P=P, strategy="1d", **timing, predicted_bytes_per_rank=pred_mean,
+                 predicted_bytes_per_rank_max=pred_max,
+                 **_modelled(p, data, summary, s, P, s.model, s.hidden, timing["epoch_s"]))
 
 
 # ---------------------------------------------------------------------- partition
@@ -143,7 +223,9 @@ def partition_suite(s: Settings, rows: Rows, work: Path) -> None:
                     "imbalance_train": r["imbalance"]["train"], "balance_used": ",".join(r.get("balance", []))}
             if P in train_at and (not s.quick or label in QUICK_TRAINED):
                 _say(f"partition: {label} P={P}: training")
-                cols.update(timing_columns(train(d, P, s, ["--strategy", "1d"]), s.warmup))
+                summary = train(d, P, s, ["--strategy", "1d"])
+                cols.update(timing_columns(summary, s.warmup))
+                cols.update(_modelled(p, data, summary, s, P, s.model, s.hidden, cols["epoch_s"]))
             rows.add(**g, **cols)
 
 
@@ -205,7 +287,95 @@ def kernels(s: Settings, rows: Rows, work: Path) -> None:
                      gflop_per_s=flops / sec / 1e9, vs_best_peer=best_peer / sec)
 
 
-SUITES = {"strong": strong, "weak": weak, "partition": partition_suite, "peer": peer, "kernels": kernels}
+# ---------------------------------------------------------------------- model
+MODEL_GRID = ("cora:gcn:16", "cora:gcn:128", "cora:sage:16", "synthetic-20k-d10:gcn:16", "synthetic-20k-d10:gcn:128",
+              "synthetic-20k-d10:sage:128", "coauthor-cs:gcn:16", "amazon-photo:gcn:16", "fb100-cornell5:gcn:16",
+              "cora:gcn:256", "synthetic-20k-d10:gcn:256")
+QUICK_MODEL_GRID = ("cora:gcn:16", "synthetic-20k-d10:gcn:128")
+
+
+def model_suite(s: Settings, rows: Rows, work: Path) -> None:
+    """The cost model beside measured epochs: every case of ``--grid`` (dataset:model:hidden) at every P, on
+    each layout that fits P (at P = 1 only ``auto``, which is ``1d`` there), ``auto`` first and with
+    ``--reprobe``: its probe, taken beside the runs it models, gives the constants of every row of that case
+    and P. A run that fails is tried once more."""
+    from gnndist.errors import UserError
+
+    cases = [_case(c) for c in s.grid or (QUICK_MODEL_GRID if s.quick else MODEL_GRID)]
+    datasets, parts = {}, {}
+    for name, model, hidden in cases:
+        if name not in datasets:
+            datasets[name] = _data(name, s.root)
+        data = datasets[name]
+        for P in s.parts or [1, 2, 4]:
+            if (name, P) not in parts:
+                parts[name, P] = _partition(data, P, "metis", s, work / name)
+            p, d, _ = parts[name, P]
+            runs = [("auto", 1)] + [r for r in strategy_runs(P) if r[0] != "auto" and P > 1]
+            for strategy, c in runs:
+                if s.strategies and strategy not in s.strategies and strategy != "auto":
+                    continue
+                _say(f"model: {name} {model} hidden {hidden} P={P} {strategy}" + (f" c={c}" if strategy == "1.5d" else ""))
+                flags = strategy_flags(strategy, c) + (["--reprobe"] if strategy == "auto" else [])
+                try:
+                    summary = train(d, P, replace(s, model=model, hidden=hidden), flags)
+                except UserError as e:
+                    _say(f"model: {e}; once more")
+                    summary = train(d, P, replace(s, model=model, hidden=hidden), flags)
+                rows.add(**_graph_columns(data), **_run_columns(p, data, summary, s, P, strategy, c, model, hidden))
+                write_csv(s.out / "model.csv", rows.rows)  # as it goes: a long grid stopped early keeps its rows
+
+
+def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
+    """``model.csv`` rows with the cost model's columns computed again by the current :mod:`gnndist.cost`: each
+    layer on the layout the run chose (``layers_chosen``), with the counts its partition stored (``META.json``
+    ``layouts`` of ``work/<dataset>/metis-vol-auto-p<P>``) and the constants of ``probe_file`` at that P.
+    What a calibration of the model changes can so be read on runs already measured."""
+    import numpy as np
+
+    from gnndist import cost
+    from gnndist.cost import RankLoad
+    from gnndist.partition import read_meta
+    from gnndist.partition.balance import model_widths
+    from gnndist.probe import read_cached
+
+    out = []
+    for r in rows:
+        d = Path(work) / r["dataset"] / f"metis-vol-auto-p{r['P']}"
+        meta = read_meta(d)
+        x = np.load(d / "part-0" / "x.npy", mmap_mode="r")
+        widths = list(model_widths(meta["F"], meta["classes"], r["hidden"], r["layers"]))
+        if not meta["multilabel"] and widths[-1] == 2:
+            widths[-1] = 1  # a binary task: one logit
+        stack = cost.model_layers(r["model"], tuple(widths), sparse_features=bool(np.count_nonzero(x) < x.size // 2))
+        loads = []
+        for chosen in str(r["layers_chosen"]).split(","):
+            c = chosen.split("/")[1] if "/" in chosen else "1"
+            loads.append([RankLoad.from_array(a) for a in meta["layouts"][c]])
+        key = next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}"))
+        t = cost.step_time(loads, stack, read_cached(probe_file, key))
+        out.append({**r, **t.columns(), "model_ratio": t.total / r["epoch_s"]})
+    return out
+
+
+def _probe_keys(path: Path) -> list[str]:
+    import json
+
+    return [k for k in json.loads(Path(path).read_text()) if "|layouts" not in k]
+
+
+def _case(text: str) -> tuple[str, str, int]:
+    from gnndist.errors import UserError
+
+    try:
+        name, model, hidden = text.rsplit(":", 2)
+        return name, model, int(hidden)
+    except ValueError:
+        raise UserError(f"--grid entries are DATASET:MODEL:HIDDEN, got {text!r}") from None
+
+
+SUITES = {"strong": strong, "weak": weak, "partition": partition_suite, "peer": peer, "kernels": kernels,
+          "model": model_suite}
 
 
 def run_suite(name: str, s: Settings, rows: Rows) -> None:

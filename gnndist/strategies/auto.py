@@ -1,17 +1,29 @@
-"""``auto``: per layer, the layout the cost model predicts fastest for that layer's width."""
+"""``auto``: per layer, the layout the cost model predicts fastest for that layer's width.
+
+Where other candidates are within the model's error (:data:`gnndist.cost.MODEL_ERROR`) of the
+least modelled one, the model cannot tell them apart: each of those is timed for one SpMM
+forward and backward at the layer's width (the slowest rank's time) and the fastest kept
+(:func:`settle`). The decision is kept with the probe's constants (per machine, partition and
+width), so the same partition on the same machine gets the same layouts run after run.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import replace
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.cost import Network, RankLoad, layout_time, network
+from gnndist.comm import ByteCounter
+from gnndist.cost import MODEL_ERROR, Network, RankLoad, layout_time, network
 from gnndist.partition.layouts import replications
-from gnndist.probe import probe
+from gnndist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.strategies.base import BlockStrategy, Strategy
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
@@ -25,6 +37,20 @@ def candidates(world: int, overlap: bool = True) -> list[BlockStrategy]:
             for c in replications(world)]
 
 
+def settle(modelled: list[float], error: float, measure: Callable[[int], float]) -> tuple[int, dict[int, float]]:
+    """The candidate to keep: the least ``modelled`` one, unless others are within ``error`` of it
+    (``t <= t_best * (1 + error)``); then ``measure(k)`` (seconds) of each of those decides.
+
+    Returns the index kept and the measured seconds by index (empty when nothing was measured).
+    """
+    best = int(np.argmin(modelled))
+    near = [k for k, t in enumerate(modelled) if t <= modelled[best] * (1.0 + error)]
+    if len(near) < 2:
+        return best, {}
+    measured = {k: measure(k) for k in near}
+    return min(near, key=lambda k: (measured[k], modelled[k], k)), measured
+
+
 class Auto(Strategy):
     """Gives each layer (``tag``) the candidate layout with the least modelled time for its width.
 
@@ -35,17 +61,25 @@ class Auto(Strategy):
     with the predicted bytes and time of every candidate.
 
     Args:
-        network: machine constants (:mod:`gnndist.cost`); ``None`` measures them (:func:`~gnndist.probe.probe`).
+        network: machine constants (:mod:`gnndist.cost`); ``None`` measures them
+            (:func:`~gnndist.probe.probed`: reused from ``cache`` when it holds this machine's).
         overrides: ``alpha`` / ``beta`` values that replace the probe's (``--alpha``, ``--beta``).
         overlap: passed to every candidate.
+        cache: the probe's file (``--probe-cache``); ``None``: measure, keep nothing.
+        reprobe: measure the constants and near decisions again (``--reprobe``).
+        error: relative band within which modelled candidates are timed instead (:func:`settle`).
+        clock: seconds, for the timing of near candidates (``time.perf_counter``).
     """
 
     name = "auto"
 
-    def __init__(self, network: Network | None = None, overrides: dict | None = None, overlap: bool = True):
+    def __init__(self, network: Network | None = None, overrides: dict | None = None, overlap: bool = True,
+                 cache: Path | None = None, reprobe: bool = False, error: float = MODEL_ERROR,
+                 clock: Callable[[], float] = time.perf_counter):
         self.overlap = overlap
         self.network = network
         self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        self.cache, self.reprobe, self.error, self.clock = cache, reprobe, error, clock
         self.options: list[BlockStrategy] = []
         self.loads: list[list[RankLoad]] = []
         self.chosen: dict[str, BlockStrategy] = {}
@@ -54,7 +88,8 @@ class Auto(Strategy):
     @classmethod
     def from_config(cls, dist) -> Auto:
         net = None if dist.network == "probe" else network(dist.network, dist.alpha, dist.beta)
-        return cls(net, {"alpha": dist.alpha, "beta": dist.beta}, dist.overlap)
+        cache = Path(dist.probe_cache) if dist.probe_cache else default_cache()
+        return cls(net, {"alpha": dist.alpha, "beta": dist.beta}, dist.overlap, cache, dist.reprobe)
 
     def build(self, part, grid, counter, kernel=None, wire: torch.dtype | None = None) -> None:
         self._args = (part, grid, counter, kernel, wire)
@@ -71,14 +106,58 @@ class Auto(Strategy):
             mine = np.stack([s.load().as_array() for s in self.options])  # [candidates, 8]
             every = grid.all_gather_object(mine)  # P x [candidates, 8]
             self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
+        self.grid = grid
         if self.network is None:
-            self.network = replace(probe(grid, part.csr, kernel=kernel), **self.overrides)
+            say = log.info if grid.is_main else None
+            self.network = with_overrides(probed(grid, self.cache, self.reprobe, part.csr, kernel, say),
+                                          **self.overrides)
 
-    def choose(self, tag: str, width: int) -> BlockStrategy:
-        """The layout of layer ``tag`` (decided on its first call, from its width)."""
+    def _decision_key(self, width: int, backward: bool) -> str:
+        """Where a timed decision is kept: the machine, the candidates' counts on every rank, the width."""
+        counts = [[ld.as_array().tolist() for ld in lds] for lds in self.loads]
+        digest = hashlib.sha256(json.dumps([[s.describe() for s in self.options], counts]).encode()).hexdigest()[:16]
+        return f"{cache_key(self.grid.world_size, self.grid.device)}|layouts {digest}|F={width}|bwd={int(backward)}"
+
+    def _measure(self, k: int, width: int, backward: bool) -> float:
+        """Seconds of one SpMM of candidate ``k`` at ``width`` (forward, and backward when the layer's has one),
+        the slowest rank's (collective), after one untimed call; its bytes go to a scratch counter."""
+        s, grid = self.options[k], self.grid
+        if not s.built:
+            s.build(*self._args)  # collective: every rank measures the same candidates
+        own, s.counter = s.counter, ByteCounter()
+        try:
+            x = torch.ones(s.block.n_owned, width, device=grid.device, requires_grad=backward)
+            seconds = []
+            for _ in range(2):
+                grid.barrier()
+                t0 = self.clock()
+                with torch.enable_grad():
+                    y = s.spmm(x, "auto-timing")
+                    if backward:
+                        y.sum().backward()
+                grid.synchronize()
+                seconds.append(self.clock() - t0)
+        finally:
+            s.counter = own
+        t = torch.tensor([seconds[-1]], dtype=torch.float64, device=grid.device)
+        return float(grid.all_reduce_(t, op="max").item())
+
+    def choose(self, tag: str, width: int, backward: bool = True) -> BlockStrategy:
+        """The layout of layer ``tag`` (decided on its first call, from its width and whether its SpMM runs backward)."""
         if tag not in self.chosen:
-            times = [layout_time(ld, width, self.network, self.elem) for ld in self.loads]
-            best = int(np.argmin(times))
+            times = [layout_time(ld, width, self.network, self.elem) * (1.0 if backward else 0.5) for ld in self.loads]
+            key = self._decision_key(width, backward) if self.cache is not None else None
+            kept = read_decision(self.cache, key) if key and not self.reprobe and self.grid.is_main else None
+            kept = self.grid.all_gather_object(kept)[0]  # rank 0's file decides for every rank
+            names = [s.describe() for s in self.options]
+            kept = kept if kept is not None and kept["keep"] in names else None
+            if kept is not None:
+                best, measured = names.index(kept["keep"]), {names.index(n): t for n, t in kept["measured"].items()
+                                                              if n in names}
+            else:
+                best, measured = settle(times, self.error, lambda k: self._measure(k, width, backward))
+                if measured and key and self.grid.is_main:
+                    write_decision(self.cache, key, names[best], {names[k]: t for k, t in measured.items()})
             if not self.options[best].built:
                 self.options[best].build(*self._args)  # collective: every rank chose the same
             self.chosen[tag] = self.options[best]
@@ -87,13 +166,21 @@ class Auto(Strategy):
                 b = [x.bytes(width, self.elem) for x in ld]
                 per[s.describe()] = {"model_time_s": t, "max_bytes_per_rank": max(max(v["fwd_sent"] + v["bwd_sent"],
                                      v["fwd_received"] + v["bwd_received"]) for v in b)}
+            for k, t in measured.items():
+                per[names[k]]["measured_time_s"] = t
             self.report[tag] = {"strategy": self.options[best].name, "replication": self.options[best].replication,
-                                "width": width, "candidates": per}
+                                "width": width, "candidates": per, "network": self.network.as_dict()}
             if self.is_main:
                 alts = ", ".join(f"{k} {v['max_bytes_per_rank']:,} B/rank {v['model_time_s'] * 1e3:.3f} ms"
                                  for k, v in per.items())
-                log.info("auto: %s (F=%d) -> %s  [%s; network %s]", tag, width, self.options[best].describe(),
-                         alts, self.network.name)
+                timed = ""
+                if measured:  # said once, on the layer's line
+                    how = "as timed in an earlier run" if kept is not None else "timed one SpMM each"
+                    timed = (f"; {' and '.join(names[k] for k in measured)} within the model's error "
+                             f"({100 * self.error:.0f} %), {how}: "
+                             + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()))
+                log.info("auto: %s (F=%d) -> %s  [%s; network %s%s]", tag, width, self.options[best].describe(),
+                         alts, self.network.name, timed)
         return self.chosen[tag]
 
     def after_first_step(self) -> None:
@@ -103,7 +190,7 @@ class Auto(Strategy):
         self.loads = [self.loads[k] for k in keep]
 
     def spmm(self, x: Tensor, tag: str) -> Tensor:
-        return self.choose(tag, x.shape[1]).spmm(x, tag)
+        return self.choose(tag, x.shape[1], torch.is_grad_enabled() and x.requires_grad).spmm(x, tag)
 
     def layout_for(self, tag: str) -> BlockStrategy:
         if tag not in self.chosen:

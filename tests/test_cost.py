@@ -1,0 +1,101 @@
+"""The cost model of a whole step (``gnndist.cost.step_time``): each term against a hand computation, and the
+layers it describes against what the layers' code runs."""
+
+import pytest
+import torch
+
+from gnndist.cost import (
+    ELEMENTWISE_IN,
+    ELEMENTWISE_OUT,
+    LAYER_FIXED,
+    STEP_FIXED,
+    Network,
+    RankLoad,
+    epoch_time,
+    model_layers,
+    step_time,
+)
+
+# two ranks of a 5-node graph: rank 0 sends 2 halo rows and receives 1, one peer; 6 and 4 nonzeros
+LOADS = [RankLoad(expand_send=2, expand_recv=1, messages=1, nnz=6, rows=3),
+         RankLoad(expand_send=1, expand_recv=2, messages=1, nnz=4, rows=2)]
+# 4-byte rows of width w cost w seconds at beta = 4 B/s
+NET = Network("hand", alpha=1.0, beta=4.0, gamma_sparse=0.5, gamma_dense=0.25, overhead=2.0, gamma_elem=0.125,
+              step_overhead=3.0)
+
+
+FIXED = 3.0 * (STEP_FIXED + LAYER_FIXED * 2)  # a 2-layer step's fixed cost, in tiny steps of 3 s
+
+
+def elementwise(rows: int, f_in: int, f_out: int) -> float:
+    return 0.125 * rows * (ELEMENTWISE_IN * f_in + ELEMENTWISE_OUT * f_out)
+
+
+def test_sage_step_equals_the_hand_computation():
+    """SAGE (3 -> 2 -> 1): both layers map first (narrower output), SpMMs forward and backward, two linears."""
+    layers = model_layers("sage", (3, 2, 1))
+    assert [(ly.width, ly.backward, ly.input_grad, ly.linears) for ly in layers] == [(2, True, False, 2),
+                                                                                      (1, True, True, 2)]
+    # layer 0, rank 0: exchange 2 x (overhead 2 + alpha 1 + 2 * max(2, 1) rows of width 2 at 4 B/s: 4) = 14;
+    # aggregation 2 x 0.5 * 6 * 2 = 12; dense: 2 linears x (X @ W, dW) x 2 * 3 * 3 * 2 * 0.25 = 36, + elementwise
+    r0 = 14 + 12 + 36 + elementwise(3, 3, 2)
+    r1 = 14 + 2 * 0.5 * 4 * 2 + 2 * 2 * (2 * 2 * 3 * 2) * 0.25 + elementwise(2, 3, 2)  # 14 + 8 + 24
+    assert r0 > r1
+    # layer 1 (2 -> 1, with dX: three products per linear), rank 0 the slower
+    q0 = 2 * (2 + 1 + 1 * 2) + 2 * 0.5 * 6 * 1 + 2 * 3 * (2 * 3 * 2 * 1) * 0.25 + elementwise(3, 2, 1)  # 10 + 6 + 18
+    q1 = 2 * (2 + 1 + 1 * 2) + 2 * 0.5 * 4 * 1 + 2 * 3 * (2 * 2 * 2 * 1) * 0.25 + elementwise(2, 2, 1)  # 10 + 4 + 12
+    assert q0 > q1
+    allreduce = 2 * 1 * 1.0 + 2 * 1 / 2 * (2 * 3 * 2 + 2 * 2 * 1) * 4 / 4.0  # ring over 2 ranks, 16 weights: 2 + 16
+    t = step_time(LOADS, layers, NET)
+    assert t.layers == pytest.approx((r0, q0), rel=1e-12)
+    assert t.exchange == pytest.approx(14 + 10, rel=1e-12)
+    assert t.aggregation == pytest.approx(12 + 6, rel=1e-12)
+    assert t.dense == pytest.approx(36 + elementwise(3, 3, 2) + 18 + elementwise(3, 2, 1), rel=1e-12)
+    assert t.allreduce == pytest.approx(allreduce, rel=1e-12) and t.other == pytest.approx(FIXED, rel=1e-12)
+    assert t.total == pytest.approx(r0 + q0 + allreduce + FIXED, rel=1e-12)
+    assert t.total == pytest.approx(t.dense + t.aggregation + t.exchange + t.allreduce + t.other, rel=1e-12)
+    assert set(t.columns()) == {"model_epoch_s", "model_aggregation_s", "model_dense_s", "model_exchange_s",
+                                "model_allreduce_s", "model_other_s"}
+
+
+def test_gcn_step_aggregates_first_and_per_layer_layouts():
+    """GCN (3 -> 2 -> 1): the first layer aggregates its 3 features (one forward SpMM, no backward), sparse
+    features take one pass; the second layer may run on another layout (here: twice rank 0's nonzeros)."""
+    layers = model_layers("gcn", (3, 2, 1), sparse_features=True)
+    assert [(ly.width, ly.backward, ly.input_grad) for ly in layers] == [(3, False, False), (1, True, True)]
+    other = [RankLoad(expand_send=2, expand_recv=1, messages=1, nnz=12, rows=3), LOADS[1]]
+    # layer 0, rank 0: exchange 2 + 1 + 3 * 2 = 9 (forward only); aggregation 0.5 * 6 * 3 = 9;
+    # dense 2 * (2 * 3 * 3 * 2) * 0.25 = 18, elementwise 0.125 * 3 * (1 * 3 + OUT * 2)
+    r0 = 9 + 9 + 18 + 0.125 * 3 * (1 * 3 + ELEMENTWISE_OUT * 2)
+    # layer 1, rank 0 on `other`: 2 * (2 + 1 + 2) + 2 * 0.5 * 12 + 3 * (2 * 3 * 2 * 1) * 0.25 = 10 + 12 + 9
+    q0 = 10 + 12 + 9 + elementwise(3, 2, 1)
+    allreduce = 2 + (3 * 2 + 2 * 1)
+    t = step_time([LOADS, other], layers, NET)
+    assert t.total == pytest.approx(r0 + q0 + allreduce + FIXED, rel=1e-12)
+    assert t.aggregation == pytest.approx(9 + 12, rel=1e-12) and t.exchange == pytest.approx(9 + 10, rel=1e-12)
+
+
+def test_epoch_time_is_the_gcn_step():
+    """The partitioner's objective is the step model's GCN case, to the last bit (partitions depend on it)."""
+    for widths in ((3, 2, 1), (9, 2, 1), (9, 4, 4, 2)):
+        assert epoch_time(LOADS, widths, NET) == step_time(LOADS, model_layers("gcn", widths), NET).total
+
+
+@pytest.mark.parametrize("model,hidden", [("gcn", 4), ("gcn", 16), ("sage", 4), ("sage", 16)])
+def test_model_layers_are_what_the_layers_run(part1, model, hidden):
+    """The SpMM widths and directions model_layers describes are those a training step records."""
+    from gnndist.graph import DistGraph
+    from gnndist.grid import ProcessGrid
+    from gnndist.nn import build_model
+    from gnndist.trainer import output_width
+
+    g = DistGraph.load(part1, ProcessGrid())
+    f_in, f_out = g.x.shape[1], output_width(g)  # 6 features, 3 classes
+    net = build_model(model, f_in, hidden, f_out, 2, 0.5, "none", False)
+    with g.context.step():
+        net(g, g.x).sum().backward()
+    calls = [(c.width, c.count > c.forward_only) for _, c in sorted(g.context.calls.items())]
+    assert calls == [(ly.width, ly.backward) for ly in model_layers(model, (f_in, hidden, f_out))]
+    with pytest.raises(ValueError, match="gat"):
+        model_layers("gat", (f_in, hidden, f_out))
+    assert torch.isfinite(next(net.parameters()).grad).all()

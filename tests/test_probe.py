@@ -1,0 +1,95 @@
+"""The probe (``gnndist.probe``): rounds until two agree (a fake clock), and its cache: reused, re-probed with
+``--reprobe`` or at another world size, bypassed by ``--network`` presets."""
+
+import itertools
+import json
+
+import pytest
+import torch
+from gnndist.kernels import CSR
+
+from gnndist import probe as probe_mod
+from gnndist.config import DistConfig
+from gnndist.cost import Network
+from gnndist.errors import UserError
+from gnndist.grid import ProcessGrid
+from gnndist.probe import cache_key, probe, probed, read_cached, write_cached
+from gnndist.strategies import Auto
+
+FAKE = Network("probe", 1e-5, 1e9, 1e-9, 1e-11, 2e-5, 1e-9, 1e-3)
+
+
+def tiny_csr() -> CSR:
+    row, col = torch.tensor([0, 0, 1, 2, 3]), torch.tensor([1, 2, 0, 3, 1])
+    return CSR.from_coo(row, col, 4, 4)
+
+
+def test_probe_stops_when_two_rounds_agree(monkeypatch):
+    clock = itertools.count()  # every reading advances one "second": every timing is 1 s
+    monkeypatch.setattr(probe_mod.time, "perf_counter", lambda: float(next(clock)))
+    net, spread = probe(ProcessGrid(), tiny_csr(), repeats=3)
+    assert spread == 0.0
+    # one rank: 6 timings a round (tiny all-to-all, big all-to-all, SpMM, X @ W, elementwise, step),
+    # each a warm-up call then 3 timed ones, two readings each (a 1 s call: one call per timing): 2 rounds
+    assert next(clock) == 2 * 6 * (1 + 3) * 2
+    assert net.alpha == 1.0 and net.overhead == 0.0 and net.beta == float("inf") and net.step_overhead == 1.0
+    assert net.gamma_sparse == pytest.approx(1 / (5 * 32)) and net.gamma_dense == pytest.approx(1 / (2 * 2048 * 256 * 64))
+    assert net.gamma_elem == pytest.approx(2.0**-20)
+
+
+def test_probe_gives_up_after_its_rounds_and_reports_the_spread(monkeypatch):
+    ticks = itertools.count()
+
+    def clock() -> float:  # each round's timings take twice the previous round's
+        n = next(ticks)
+        return float(n * 2 ** (n // (6 * 4 * 2)))
+
+    monkeypatch.setattr(probe_mod.time, "perf_counter", clock)
+    _, spread = probe(ProcessGrid(), tiny_csr(), repeats=3, rounds=3)
+    assert next(ticks) == 3 * 6 * 4 * 2 and spread > probe_mod.TOLERANCE
+
+
+@pytest.fixture()
+def fake_probe(monkeypatch):
+    calls = []
+
+    def fake(grid, csr=None, kernel=None):
+        calls.append(grid.world_size)
+        return FAKE, 0.02
+
+    monkeypatch.setattr(probe_mod, "probe", fake)
+    return calls
+
+
+def test_cache_is_reused_and_reprobe_measures_again(tmp_path, fake_probe):
+    path = tmp_path / "probe.json"
+    said = []
+    assert probed(ProcessGrid(), path, say=said.append) == FAKE
+    assert fake_probe == [1] and "probed" in said[-1]
+    entry = json.loads(path.read_text())[cache_key(1, "cpu")]
+    assert entry["torch"] == torch.__version__ and entry["spread"] == 0.02 and entry["date"]
+    assert probed(ProcessGrid(), path, say=said.append) == FAKE  # from the file: no probe
+    assert fake_probe == [1] and "reused" in said[-1]
+    assert probed(ProcessGrid(), path, reprobe=True) == FAKE
+    assert fake_probe == [1, 1]
+
+
+def test_another_world_size_or_an_unreadable_cache_probes(tmp_path, fake_probe):
+    path = tmp_path / "probe.json"
+    write_cached(path, cache_key(2, "cpu"), FAKE, 0.0)  # measured at P = 2
+    assert read_cached(path, cache_key(2, "cpu")) == FAKE
+    probed(ProcessGrid(), path)  # P = 1 here: not the same constants
+    assert fake_probe == [1]
+    assert set(json.loads(path.read_text())) == {cache_key(1, "cpu"), cache_key(2, "cpu")}
+    path.write_text("{not json")
+    probed(ProcessGrid(), path)
+    assert fake_probe == [1, 1]
+
+
+def test_presets_and_flags_reach_auto(tmp_path):
+    a = Auto.from_config(DistConfig(strategy="auto", network="ib", alpha=3e-6))
+    assert a.network.name == "ib" and a.network.alpha == 3e-6  # a preset: nothing measured, nothing read
+    a = Auto.from_config(DistConfig(strategy="auto", probe_cache=str(tmp_path / "p.json"), reprobe=True, beta=1e9))
+    assert a.network is None and a.cache == tmp_path / "p.json" and a.reprobe and a.overrides == {"beta": 1e9}
+    with pytest.raises(UserError, match="--reprobe"):
+        DistConfig(strategy="1d", reprobe=True)
