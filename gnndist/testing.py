@@ -209,8 +209,48 @@ def _on_pool(runner, fn, world_size: int, args: tuple, timeout: float, grace: fl
     return results
 
 
+@contextlib.contextmanager
+def _captured_output():
+    """This process's standard output and error, at the descriptor level, into two files; yields their texts'
+    reader (what a spawned rank would have printed to the terminal it inherited)."""
+    import os
+    import sys
+    import tempfile
+
+    files = [tempfile.TemporaryFile(mode="w+b") for _ in range(2)]
+    saved = [os.dup(1), os.dup(2)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(files[0].fileno(), 1)
+    os.dup2(files[1].fileno(), 2)
+
+    def texts() -> tuple[str, str]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out = []
+        for f in files:
+            f.seek(0)
+            out.append(f.read().decode(errors="replace"))
+        return out[0], out[1]
+
+    try:
+        yield texts
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        for f in files:
+            f.close()
+
+
 def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
-    """One rank of :func:`pooled_elastic`: what the launcher's spawned rank does, on a pooled process."""
+    """One rank of :func:`pooled_elastic`: what the launcher's spawned rank does, on a pooled process.
+
+    Sends ``(payload, stdout, stderr)``: the payload is the result's bytes (rank 0) or the error record.
+    """
     import io
     import os
     import time
@@ -222,18 +262,20 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
     user_args, opts = args
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
-    try:
-        result = run_here(fn, user_args, opts)
-        buf = io.BytesIO()  # plain bytes, as _rank_main sends them
-        torch.save(result if rank == 0 else None, buf)
-        queue.put((rank, True, buf.getvalue()))
-    except UserError as e:
-        queue.put((rank, False, (time.time(), str(e), isinstance(e, PeerFailed), 2)))
-    except BaseException as e:
-        traceback.print_exc()
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        queue.put((rank, False, (time.time(), f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
-                                 False, 1)))
+    with _captured_output() as texts:
+        try:
+            result = run_here(fn, user_args, opts)
+            buf = io.BytesIO()  # plain bytes, as _rank_main sends them
+            torch.save(result if rank == 0 else None, buf)
+            ok, payload = True, buf.getvalue()
+        except UserError as e:
+            ok, payload = False, (time.time(), str(e), isinstance(e, PeerFailed), 2)
+        except BaseException as e:
+            traceback.print_exc()
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            ok, payload = False, (time.time(), f"rank {rank}: {type(e).__name__}: {first} (traceback above)", False, 1)
+        out, err = texts()
+    queue.put((rank, ok, (payload, out, err)))
 
 
 @contextlib.contextmanager
@@ -262,13 +304,20 @@ def pooled_elastic(fn, args: tuple, nproc: int, opts):
     For tests of what the ranks compute, not of how they start (the ``pooled_ranks`` fixture):
     the same rank body (:func:`gnndist.launcher.run_here`), the same
     :class:`~gnndist.errors.RanksFailed` (the earliest own error, else a peer's), without an
-    elastic agent or fresh processes.
+    elastic agent or fresh processes. What the ranks print is written to this process's
+    ``sys.stdout`` / ``sys.stderr`` after they finish, rank by rank.
     """
     import io
+    import sys
 
     from gnndist.errors import RanksFailed
 
     results = _on_pool(_launched_rank_main, fn, nproc, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
+    for rank in sorted(results):  # what the ranks printed, here (a test's capsys sees it)
+        _, (_, out, err) = results[rank]
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+    results = {rank: (ok, payload) for rank, (ok, (payload, _, _)) in results.items()}
     failed = sorted(v for ok, v in results.values() if not ok)
     if failed:
         own = [f for f in failed if not f[2]]

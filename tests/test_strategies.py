@@ -8,7 +8,6 @@ and a one-rank run for training.
 """
 
 import copy
-import os
 
 import pytest
 import torch
@@ -241,32 +240,32 @@ def test_layout_that_does_not_fit_is_one_line(tmp_path, nproc, argv, message, ca
 
 @pytest.mark.parametrize("stored,nproc,layouts", [(True, 4, {"1d", "2d(2x2)"}), (False, 4, {"1d", "2d(2x2)"})],
                          ids=["layouts-in-meta", "1d-only-partition"])
-def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, nproc, layouts):
+def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, nproc, layouts, monkeypatch, capsys,
+                                                  pooled_ranks):
     """``--strategy auto --json``: one strategy per layer, predicted bytes equal the measured ones.
 
     With the layouts' counts in META.json only the chosen layouts are built; a partition
     without them (as older versions wrote) still loads, and auto gathers the counts itself.
     """
     import json
-    import subprocess
-    import sys
+
+    from gnndist.cli import main
 
     d = tmp_path / f"p{nproc}"
-    partition(_data(), nproc, progress=False).save(d, dataset="toy", progress=False)
+    partition(_data(), nproc, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
     meta = json.loads((d / "META.json").read_text())
     assert set(meta["layouts"]) == {"1", "2"}  # 1d and the 2 x 2 grid
     if not stored:
         del meta["layouts"]
         (d / "META.json").write_text(json.dumps(meta))
-    r = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(d), "--ranks", str(nproc), "--epochs", "2",
-                        "--strategy", "auto", "--network", "ethernet", "--json", "--no-progress"],
-                       capture_output=True, text=True, timeout=240,
-                       env={**os.environ, "GNNDIST_DATA": str(tmp_path)})  # auto's timed decisions are kept there
-    assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path))  # auto's timed decisions are kept there
+    assert main(["train", str(d), "--ranks", str(nproc), "--epochs", "2", "--strategy", "auto", "--network",
+                 "ethernet", "--json", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     chosen = summary["strategies"]
     assert set(chosen) == {"layer0", "layer1"}
     for tag, s in chosen.items():
         assert s["strategy"] in ("1d", "1.5d", "2d") and set(s["candidates"]) == layouts
         assert summary["predicted_bytes_per_layer"][tag] == summary["comm_bytes_per_layer"][tag]
-    assert sum("auto: layer" in line for line in r.stderr.splitlines()) == 2  # logged once per layer, not per step
+    assert sum("auto: layer" in line for line in err.splitlines()) == 2  # logged once per layer, not per step
