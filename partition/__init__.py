@@ -54,7 +54,6 @@ from gnndist.errors import UserError
 
 METHODS = ("auto", *BACKENDS)
 BALANCE = ("nodes", "edges", "train")
-REFINE_MAX_CELLS = 1 << 28  # the refinement holds an [N, P] int32 table of neighbour counts
 
 __all__ = [
     "BALANCE", "FORMAT_VERSION", "GlobalCSR", "LocalPart", "METHODS", "Partition", "PartitionBook",
@@ -300,10 +299,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
     if csr.nnz > METIS_MAX_ENTRIES and not explicit and any(b == "metis" for b, _ in usable):
         part_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
         extra["metis_sampled_entries"] = int(part_graph.nnz)
-    n = csr.num_nodes
-    can_refine = refine and n * parts <= REFINE_MAX_CELLS and parts > 1
-    if refine and parts > 1 and not can_refine:  # its neighbour counts are a dense [N, P] table (not yet sparse)
-        extra["refine_skipped"] = f"N x P = {n * parts:,} cells exceed the refinement's {REFINE_MAX_CELLS:,}"
+    can_refine = refine and parts > 1
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []

@@ -213,16 +213,16 @@ def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, 
     Shapes:
         assign ``[N]`` -> ``{"send": [N], "recv": [N]}`` int64
     """
-    from gnndist.partition.refine import neighbour_part_counts
+    from gnndist.partition.counts import part_counts
 
     n = csr.num_nodes
-    cnt = neighbour_part_counts(csr, assign, parts)
-    send = (np.count_nonzero(cnt, axis=1) - (cnt[np.arange(n), assign] > 0)).astype(np.int64)
+    cnt = part_counts(csr, assign, parts)
+    send = (cnt.nonzero_per_row() - (cnt.get(np.arange(n), assign) > 0)).astype(np.int64)
     rows = csr.rows()
     cut = assign[rows] != assign[csr.col]
     v, u = rows[cut], csr.col[cut]
     del rows, cut
-    share = np.bincount(v, weights=1.0 / cnt[u, assign[v]], minlength=n)
+    share = np.bincount(v, weights=1.0 / cnt.get(u, assign[v]), minlength=n)
     return {"send": send, "recv": np.rint(RECV_SCALE * share).astype(np.int64)}
 
 
