@@ -22,6 +22,7 @@ import time
 
 from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
+from gnndist.partition.balance import AUTO_BUDGET
 
 from gnndist.cost import NETWORKS, RankLoad, epoch_time
 
@@ -100,7 +101,8 @@ def scale(args: argparse.Namespace) -> None:
     print(f"load {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1]:,} stored edges, F = "
           f"{data.x.shape[1]}, {t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
     p = partition(data, args.parts, method=args.method, objective=args.objective,
-                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine, threads=args.threads)
+                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine, threads=args.threads,
+                  auto_budget=args.auto_budget)
     t2 = time.perf_counter()
     r = p.report
     nnz = 2 * r["num_edges"]
@@ -142,11 +144,13 @@ def backends(args: argparse.Namespace) -> None:
             base = None
             for label, method, obj, bal, ref in runs:
                 t0 = time.perf_counter()
-                r = partition(data, P, method, obj, 0, bal, progress=False, refine=ref, threads=args.threads).report
+                r = partition(data, P, method, obj, 0, bal, progress=False, refine=ref, threads=args.threads,
+                              auto_budget=args.auto_budget).report
                 secs = time.perf_counter() - t0
                 base = base or r["comm_volume"]
                 if method == "auto":
-                    label += f": {r['backend']} {r['auto']['chosen']}"
+                    label += (f": {r['backend']} {r['auto']['chosen']}, {len(r['auto']['candidates'])} of "
+                              f"{len(r['auto']['candidates']) + len(r['auto']['budget']['skipped'])} candidates")
                 print(f"| {name} ({2 * r['num_edges']:,}) | {P} | {label} | {secs:.1f} | {r['comm_volume']:,} | "
                       f"{r['comm_volume'] / base:.3f} | {r['imbalance']['nodes']:.3f} |", flush=True)
 
@@ -207,12 +211,14 @@ def main() -> None:
     s.add_argument("--balance", default="auto")
     s.add_argument("--refine", default=True, action=argparse.BooleanOptionalAction)
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
+    s.add_argument("--auto-budget", type=float, default=AUTO_BUDGET, help="auto's time budget (0: every candidate)")
     s.set_defaults(func=scale)
     b = sub.add_parser("backends", help=backends.__doc__.splitlines()[0])
     b.add_argument("--datasets", default=BACKEND_GRAPHS)
     b.add_argument("--parts", default="8,32")
     b.add_argument("--backends", default="kaminpar,hypergraph")
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--auto-budget", type=float, default=AUTO_BUDGET, help="auto's time budget (0: every candidate)")
     b.add_argument("--root", default="/work/shared/data")
     b.set_defaults(func=backends)
     st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
