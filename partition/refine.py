@@ -478,6 +478,8 @@ def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int =
                         break
                     book.move(int(v), t)
                     moves.append((int(v), side))
+                    if (book.wpart[t] > cap[t]).any():  # a target only gains weight in a group: it fails
+                        break
                 new_times = book.layer_times(unit)
                 ok = (len(moves) == len(nodes) and (book.wpart <= cap).all() and book.max_volume() <= m_vol
                       and book.pair.sum() <= v_cap and _better(_key(new_times), key))
