@@ -187,7 +187,7 @@ def refine_counts(args: argparse.Namespace) -> None:
     from gnndist.cost import NETWORKS, epoch_time
 
     t0 = time.perf_counter()
-    data = load(args.graph)
+    data = load(args.graph, root=args.root)
     csr = symmetric_csr(data.edge_index, data.num_nodes)
     widths, net = model_widths_of(data), NETWORKS["ib"]
     del data
@@ -283,6 +283,7 @@ def main() -> None:
     rc.add_argument("--graph", default="synthetic-2m")
     rc.add_argument("--parts", type=int, default=64)
     rc.add_argument("--counts", default="sparse", choices=("dense", "sparse"))
+    rc.add_argument("--root", default="/work/shared/data")
     rc.set_defaults(func=refine_counts)
     st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
     st.add_argument("--datasets", default=SETTINGS_GRAPHS)

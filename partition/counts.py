@@ -65,8 +65,8 @@ class DenseCounts:
         return self.table[v]
 
     def rows(self, vs: np.ndarray) -> np.ndarray:
-        """``[K, P]`` int64 counts of nodes ``vs``."""
-        return self.table[vs].astype(np.int64)
+        """``[K, P]`` int32 counts of nodes ``vs`` (a copy)."""
+        return self.table[vs]
 
     def nonzero_per_row(self) -> np.ndarray:
         """``[N]`` parts each node has a neighbour in."""
@@ -179,7 +179,7 @@ class SparseCounts:
         lens = self.rowptr[vs + 1] - self.rowptr[vs]
         owner = np.repeat(np.arange(len(vs), dtype=np.int64), lens)
         pos = np.repeat(self.rowptr[vs] - np.cumsum(lens) + lens, lens) + np.arange(len(owner), dtype=np.int64)
-        out = np.zeros((len(vs), self.parts), dtype=np.int64)
+        out = np.zeros((len(vs), self.parts), dtype=np.int32)
         out[owner, self.kpart[pos]] = self.vals[pos]
         return out
 

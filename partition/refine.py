@@ -258,13 +258,14 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     k = len(cand)
     a = assign[cand]
 
-    d_send = np.zeros(k * parts, dtype=np.int64)  # [K * P] flat, move-major
-    d_recv = np.zeros(k * parts, dtype=np.int64)
+    # [K, P] tables in int32 (counts of rows, exact): at K P = 2^25 cells each int64 one was 256 MiB
+    d_send = np.zeros(k * parts, dtype=np.int32)  # [K * P] flat, move-major
+    d_recv = np.zeros(k * parts, dtype=np.int32)
     base = np.arange(k, dtype=np.int64) * parts
-    np.add.at(d_send, base + a, -ext[cand])
-    np.add.at(d_send, base + b, nparts_v[cand] - 1)
-    np.add.at(d_recv, base + b, -1)
-    np.add.at(d_recv, base + a, (own_cnt[cand] > 0).astype(np.int64))
+    np.add.at(d_send, base + a, -ext[cand].astype(np.int32))
+    np.add.at(d_send, base + b, (nparts_v[cand] - 1).astype(np.int32))
+    np.add.at(d_recv, base + b, np.int32(-1))
+    np.add.at(d_recv, base + a, (own_cnt[cand] > 0).astype(np.int32))
     lens = csr.rowptr[cand + 1] - csr.rowptr[cand]
     ends = np.cumsum(lens)
     i0 = 0
@@ -277,11 +278,10 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
         c, ak, bk = assign[u], a[owner], b[owner]
         lose = (c != ak) & (cnt.get(u, ak) == 1)  # a no longer needs u
         gain = (c != bk) & (cnt.get(u, bk) == 0)  # b now needs u
-        size = k * parts
-        d_send += np.bincount(owner[gain] * parts + c[gain], minlength=size) - np.bincount(
-            owner[lose] * parts + c[lose], minlength=size)
-        d_recv += np.bincount(owner[gain] * parts + bk[gain], minlength=size) - np.bincount(
-            owner[lose] * parts + ak[lose], minlength=size)
+        np.add.at(d_send, owner[gain] * parts + c[gain], np.int32(1))
+        np.subtract.at(d_send, owner[lose] * parts + c[lose], np.int32(1))
+        np.add.at(d_recv, owner[gain] * parts + bk[gain], np.int32(1))
+        np.subtract.at(d_recv, owner[lose] * parts + ak[lose], np.int32(1))
         i0 = i1
     d_send = d_send.reshape(k, parts)
     d_recv = d_recv.reshape(k, parts)
@@ -292,7 +292,9 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     hi, lo = times.max(1, keepdims=True), times.min(1, keepdims=True)
     crit_t = times >= hi - (1 - theta) * (hi - lo)
     w_halo, w_row, w_nnz = ((unit[:, j : j + 1] * crit_t).sum(0) for j in (2, 0, 1))  # [P] each
-    halo = np.maximum(send + d_send, recv + d_recv) - np.maximum(send, recv)  # [K, P]
+    send32, recv32 = send.astype(np.int32), recv.astype(np.int32)  # so that [K, P] sums stay int32
+    halo = np.maximum(send32 + d_send, recv32 + d_recv)
+    halo -= np.maximum(send32, recv32)  # [K, P]
     dt = halo @ w_halo + (w_row[b] - w_row[a]) + degree[cand] * (w_nnz[b] - w_nnz[a])  # [K]
     del halo
     eps = 1e-12 * float(hi.sum())
@@ -301,7 +303,7 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     crit = (d_send[:, crit_s].sum(1) + d_recv[:, crit_r].sum(1))  # [K]
     vol = d_send.sum(1)
     ok = (dt < 0) | ((dt == 0) & ((crit < 0) | ((crit == 0) & (vol < 0))))
-    ok &= ((send + d_send) <= m0).all(1) & ((recv + d_recv) <= m0).all(1)
+    ok &= ((send32 + d_send) <= m0).all(1) & ((recv32 + d_recv) <= m0).all(1)
     ok &= (wpart[b] + weights[cand] <= cap[b]).all(1)
     idx = np.flatnonzero(ok)
     if len(idx) == 0:
