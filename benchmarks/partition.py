@@ -173,7 +173,7 @@ def backends(args: argparse.Namespace) -> None:
 
 
 def refine_counts(args: argparse.Namespace) -> None:
-    """The refinement alone with dense or sparse neighbour-part counts (``--counts``), after KaMinPar (nodes:1.03):
+    """The refinement alone with dense or sparse neighbour-part counts (``--counts``), after ``--start`` (nodes:1.03):
     seconds of each stage, peak RSS and a hash of the refined assignment (the same for both). Run each
     ``--counts`` in its own process: the peak is the process's."""
     import hashlib
@@ -192,9 +192,9 @@ def refine_counts(args: argparse.Namespace) -> None:
     widths, net = model_widths_of(data), NETWORKS["ib"]
     del data
     t1 = time.perf_counter()
-    start = BACKENDS["kaminpar"].assign(csr, Request(args.parts))
+    start = BACKENDS[args.start].assign(csr, Request(args.parts))
     t2 = time.perf_counter()
-    print(f"{csr.num_nodes:,} nodes, {csr.nnz:,} entries, P = {args.parts}: load + CSR {t1 - t0:.1f} s, KaMinPar "
+    print(f"{csr.num_nodes:,} nodes, {csr.nnz:,} entries, P = {args.parts}: load + CSR {t1 - t0:.1f} s, {args.start} "
           f"{t2 - t1:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
     sparse = args.counts == "sparse"
     cells = part_counts(csr, start, args.parts, sparse)
@@ -284,6 +284,7 @@ def main() -> None:
     rc.add_argument("--parts", type=int, default=64)
     rc.add_argument("--counts", default="sparse", choices=("dense", "sparse"))
     rc.add_argument("--root", default="/work/shared/data")
+    rc.add_argument("--start", default="kaminpar", choices=("kaminpar", "metis", "random"), help="the first partition")
     rc.set_defaults(func=refine_counts)
     st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
     st.add_argument("--datasets", default=SETTINGS_GRAPHS)

@@ -271,17 +271,17 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     i0 = 0
     while i0 < k:  # neighbour terms, in chunks of entries
         i1 = int(np.searchsorted(ends, (ends[i0 - 1] if i0 else 0) + CHUNK, side="right"))
-        i1 = min(max(i1, i0 + 1), k)
-        pos, owner = _entries_of(csr.rowptr, cand[i0:i1])
-        owner += i0
+        i1 = min(max(i1, i0 + 1), k, i0 + max(CHUNK // parts, 1))  # and at most CHUNK cells of [K, P]
+        pos, owner = _entries_of(csr.rowptr, cand[i0:i1])  # owner: local to the chunk
         u = csr.col[pos]
-        c, ak, bk = assign[u], a[owner], b[owner]
+        c, ak, bk = assign[u], a[owner + i0], b[owner + i0]
         lose = (c != ak) & (cnt.get(u, ak) == 1)  # a no longer needs u
         gain = (c != bk) & (cnt.get(u, bk) == 0)  # b now needs u
-        np.add.at(d_send, owner[gain] * parts + c[gain], np.int32(1))
-        np.subtract.at(d_send, owner[lose] * parts + c[lose], np.int32(1))
-        np.add.at(d_recv, owner[gain] * parts + bk[gain], np.int32(1))
-        np.subtract.at(d_recv, owner[lose] * parts + ak[lose], np.int32(1))
+        size = (i1 - i0) * parts
+        d_send[i0 * parts : i1 * parts] += (np.bincount(owner[gain] * parts + c[gain], minlength=size) - np.bincount(
+            owner[lose] * parts + c[lose], minlength=size)).astype(np.int32)
+        d_recv[i0 * parts : i1 * parts] += (np.bincount(owner[gain] * parts + bk[gain], minlength=size) - np.bincount(
+            owner[lose] * parts + ak[lose], minlength=size)).astype(np.int32)
         i0 = i1
     d_send = d_send.reshape(k, parts)
     d_recv = d_recv.reshape(k, parts)
