@@ -67,7 +67,7 @@ def test_sparse_counts_follow_the_dense_table_through_moves(graph):
     _same(book_d.cnt, book_s.cnt, book_d.assign)
 
 
-@pytest.mark.parametrize("n, degree, parts", [(400, 8, 8), (300, 4, 16)])
+@pytest.mark.parametrize("n, degree, parts", [(300, 4, 16)])
 def test_refinement_moves_the_same_nodes_with_sparse_counts(n, degree, parts):
     data = synthetic(n, avg_degree=degree, num_classes=3, num_features=4, seed=5)
     csr = csr_from_edge_index(data.edge_index, n)
