@@ -8,7 +8,8 @@ node's share of its rank's modelled layer times; these three read off a first pa
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
 ``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see
-:func:`auto_plan`), refines each (:mod:`gnndist.partition.refine`), and keeps the one of
+:func:`auto_plan`; those within its time budget, :func:`budget_plan`), refines each
+(:mod:`gnndist.partition.refine`), and keeps the one of
 least modelled epoch time (:func:`gnndist.cost.epoch_time` on the 1D halo exchange's
 per-rank loads, :func:`rank_loads`); ties go to the earlier setting. Everything is seeded,
 so the same graph and seed give the same choice.
