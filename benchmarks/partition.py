@@ -5,6 +5,7 @@
     python benchmarks/partition.py --balance-table         # plain METIS vs the old default vs --balance auto
     python benchmarks/partition.py settings                # which of auto's METIS settings wins, 9 more graphs
     python benchmarks/partition.py backends                # each backend's time and volume vs METIS vol, 8 graphs
+    python benchmarks/partition.py refine --graph /tmp/s2m --parts 64 --counts sparse   # the refinement alone
     gnndist synth synthetic-8m-d50 --out /tmp/s8m --feature-dim 128
     python benchmarks/partition.py scale --graph /tmp/s8m --parts 64   # time, peak RSS, bytes per entry
 
@@ -22,6 +23,7 @@ import time
 
 from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
+from gnndist.partition.balance import AUTO_BUDGET
 
 from gnndist.cost import NETWORKS, RankLoad, epoch_time
 
@@ -92,15 +94,32 @@ def balance_table(args: argparse.Namespace) -> None:
         print(f"| {label} | {parts} | {t:.3f} | {floor:.3f} | {pk} ({pk0}) | {s:.3f} | {v:.3f} | {secs:.1f} |")
 
 
+def _stage_memory() -> None:
+    """Append the process's peak and current RSS to every progress line (one per stage that took >= 2 s)."""
+    from gnndist.partition import progress
+
+    def end(self, _end=progress.Stages._end):
+        if self.name is not None and self.enabled and not self.tty:
+            with open("/proc/self/statm") as f:
+                now = int(f.read().split()[1]) * resource.getpagesize() / 2**30
+            self.name += f" (peak RSS so far {_rss_gb():.2f} GiB, now {now:.2f} GiB)"
+        _end(self)
+
+    progress.Stages._end = end
+
+
 def scale(args: argparse.Namespace) -> None:
-    """End to end in this process: load (a name or a .npy folder), partition, save; time, peak RSS, per entry."""
+    """End to end in this process: load (a name or a .npy folder), partition, save; time, peak RSS, per entry.
+    Each stage's progress line (stderr) carries the peak RSS reached by its end and the RSS then."""
+    _stage_memory()
     t0 = time.perf_counter()
     data = load(args.graph)
     t1 = time.perf_counter()
     print(f"load {args.graph}: {data.num_nodes:,} nodes, {data.edge_index.shape[1]:,} stored edges, F = "
           f"{data.x.shape[1]}, {t1 - t0:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
     p = partition(data, args.parts, method=args.method, objective=args.objective,
-                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine, threads=args.threads)
+                  balance=tuple(b for b in args.balance.split(",") if b), refine=args.refine, threads=args.threads,
+                  auto_budget=args.auto_budget)
     t2 = time.perf_counter()
     r = p.report
     nnz = 2 * r["num_edges"]
@@ -142,13 +161,56 @@ def backends(args: argparse.Namespace) -> None:
             base = None
             for label, method, obj, bal, ref in runs:
                 t0 = time.perf_counter()
-                r = partition(data, P, method, obj, 0, bal, progress=False, refine=ref, threads=args.threads).report
+                r = partition(data, P, method, obj, 0, bal, progress=False, refine=ref, threads=args.threads,
+                              auto_budget=args.auto_budget).report
                 secs = time.perf_counter() - t0
                 base = base or r["comm_volume"]
                 if method == "auto":
-                    label += f": {r['backend']} {r['auto']['chosen']}"
+                    label += (f": {r['backend']} {r['auto']['chosen']}, {len(r['auto']['candidates'])} of "
+                              f"{len(r['auto']['candidates']) + len(r['auto']['budget']['skipped'])} candidates")
                 print(f"| {name} ({2 * r['num_edges']:,}) | {P} | {label} | {secs:.1f} | {r['comm_volume']:,} | "
                       f"{r['comm_volume'] / base:.3f} | {r['imbalance']['nodes']:.3f} |", flush=True)
+
+
+def refine_counts(args: argparse.Namespace) -> None:
+    """The refinement alone with dense or sparse neighbour-part counts (``--counts``), after ``--start`` (nodes:1.03):
+    seconds of each stage, peak RSS and a hash of the refined assignment (the same for both). Run each
+    ``--counts`` in its own process: the peak is the process's."""
+    import hashlib
+
+    import numpy as np
+    from gnndist.partition.backends import BACKENDS, Request
+    from gnndist.partition.book import symmetric_csr
+    from gnndist.partition.counts import part_counts
+    from gnndist.partition.refine import refine
+
+    from gnndist.cost import NETWORKS, epoch_time
+
+    t0 = time.perf_counter()
+    data = load(args.graph, root=args.root)
+    csr = symmetric_csr(data.edge_index, data.num_nodes)
+    widths, net = model_widths_of(data), NETWORKS["ib"]
+    del data
+    t1 = time.perf_counter()
+    start = BACKENDS[args.start].assign(csr, Request(args.parts))
+    t2 = time.perf_counter()
+    print(f"{csr.num_nodes:,} nodes, {csr.nnz:,} entries, P = {args.parts}: load + CSR {t1 - t0:.1f} s, {args.start} "
+          f"{t2 - t1:.1f} s, peak RSS {_rss_gb():.2f} GiB", flush=True)
+    sparse = args.counts == "sparse"
+    cells = part_counts(csr, start, args.parts, sparse)
+    held = getattr(cells, "cells", csr.num_nodes * args.parts)
+    print(f"counts {args.counts}: {held:,} cells ({held / csr.num_nodes:.2f} per node), "
+          f"{time.perf_counter() - t2:.1f} s to count", flush=True)
+    del cells
+    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
+    t3 = time.perf_counter()
+    out, stats = refine(csr, start, args.parts, np.ones((csr.num_nodes, 1), dtype=np.int64), np.array([1.03]),
+                        widths, net, lambda ld: epoch_time(ld, widths, net), passes=passes, sparse=sparse)
+    t4 = time.perf_counter()
+    print(f"refine ({args.counts} counts, {passes} passes): {t4 - t3:.1f} s, moved {stats['moved']:,} + "
+          f"{stats['peers']['moved']:,} (pruning, {stats['peers']['tries']} tries), volume "
+          f"{stats['comm_volume_before']:,} -> {stats['comm_volume_after']:,}, peak RSS {_rss_gb():.2f} GiB, "
+          f"assignment sha256 {hashlib.sha256(out.astype(np.int64).tobytes()).hexdigest()[:16]}", flush=True)
 
 
 SETTINGS_GRAPHS = ",".join("/work/shared/data/" + f for f in (
@@ -207,14 +269,23 @@ def main() -> None:
     s.add_argument("--balance", default="auto")
     s.add_argument("--refine", default=True, action=argparse.BooleanOptionalAction)
     s.add_argument("--tmp", default=None, help="where to write the partition (deleted afterwards)")
+    s.add_argument("--auto-budget", type=float, default=AUTO_BUDGET, help="auto's time budget (0: every candidate)")
     s.set_defaults(func=scale)
     b = sub.add_parser("backends", help=backends.__doc__.splitlines()[0])
     b.add_argument("--datasets", default=BACKEND_GRAPHS)
     b.add_argument("--parts", default="8,32")
     b.add_argument("--backends", default="kaminpar,hypergraph")
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--auto-budget", type=float, default=AUTO_BUDGET, help="auto's time budget (0: every candidate)")
     b.add_argument("--root", default="/work/shared/data")
     b.set_defaults(func=backends)
+    rc = sub.add_parser("refine", help=refine_counts.__doc__.splitlines()[0])
+    rc.add_argument("--graph", default="synthetic-2m")
+    rc.add_argument("--parts", type=int, default=64)
+    rc.add_argument("--counts", default="sparse", choices=("dense", "sparse"))
+    rc.add_argument("--root", default="/work/shared/data")
+    rc.add_argument("--start", default="kaminpar", choices=("kaminpar", "metis", "random"), help="the first partition")
+    rc.set_defaults(func=refine_counts)
     st = sub.add_parser("settings", help=settings.__doc__.splitlines()[0])
     st.add_argument("--datasets", default=SETTINGS_GRAPHS)
     st.add_argument("--parts", default="8,32")

@@ -29,7 +29,7 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     """Cache directory of a partition: :func:`partition_cache` / key.
 
     The key names the dataset, split, parts, method, objective, seed and every non-default
-    setting (balance, refinement, network, modelled model ``-h<hidden>x<layers>``). When the data
+    setting (balance, refinement, network, auto budget, modelled model ``-h<hidden>x<layers>``). When the data
     may not be the one the cache's own data root holds (a path, a ``--root`` other than the data
     root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
     data comes from, so that two datasets of one name never share a partition.
@@ -56,6 +56,8 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += "-norefine"
     if part.cost_network != "ib":
         key += f"-{part.cost_network}"
+    if part.auto_budget != PartitionConfig.auto_budget and (part.method == "auto" or part.balance == "auto"):
+        key += f"-budget{part.auto_budget:g}"
     model, default = model or ModelConfig(), ModelConfig()
     if (model.hidden, model.layers) != (default.hidden, default.layers):
         key += f"-h{model.hidden}x{model.layers}"
@@ -84,7 +86,7 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
-                  refine=part.refine, cost_network=part.cost_network, widths=widths)
+                  refine=part.refine, cost_network=part.cost_network, widths=widths, auto_budget=part.auto_budget)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report

@@ -71,12 +71,16 @@ class PartitionConfig:
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
     cost_network: str = opt("ib", "cost-model preset of --balance auto and the report's modelled epoch time",
                             ("nvlink", "ib", "ethernet"), flag="--partition-network")
+    auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
+                             "most this many times the cheapest one's (at least 5 s); 0 runs every candidate")
 
     def __post_init__(self) -> None:
+        from gnndist.partition import check_budget
         from gnndist.partition.balance import parse_balance
 
         _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
         parse_balance(self.balance)  # a one-line UserError naming --balance
+        check_budget(self.auto_budget)
 
     @property
     def constraints(self) -> tuple[str, ...]:

@@ -15,17 +15,20 @@ import numpy as np
 import torch
 from gnndist.partition.backends import BACKENDS, Request, backend
 from gnndist.partition.balance import (
+    AUTO_BUDGET,
     HIDDEN,
     METIS_MAX_ENTRIES,
     PLAIN,
     Setting,
     auto_plan,
+    budget_plan,
     derived_weights,
     loads_from_pairs,
     model_widths,
     network,
     parse_balance,
     rank_loads,
+    refine_seconds,
     sampled_csr,
 )
 from gnndist.partition.book import (
@@ -54,7 +57,6 @@ from gnndist.errors import UserError
 
 METHODS = ("auto", *BACKENDS)
 BALANCE = ("nodes", "edges", "train")
-REFINE_MAX_CELLS = 1 << 28  # the refinement holds an [N, P] int32 table of neighbour counts
 
 __all__ = [
     "BALANCE", "FORMAT_VERSION", "GlobalCSR", "LocalPart", "METHODS", "Partition", "PartitionBook",
@@ -167,6 +169,7 @@ def partition(
     widths: tuple[int, ...] | None = None,
     threads: int = 1,
     chunk: int = CHUNK,
+    auto_budget: float = AUTO_BUDGET,
 ) -> Partition:
     """Partition ``data`` into ``parts`` parts and compute the quality report.
 
@@ -190,11 +193,16 @@ def partition(
             model's: :func:`model_widths_of`).
         threads: partitioner threads (KaMinPar, Mt-KaHyPar); above 1 KaMinPar's parts may vary run to run.
         chunk: adjacency entries (edges) each chunked step handles at once; any value gives the same parts.
+        auto_budget: when several candidates are considered (``method="auto"`` or ``balance="auto"``), their
+            estimated seconds at most this many times the cheapest one's (at least a few seconds); the
+            candidates skipped and why are in the report (:func:`~gnndist.partition.balance.budget_plan`).
+            0: no budget, every candidate runs.
     """
     if method not in METHODS:
         raise UserError(f"--method must be one of {list(METHODS)}, got {method!r}")
     if objective not in OBJECTIVES:
         raise UserError(f"--objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
+    check_budget(auto_budget)
     setting = parse_balance(balance)
     net = network(cost_network)
     n = int(data.num_nodes)
@@ -216,7 +224,7 @@ def partition(
     else:
         columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
         assign, chosen, setting, objective, extra = _choose(csr, parts, method, objective, seed, setting, columns,
-                                                            refine, widths, net, extra, bar, threads)
+                                                            refine, widths, net, extra, bar, threads, auto_budget)
     t_assign = time.perf_counter() - t0
     book = PartitionBook(parts, assign)
     pair, cut = exchange_pairs(csr, assign, parts, chunk)
@@ -267,12 +275,13 @@ def partition(
     return Partition(data, book, new_csr, method, objective, seed, report)
 
 
-def _choose(csr, parts, method, objective, seed, setting, columns, refine, widths, net, extra, bar, threads):
+def _choose(csr, parts, method, objective, seed, setting, columns, refine, widths, net, extra, bar, threads, budget):
     """Run the partitioner (and the refinement) for each candidate (backend, setting) and keep the fastest modelled.
 
     ``method`` ``auto`` tries every backend :func:`~gnndist.partition.balance.auto_plan` finds fitting
     (a backend whose package is missing is skipped, with the reason in the report); a named backend
-    tries only itself, and fails in one line when it cannot take the input.
+    tries only itself, and fails in one line when it cannot take the input. Of several candidates, those
+    beyond the time ``budget`` are skipped (:func:`~gnndist.partition.balance.budget_plan`).
     Returns the assignment, its backend and setting, the METIS objective, and the report's extra fields.
     """
     explicit = setting is not None
@@ -300,11 +309,10 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
     if csr.nnz > METIS_MAX_ENTRIES and not explicit and any(b == "metis" for b, _ in usable):
         part_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
         extra["metis_sampled_entries"] = int(part_graph.nnz)
-    n = csr.num_nodes
-    can_refine = refine and n * parts <= REFINE_MAX_CELLS and parts > 1
-    if refine and parts > 1 and not can_refine:  # its neighbour counts are a dense [N, P] table (not yet sparse)
-        extra["refine_skipped"] = f"N x P = {n * parts:,} cells exceed the refinement's {REFINE_MAX_CELLS:,}"
+    can_refine = refine and parts > 1
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
+    refine_s = refine_seconds(csr.nnz, csr.num_nodes, parts, passes) if can_refine else 0.0
+    usable, planned = budget_plan(usable, objective, part_graph.nnz, csr.num_nodes, parts, refine_s, budget)
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
     runs: dict[tuple[str, Setting], np.ndarray] = {}  # each backend's assignment per setting (a derived one starts from one)
@@ -352,8 +360,15 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
         plain = next((t["record"]["partitioner_modelled_epoch_s"] for t in tried
                       if t["setting"] == PLAIN and t["method"] == "metis"), None)
         extra["auto"] = {"chosen": chosen["setting"].label, "chosen_method": chosen["method"], "objective": objective,
-                         "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried]}
+                         "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried],
+                         "budget": planned}
     return chosen["assign"], chosen["method"], chosen["setting"], objective, extra
+
+
+def check_budget(budget: float) -> None:
+    """``--auto-budget``: 0 (no budget) or a multiple >= 1; a one-line :class:`UserError` otherwise."""
+    if not (budget == 0 or 1 <= budget < float("inf")):
+        raise UserError(f"--auto-budget must be 0 (no budget) or a number >= 1, got {budget!r}")
 
 
 def _weights_of(s: Setting, columns: dict) -> np.ndarray | None:
@@ -407,6 +422,12 @@ def format_report(r: dict) -> str:
         lines.append(f"  refinement       skipped: {r['refine_skipped']}")
     if r.get("skipped"):
         lines.append("  not tried        " + "; ".join(r["skipped"].values()))
+    over = (r.get("auto") or {}).get("budget", {}).get("skipped")
+    if over:
+        b = r["auto"]["budget"]
+        lines.append(f"  over budget      {len(over)} candidate(s) not run: auto's estimated time kept within "
+                     f"{b['seconds']:.1f} s ({b['multiple']:g} x its cheapest, {b['cheapest']}; --auto-budget 0 "
+                     f"runs all): {', '.join(over)}")
     if r.get("refine"):
         f = r["refine"]
         lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "

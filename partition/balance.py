@@ -8,7 +8,8 @@ node's share of its rank's modelled layer times; these three read off a first pa
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
 ``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see
-:func:`auto_plan`), refines each (:mod:`gnndist.partition.refine`), and keeps the one of
+:func:`auto_plan`; those within its time budget, :func:`budget_plan`), refines each
+(:mod:`gnndist.partition.refine`), and keeps the one of
 least modelled epoch time (:func:`gnndist.cost.epoch_time` on the 1D halo exchange's
 per-rank loads, :func:`rank_loads`); ties go to the earlier setting. Everything is seeded,
 so the same graph and seed give the same choice.
@@ -38,7 +39,8 @@ DEFAULT_NETWORK = "ib"
 # then one METIS run with the edge-cut objective on a sampled graph (see auto_plan)
 MEDIUM = 1 << 23
 LARGE = 1 << 25
-HYPERGRAPH_MAX_ENTRIES = 1 << 19  # auto runs the hypergraph backend up to this many entries (~524k: ~13 s at 238k)
+AUTO_BUDGET = 4.0  # auto's estimated seconds at most this many times its cheapest candidate's (--auto-budget)
+AUTO_MIN_SECONDS = 5.0  # ... or this many estimated seconds, whichever is more: small graphs try every candidate
 METIS_MAX_ENTRIES = 3 << 24  # above this, METIS sees a uniformly sampled subgraph of about this size (~50M)
 
 
@@ -110,17 +112,14 @@ def parse_balance(spec) -> Setting | None:
 
 
 def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]], str | None]:
-    """The (backend, setting) pairs ``auto`` tries on a graph of ``nnz`` adjacency entries, and the METIS
-    objective it forces.
+    """The (backend, setting) pairs ``auto`` considers on a graph of ``nnz`` adjacency entries, and the METIS
+    objective it forces; :func:`budget_plan` then keeps those that fit its time budget.
 
     ``method`` is ``auto`` (every backend that fits) or one backend. Each try is one partitioner run.
     METIS with the ``vol`` objective takes ~6 min at 50M entries here, with ``cut`` ~1.5 min
     (benchmarks/README.md), so large graphs get fewer runs; above :data:`LARGE` ``auto`` hands the
     graph to KaMinPar alone (several times faster and leaner than METIS there), else one METIS ``cut``
-    run on a sample. The hypergraph backend (Mt-KaHyPar: the halo volume itself) runs up to
-    :data:`HYPERGRAPH_MAX_ENTRIES` (its deterministic preset took 13 s on Amazon Photo's 238k entries and
-    184 s on Cornell5's 1.58M here, benchmarks/README.md), where it stays within seconds.
-    KaMinPar and Mt-KaHyPar balance one weight: they get the one-constraint settings.
+    run on a sample. KaMinPar and Mt-KaHyPar balance one weight: they get the one-constraint settings.
     """
     from gnndist.partition.backends import BACKENDS
 
@@ -139,10 +138,101 @@ def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]
             return [("kaminpar", PLAIN)], None
         return [("metis", PLAIN)], "cut"
     plan, forced = auto_plan(nnz, "metis")
-    plan.append(("kaminpar", PLAIN))
-    if nnz <= HYPERGRAPH_MAX_ENTRIES:
-        plan.append(("hypergraph", PLAIN))
+    plan += [("kaminpar", PLAIN), ("hypergraph", PLAIN)]
     return plan, forced
+
+
+# The order in which auto's budget admits candidates: time:1.03 first (it won 9 of the 18 cases of
+# benchmarks/README.md's settings table), then plain METIS (its partition is time:1.03's first run already,
+# so it costs one refinement more, and with it auto is never modelled slower than plain METIS), then the
+# others by how often they won (nodes,edges,train 4, three of them degenerate; time:1.1 3; ...), KaMinPar
+# early (the cheapest run, the best on Cora and Amazon Photo at 8 parts), the hypergraph last (the least
+# volume, but 20-200x METIS's time and never the least modelled time in the backends table).
+AUTO_PRIORITY = (("metis", TIME), ("metis", PLAIN), ("metis", ALL3), ("kaminpar", PLAIN), ("metis", AUTO_SETTINGS[7]),
+                 ("metis", AUTO_SETTINGS[1]), ("metis", AUTO_SETTINGS[3]), ("metis", VOLUME),
+                 ("metis", AUTO_SETTINGS[2]), ("hypergraph", PLAIN))
+
+
+def estimate_seconds(backend: str, objective: str, nnz: int, n: int, parts: int) -> float:
+    """Estimated seconds of one partitioner run on this kind of machine (one core of the 2-core box of
+    ``benchmarks/README.md``), fitted to the backends table there (8 graphs of 10k-1.6M entries, P = 8, 32).
+
+    A deterministic function of the graph's size and P, so the plan it leads to is the same every run.
+    METIS ``vol``: ~(1 + 0.35 P) us per entry (2-31 measured); ``cut`` and KaMinPar: ~1.5 us per entry;
+    Mt-KaHyPar's deterministic preset: ~2 s + (60 + 3 P) us per entry (17-218 measured).
+    """
+    if backend == "metis":
+        return nnz * ((1.0 + 0.35 * parts) if objective == "vol" else 1.5) * 1e-6
+    if backend == "kaminpar":
+        return nnz * 1.5e-6
+    if backend == "hypergraph":
+        return 2.0 + (nnz + n) * (60.0 + 3.0 * parts) * 1e-6
+    return 0.0
+
+
+def refine_seconds(nnz: int, n: int, parts: int, passes: int, tries: int = 1024) -> float:
+    """Estimated seconds of one refinement: ``passes`` volume passes at ~0.3 (1 + P / 8) us per entry each,
+    then the peer pruning's tries (at most ``min(tries, 2 P (P - 1))``) at ~1 ms + 0.8 us per node each
+    (fitted on the same 8 graphs, the plain METIS partition refined)."""
+    if parts <= 1:
+        return 0.0
+    volume = passes * nnz * 0.3e-6 * (1.0 + parts / 8)
+    return volume + min(tries, 2 * parts * (parts - 1)) * (1e-3 + 0.8e-6 * n)
+
+
+def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: int, parts: int, refine_s: float,
+                budget: float) -> tuple[list[tuple[str, Setting]], dict]:
+    """The candidates of ``plan`` auto runs within its time budget, and what it decided and why.
+
+    Every candidate's cost is its partitioner's estimated seconds (:func:`estimate_seconds`; a setting
+    read off a first partition, ``time`` or ``send,recv``, adds that first run unless another candidate
+    pays for it) plus one refinement (``refine_s``). The budget is ``budget`` times the cheapest
+    candidate's cost, at least :data:`AUTO_MIN_SECONDS`; ``budget`` 0 means none. The cheapest candidate
+    always runs; the others are admitted in :data:`AUTO_PRIORITY` order while the estimated total stays
+    within the budget. The kept candidates run in ``plan`` order (ties go to the earlier, as before).
+
+    Returns the kept plan and ``{"multiple", "seconds", "cheapest", "estimated_s", "skipped"}`` with one
+    line per skipped candidate saying why.
+    """
+    def base_of(s: Setting) -> Setting | None:
+        own = s.structural
+        return (Setting(*zip(*own)) if own else PLAIN) if len(own) < len(s.constraints) else None
+
+    def cost(b: str, s: Setting, ran: set) -> float:
+        """Refinement plus the partitioner runs not yet paid for (its own, its first partition's)."""
+        runs = {(b, s)} | ({(b, base_of(s))} if base_of(s) is not None else set())
+        return refine_s + sum(estimate_seconds(r[0], objective, nnz, n, parts) for r in runs - ran)
+
+    def admit(c: tuple[str, Setting]) -> None:
+        kept.append(c)
+        ran.update({c} | ({(c[0], base_of(c[1]))} if base_of(c[1]) is not None else set()))
+
+    label = lambda b, s: f"{b} {s.label}"  # noqa: E731
+    alone = {label(b, s): cost(b, s, set()) for b, s in plan}
+    info = {"multiple": budget, "estimated_s": {k: round(v, 3) for k, v in alone.items()}, "skipped": {}}
+    if budget <= 0 or len(plan) <= 1:
+        info.update(seconds=None, cheapest=None)
+        return list(plan), info
+    cheapest = min(plan, key=lambda c: alone[label(*c)])
+    limit = max(budget * alone[label(*cheapest)], AUTO_MIN_SECONDS)
+    info.update(seconds=round(limit, 3), cheapest=label(*cheapest))
+    order = sorted(plan, key=lambda c: AUTO_PRIORITY.index(c) if c in AUTO_PRIORITY else len(AUTO_PRIORITY))
+    order.remove(cheapest)
+    kept: list[tuple[str, Setting]] = []
+    ran: set = set()
+    total = alone[label(*cheapest)]
+    admit(cheapest)
+    for b, s in order:
+        c = cost(b, s, ran)
+        if total + c <= limit:
+            admit((b, s))
+            total += c
+        else:
+            info["skipped"][label(b, s)] = (
+                f"estimated {c:.1f} s would take auto to {total + c:.1f} s, over its budget of {limit:.1f} s "
+                f"({budget:g} x {label(*cheapest)}'s {alone[label(*cheapest)]:.1f} s; --auto-budget 0 tries all)")
+    info["estimated_total_s"] = round(total, 3)
+    return [c for c in plan if c in kept], info
 
 
 def network(name: str | None) -> Network:
@@ -213,16 +303,16 @@ def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, 
     Shapes:
         assign ``[N]`` -> ``{"send": [N], "recv": [N]}`` int64
     """
-    from gnndist.partition.refine import neighbour_part_counts
+    from gnndist.partition.counts import part_counts
 
     n = csr.num_nodes
-    cnt = neighbour_part_counts(csr, assign, parts)
-    send = (np.count_nonzero(cnt, axis=1) - (cnt[np.arange(n), assign] > 0)).astype(np.int64)
+    cnt = part_counts(csr, assign, parts)
+    send = (cnt.nonzero_per_row() - (cnt.get(np.arange(n), assign) > 0)).astype(np.int64)
     rows = csr.rows()
     cut = assign[rows] != assign[csr.col]
     v, u = rows[cut], csr.col[cut]
     del rows, cut
-    share = np.bincount(v, weights=1.0 / cnt[u, assign[v]], minlength=n)
+    share = np.bincount(v, weights=1.0 / cnt.get(u, assign[v]), minlength=n)
     return {"send": send, "recv": np.rint(RECV_SCALE * share).astype(np.int64)}
 
 

@@ -6,10 +6,12 @@ and the slowest rank sets the pace. This pass moves boundary nodes to lower the 
 per-rank volume ``M = max_k max(send_k, recv_k)`` (and the total), in the spirit of the
 volume-balancing refinement ("Graph-VB") the sparsity-aware CAGNET line ran after METIS.
 
-One pass, all numpy, ``O(N P + boundary entries)``:
+One pass, all numpy, ``O(N P + boundary entries)`` (sparse counts: ``O(non-zero cells + boundary entries)``):
 
 1. ``cnt[v, p]``: neighbours of ``v`` in part ``p`` (kept up to date move by move). Node ``v``
-   of part ``a`` is sent once to every other part it has a neighbour in.
+   of part ``a`` is sent once to every other part it has a neighbour in. A dense ``[N, P]`` table
+   where it is small, its non-zero cells only above (:mod:`gnndist.partition.counts`: at
+   ``P = 64`` on ogbn-papers100M the dense one would be 28 GB); the same moves either way.
 2. Every boundary node ``v`` gets one candidate move, to the other part ``b`` holding most of its
    neighbours. Its exact effect on every part's send and receive volume *if it moved alone*:
    ``v``'s own row (``a`` stops sending it, ``b`` starts sending it to its other parts) and each
@@ -48,46 +50,39 @@ from collections.abc import Callable
 
 import numpy as np
 from gnndist.partition.book import GlobalCSR
+from gnndist.partition.counts import DenseCounts, part_counts
 
 from gnndist.cost import Network, RankLoad, rank_layer_times
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
-CHUNK = 1 << 22
-VOLUME_GROWTH = 1.1  # peer pruning may raise the total volume by at most this factor  # adjacency entries processed at once (bounds the temporary arrays)
+CHUNK = 1 << 22  # adjacency entries processed at once (bounds the temporary arrays)
+VOLUME_GROWTH = 1.1  # peer pruning may raise the total volume by at most this factor
 
 
 def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.ndarray:
-    """Neighbours of every node in every part, in chunks of rows.
+    """Neighbours of every node in every part, as a dense table (:class:`~gnndist.partition.counts.DenseCounts`).
 
     Shapes:
         -> ``[N, parts]`` int32
     """
-    n = csr.num_nodes
-    cnt = np.zeros(n * parts, dtype=np.int32)
-    r0 = 0
-    while r0 < n:
-        r1 = int(np.searchsorted(csr.rowptr, csr.rowptr[r0] + CHUNK, side="right")) - 1
-        r1 = min(max(r1, r0 + 1), n)
-        lo, hi = csr.rowptr[r0], csr.rowptr[r1]
-        local = np.repeat(np.arange(r1 - r0, dtype=np.int64) * parts, np.diff(csr.rowptr[r0 : r1 + 1]))
-        cnt[r0 * parts : r1 * parts] += np.bincount(local + assign[csr.col[lo:hi]],
-                                                    minlength=(r1 - r0) * parts).astype(np.int32)
-        r0 = r1
-    return cnt.reshape(n, parts)
+    return DenseCounts(csr, assign, parts).table
 
 
-def loads_from_counts(cnt: np.ndarray, assign: np.ndarray, degree: np.ndarray) -> list[RankLoad]:
-    """The 1D halo exchange's :class:`~gnndist.cost.RankLoad` of every part, from :func:`neighbour_part_counts`."""
-    n, parts = cnt.shape
-    has = cnt > 0
-    has[np.arange(n), assign] = False  # [N, P] parts that need v's row
-    pair = np.bincount((assign[:, None] * parts + np.arange(parts)).ravel(), weights=has.ravel(),
-                       minlength=parts * parts).reshape(parts, parts).astype(np.int64)  # [src, dst] rows
+def loads_from_counts(counts, assign: np.ndarray, degree: np.ndarray) -> list[RankLoad]:
+    """The 1D halo exchange's :class:`~gnndist.cost.RankLoad` of every part, from neighbour-part counts
+    (a :mod:`~gnndist.partition.counts` object, or a dense ``[N, P]`` table)."""
+    counts = _as_counts(counts)
+    parts = counts.parts
+    pair = counts.send_pairs(assign)  # [src, dst] rows
     messages = np.maximum(np.count_nonzero(pair, axis=0), np.count_nonzero(pair, axis=1))
     nnz = np.bincount(assign, weights=degree, minlength=parts).astype(np.int64)
     rows = np.bincount(assign, minlength=parts)
     return [RankLoad(expand_send=int(pair[k].sum()), expand_recv=int(pair[:, k].sum()), messages=int(messages[k]),
                      nnz=int(nnz[k]), rows=int(rows[k])) for k in range(parts)]
+
+
+def _as_counts(counts):
+    return DenseCounts.of(counts) if isinstance(counts, np.ndarray) else counts
 
 
 def _entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +116,7 @@ def refine(
     passes: int = 8,
     theta: float = 0.8,
     prune: bool = True,
+    sparse: bool | None = None,
 ) -> tuple[np.ndarray, dict]:
     """Lower the maximum per-rank send/receive volume of ``assign`` (see the module docstring).
 
@@ -136,6 +132,8 @@ def refine(
         passes: maximum number of passes (each ``O(N P + boundary entries)``).
         theta: parts whose send or receive volume is at least ``theta * M`` are critical.
         prune: then drop peers of the slowest ranks (:func:`prune_peers`).
+        sparse: hold the neighbour-part counts sparse (True), dense (False) or by size (None:
+            :func:`gnndist.partition.counts.part_counts`); the same moves either way.
 
     Returns:
         the refined assignment ``[N]`` and statistics (volume passes and the nodes they moved, volumes and
@@ -152,11 +150,11 @@ def refine(
     cap = np.maximum(cap[None, :], wpart)  # [P, ncon]: a part already above the tolerance may not grow
     unit = unit_costs(widths, net)  # [layers, 5]
 
-    cnt = neighbour_part_counts(csr, assign, parts)
+    cnt = part_counts(csr, assign, parts, sparse)
     loads = loads_from_counts(cnt, assign, degree)
     send0 = np.array([ld.expand_send for ld in loads])
     recv0 = np.array([ld.expand_recv for ld in loads])
-    stats = {"passes": 0, "moved": 0, "max_volume_before": int(max(send0.max(), recv0.max())),
+    stats = {"passes": 0, "moved": 0, "counts": type(cnt).__name__, "max_volume_before": int(max(send0.max(), recv0.max())),
              "comm_volume_before": int(send0.sum()), "modelled_epoch_s_before": epoch_time(loads)}
     t_now = stats["modelled_epoch_s_before"]
 
@@ -203,14 +201,10 @@ def refine(
     return assign, stats
 
 
-def _apply(csr: GlobalCSR, cnt: np.ndarray, assign: np.ndarray, nodes, sources, targets) -> None:
-    """Move ``nodes`` from ``sources`` to ``targets``, updating ``cnt`` of their neighbours in place."""
-    parts = cnt.shape[1]
+def _apply(csr: GlobalCSR, cnt, assign: np.ndarray, nodes, sources, targets) -> None:
+    """Move ``nodes`` from ``sources`` to ``targets``, updating the counts of their neighbours in place."""
     pos, owner = _entries_of(csr.rowptr, nodes)
-    u = csr.col[pos]
-    flat = cnt.reshape(-1)
-    flat -= np.bincount(u * parts + sources[owner], minlength=flat.size).astype(np.int32) if len(u) else 0
-    flat += np.bincount(u * parts + targets[owner], minlength=flat.size).astype(np.int32) if len(u) else 0
+    cnt.move_neighbours(csr.col[pos].astype(np.int64), sources[owner], targets[owner])
     assign[nodes] = targets
 
 
@@ -234,9 +228,8 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     if m0 == 0:
         return None
     n = len(assign)
-    rows = np.arange(n)
-    own_cnt = cnt[rows, assign]
-    nparts_v = np.count_nonzero(cnt, axis=1)
+    own_cnt = cnt.get(np.arange(n), assign)
+    nparts_v = cnt.nonzero_per_row()
     ext = nparts_v - (own_cnt > 0)  # [N] parts v's row is sent to
     cand = np.flatnonzero(ext > 0)
     if len(cand) == 0:
@@ -248,16 +241,13 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
         a = assign[cand]
         pre = (crit_s[a] | crit_r[a]).astype(np.int64) * (1 << 40) + (degree[cand] - own_cnt[cand])
         cand = np.sort(cand[np.argsort(-pre, kind="stable")[:k_max]])
-    outside = cnt[cand].astype(np.int64)
+    outside = cnt.rows(cand)  # [K, P]
     outside[np.arange(len(cand)), assign[cand]] = -1
     b = outside.argmax(axis=1)  # [K] the other part with most neighbours (lowest id on ties)
     del outside
     # and a move into every critical part from each of its outside neighbours
     crit_parts = np.flatnonzero(crit_s | crit_r)
-    near = cnt[:, crit_parts] > 0  # [N, critical parts]
-    near &= assign[:, None] != crit_parts[None, :]
-    v_extra, p_extra = np.nonzero(near)
-    del near
+    v_extra, p_extra = cnt.pairs_in(crit_parts, assign)  # nodes outside a critical part with a neighbour in it
     if len(v_extra) + len(cand) > k_max:  # nodes of critical parts first
         v_extra, p_extra = v_extra[: max(k_max - len(cand), 0)], p_extra[: max(k_max - len(cand), 0)]
     p_extra = crit_parts[p_extra]
@@ -268,31 +258,30 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     k = len(cand)
     a = assign[cand]
 
-    d_send = np.zeros(k * parts, dtype=np.int64)  # [K * P] flat, move-major
-    d_recv = np.zeros(k * parts, dtype=np.int64)
+    # [K, P] tables in int32 (counts of rows, exact): at K P = 2^25 cells each int64 one was 256 MiB
+    d_send = np.zeros(k * parts, dtype=np.int32)  # [K * P] flat, move-major
+    d_recv = np.zeros(k * parts, dtype=np.int32)
     base = np.arange(k, dtype=np.int64) * parts
-    np.add.at(d_send, base + a, -ext[cand])
-    np.add.at(d_send, base + b, nparts_v[cand] - 1)
-    np.add.at(d_recv, base + b, -1)
-    np.add.at(d_recv, base + a, (own_cnt[cand] > 0).astype(np.int64))
-    flat = cnt.reshape(-1)
+    np.add.at(d_send, base + a, -ext[cand].astype(np.int32))
+    np.add.at(d_send, base + b, (nparts_v[cand] - 1).astype(np.int32))
+    np.add.at(d_recv, base + b, np.int32(-1))
+    np.add.at(d_recv, base + a, (own_cnt[cand] > 0).astype(np.int32))
     lens = csr.rowptr[cand + 1] - csr.rowptr[cand]
     ends = np.cumsum(lens)
     i0 = 0
     while i0 < k:  # neighbour terms, in chunks of entries
         i1 = int(np.searchsorted(ends, (ends[i0 - 1] if i0 else 0) + CHUNK, side="right"))
-        i1 = min(max(i1, i0 + 1), k)
-        pos, owner = _entries_of(csr.rowptr, cand[i0:i1])
-        owner += i0
+        i1 = min(max(i1, i0 + 1), k, i0 + max(CHUNK // parts, 1))  # and at most CHUNK cells of [K, P]
+        pos, owner = _entries_of(csr.rowptr, cand[i0:i1])  # owner: local to the chunk
         u = csr.col[pos]
-        c, ak, bk = assign[u], a[owner], b[owner]
-        lose = (c != ak) & (flat[u * parts + ak] == 1)  # a no longer needs u
-        gain = (c != bk) & (flat[u * parts + bk] == 0)  # b now needs u
-        size = k * parts
-        d_send += np.bincount(owner[gain] * parts + c[gain], minlength=size) - np.bincount(
-            owner[lose] * parts + c[lose], minlength=size)
-        d_recv += np.bincount(owner[gain] * parts + bk[gain], minlength=size) - np.bincount(
-            owner[lose] * parts + ak[lose], minlength=size)
+        c, ak, bk = assign[u], a[owner + i0], b[owner + i0]
+        lose = (c != ak) & (cnt.get(u, ak) == 1)  # a no longer needs u
+        gain = (c != bk) & (cnt.get(u, bk) == 0)  # b now needs u
+        size = (i1 - i0) * parts
+        d_send[i0 * parts : i1 * parts] += (np.bincount(owner[gain] * parts + c[gain], minlength=size) - np.bincount(
+            owner[lose] * parts + c[lose], minlength=size)).astype(np.int32)
+        d_recv[i0 * parts : i1 * parts] += (np.bincount(owner[gain] * parts + bk[gain], minlength=size) - np.bincount(
+            owner[lose] * parts + ak[lose], minlength=size)).astype(np.int32)
         i0 = i1
     d_send = d_send.reshape(k, parts)
     d_recv = d_recv.reshape(k, parts)
@@ -303,7 +292,9 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     hi, lo = times.max(1, keepdims=True), times.min(1, keepdims=True)
     crit_t = times >= hi - (1 - theta) * (hi - lo)
     w_halo, w_row, w_nnz = ((unit[:, j : j + 1] * crit_t).sum(0) for j in (2, 0, 1))  # [P] each
-    halo = np.maximum(send + d_send, recv + d_recv) - np.maximum(send, recv)  # [K, P]
+    send32, recv32 = send.astype(np.int32), recv.astype(np.int32)  # so that [K, P] sums stay int32
+    halo = np.maximum(send32 + d_send, recv32 + d_recv)
+    halo -= np.maximum(send32, recv32)  # [K, P]
     dt = halo @ w_halo + (w_row[b] - w_row[a]) + degree[cand] * (w_nnz[b] - w_nnz[a])  # [K]
     del halo
     eps = 1e-12 * float(hi.sum())
@@ -312,7 +303,7 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     crit = (d_send[:, crit_s].sum(1) + d_recv[:, crit_r].sum(1))  # [K]
     vol = d_send.sum(1)
     ok = (dt < 0) | ((dt == 0) & ((crit < 0) | ((crit == 0) & (vol < 0))))
-    ok &= ((send + d_send) <= m0).all(1) & ((recv + d_recv) <= m0).all(1)
+    ok &= ((send32 + d_send) <= m0).all(1) & ((recv32 + d_recv) <= m0).all(1)
     ok &= (wpart[b] + weights[cand] <= cap[b]).all(1)
     idx = np.flatnonzero(ok)
     if len(idx) == 0:
@@ -352,17 +343,15 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
 
 class _Book:
     """Exact incremental bookkeeping of a partition for moves of single nodes: the neighbour counts
-    ``cnt [N, P]``, the rows every part sends every other ``pair [P, P]``, owned rows, nonzeros and
+    ``cnt`` (:mod:`~gnndist.partition.counts`, dense or sparse), the rows every part sends every other ``pair [P, P]``, owned rows, nonzeros and
     balance weights per part. A move and its reverse restore every count exactly."""
 
-    def __init__(self, csr: GlobalCSR, assign: np.ndarray, cnt: np.ndarray, weights: np.ndarray):
-        n, parts = cnt.shape
+    def __init__(self, csr: GlobalCSR, assign: np.ndarray, cnt, weights: np.ndarray):
+        cnt = _as_counts(cnt)
+        parts = cnt.parts
         self.csr, self.assign, self.cnt, self.weights = csr, assign, cnt, weights
         self.degree = csr.degree()
-        has = cnt > 0
-        has[np.arange(n), assign] = False
-        self.pair = np.bincount((assign[:, None] * parts + np.arange(parts)).ravel(), weights=has.ravel(),
-                                minlength=parts * parts).reshape(parts, parts).astype(np.int64)
+        self.pair = cnt.send_pairs(assign)
         self.rows = np.bincount(assign, minlength=parts).astype(np.int64)
         self.nnz = np.bincount(assign, weights=self.degree, minlength=parts).astype(np.int64)
         self.wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T],
@@ -375,18 +364,18 @@ class _Book:
             return
         cnt, pair = self.cnt, self.pair
         # v's own row: part a stops sending it, part t starts, each to the parts holding v's neighbours
-        nz = np.flatnonzero(cnt[v])
+        nz = np.flatnonzero(cnt.row(v))
         pair[a, nz[nz != a]] -= 1
         pair[t, nz[nz != t]] += 1
         # each neighbour u (in part c): a may stop needing u, t may start
         nb = self.csr.col[self.csr.rowptr[v] : self.csr.rowptr[v + 1]]
         pn = self.assign[nb]
-        lost = (cnt[nb, a] == 1) & (pn != a)
-        gain = (cnt[nb, t] == 0) & (pn != t)
+        lost = (cnt.get(nb, a) == 1) & (pn != a)
+        gain = (cnt.get(nb, t) == 0) & (pn != t)
         np.add.at(pair[:, a], pn[lost], -1)
         np.add.at(pair[:, t], pn[gain], 1)
-        cnt[nb, a] -= 1
-        cnt[nb, t] += 1
+        cnt.add(nb, a, -1)
+        cnt.add(nb, t, 1)
         self.rows[a] -= 1
         self.rows[t] += 1
         self.nnz[a] -= self.degree[v]
@@ -482,7 +471,8 @@ def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int =
                 if stats["tries"] >= max_tries:
                     break
                 stats["tries"] += 1
-                nodes = np.flatnonzero((book.assign == side) & (book.cnt[:, other] > 0))
+                nodes = book.cnt.in_part(other)
+                nodes = nodes[book.assign[nodes] == side]
                 moves = []
                 for v in nodes:
                     t = _target(book, int(v), side, other)
@@ -490,6 +480,8 @@ def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int =
                         break
                     book.move(int(v), t)
                     moves.append((int(v), side))
+                    if (book.wpart[t] > cap[t]).any():  # a target only gains weight in a group: it fails
+                        break
                 new_times = book.layer_times(unit)
                 ok = (len(moves) == len(nodes) and (book.wpart <= cap).all() and book.max_volume() <= m_vol
                       and book.pair.sum() <= v_cap and _better(_key(new_times), key))
@@ -520,7 +512,7 @@ def _target(book: _Book, v: int, side: int, other: int) -> int | None:
     (or ``other`` itself when ``v`` has no neighbour left in ``side``), the one adding fewest new peers,
     then holding most of ``v``'s neighbours; None when there is no such part."""
     parts = book.pair.shape[0]
-    cv = book.cnt[v]
+    cv = book.cnt.row(v)
     allowed = np.ones(parts, dtype=bool)
     allowed[side] = False
     if cv[side] > 0:

@@ -103,3 +103,43 @@ def test_parhip_file_holds_the_graph(graph, tmp_path, weights):
         lo, hi = csr.rowptr[v], csr.rowptr[v + 1]
         assert sorted(u for u, _ in g.neighbors(v)) == sorted(csr.col[lo:hi].tolist())
         assert g.node_weight(v) == (w[v] if weights else 1)
+
+
+def test_auto_budget_keeps_the_cheapest_and_stays_within_its_estimate():
+    from gnndist.partition import AUTO_BUDGET
+    from gnndist.partition.balance import AUTO_SETTINGS, PLAIN, auto_plan, budget_plan, estimate_seconds
+
+    from gnndist.config import PartitionConfig
+
+    assert PartitionConfig().auto_budget == AUTO_BUDGET
+    plan, _ = auto_plan(238_162, "auto")  # Amazon Photo's size: 8 METIS settings, KaMinPar, the hypergraph
+    assert len(plan) == len(AUTO_SETTINGS) + 2
+    kept, info = budget_plan(plan, "vol", 238_162, 7_650, 32, 13.0, 4.0)
+    assert info["cheapest"] == "kaminpar nodes:1.03" and ("kaminpar", PLAIN) in kept
+    assert info["estimated_total_s"] <= info["seconds"] == pytest.approx(4.0 * info["estimated_s"][info["cheapest"]], rel=1e-3)
+    assert 1 < len(kept) < len(plan) and kept == [c for c in plan if c in kept]  # plan order: ties as before
+    assert "hypergraph nodes:1.03" in info["skipped"] and len(info["skipped"]) == len(plan) - len(kept)
+    assert all("--auto-budget 0" in why and "\n" not in why for why in info["skipped"].values())
+    assert budget_plan(plan, "vol", 238_162, 7_650, 32, 13.0, 4.0) == (kept, info)  # deterministic
+    assert budget_plan(plan, "vol", 238_162, 7_650, 32, 13.0, 0)[0] == plan  # no budget: every candidate
+    assert len(budget_plan(plan, "vol", 238_162, 7_650, 32, 13.0, 20.0)[0]) > len(kept)
+    assert estimate_seconds("hypergraph", "vol", 238_162, 7_650, 8) > 20 * estimate_seconds("kaminpar", "vol",
+                                                                                              238_162, 7_650, 8)
+
+
+def test_auto_budget_reaches_the_partition_and_its_report(graph, monkeypatch):
+    from gnndist.partition import balance, format_report
+
+    data, csr = graph
+    monkeypatch.setattr(balance, "AUTO_MIN_SECONDS", 0.0)  # this small graph would try every candidate
+    tight = partition(data, 4, progress=False, auto_budget=1.5).report
+    over = tight["auto"]["budget"]["skipped"]
+    assert over and len(tight["auto"]["candidates"]) + len(over) == len(balance.auto_plan(csr.nnz, "auto")[0])
+    assert f"{tight['backend']} {tight['auto']['chosen']}" not in over
+    assert "over budget" in format_report(tight)
+
+
+def test_bad_auto_budget_is_one_line(capsys):
+    assert main(["partition", "cora", "--parts", "2", "--auto-budget", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--auto-budget" in err and err.count("\n") == 1
