@@ -1,7 +1,10 @@
 """--auto-budget 4 (default) vs 0 (every candidate): seconds, candidates run, modelled epoch time, volume."""
-import sys, time
+import sys
+import time
+
 from gnndist.datasets import load
 from gnndist.partition import partition
+
 print("| graph | P | budget | candidates run | seconds | modelled epoch ms | vs every candidate | volume | chosen |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 for name in sys.argv[1].split(","):
