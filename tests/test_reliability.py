@@ -20,6 +20,7 @@ from gnndist.partition import partition
 
 from gnndist.cli import main
 from gnndist.grid import free_port
+from gnndist.testing import QUICK_PARTITION
 from gnndist.trainer import Trainer
 
 GNNDIST = [sys.executable, "-m", "gnndist.cli"]
@@ -195,16 +196,23 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(part1, tmp_path, c
 @pytest.fixture(scope="module")
 def part2_slow(tmp_path_factory):
     d = tmp_path_factory.mktemp("p2s")
-    partition(synthetic(3000, avg_degree=8, num_classes=4, num_features=32, seed=3), 2).save(d, dataset="toy")
+    partition(synthetic(3000, avg_degree=8, num_classes=4, num_features=32, seed=3), 2,
+              **QUICK_PARTITION).save(d, dataset="toy")
     return d
 
 
 @pytest.fixture(scope="module")
 def straight_slow(part2_slow):
-    r = subprocess.run(GNNDIST + ["train", str(part2_slow), "--nproc", "2"] + SLOW_FLAGS, env=_env(),
-                       capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    """The uninterrupted run the restarted ones must equal (a reference: on pooled ranks, in this process)."""
+    import contextlib
+    import io
+
+    from gnndist.testing import pooled_launches
+
+    out = io.StringIO()
+    with pooled_launches(), contextlib.redirect_stdout(out):
+        assert main(["train", str(part2_slow), "--nproc", "2"] + SLOW_FLAGS) == 0
+    return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
 SLOW_FLAGS = ["--epochs", "30", "--no-progress", "--json"]
