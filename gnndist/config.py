@@ -151,6 +151,17 @@ class DistConfig:
             _need(self.replication >= 2, f"--replication must be >= 2, got {self.replication} (1 is --strategy 1d)")
 
 
+def get_strategy(name: str, **options):
+    """The (unbuilt) strategy registered under ``name`` (:data:`gnndist.strategies.STRATEGIES`), with
+    ``--strategy``'s options (``replication``, ``overlap``, ``network``, ``alpha``, ``beta``) validated as
+    the flags are (:class:`DistConfig`)."""
+    from gnndist.strategies import STRATEGIES, strategy_from_config  # below the config: imported where used
+
+    if name not in STRATEGIES:
+        raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
+    return strategy_from_config(DistConfig(strategy=name, **options))
+
+
 @dataclass
 class ModelConfig:
     model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, gcn2, resgcn, revgnn, ...); "

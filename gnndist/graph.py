@@ -31,7 +31,7 @@ from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR, KernelSettings
-from gnndist.strategies import Halo1D, Strategy, Structure, get_strategy
+from gnndist.strategies import Halo1D, Strategy, Structure
 from gnndist.timing import bracket
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
@@ -69,7 +69,7 @@ class DistGraph:
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
-                 strategy: Strategy | str | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
+                 strategy: Strategy | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
                  normalize_features: bool = False, context: RunContext | None = None):
         grid = grid or ProcessGrid()
         dev = grid.device
@@ -82,7 +82,7 @@ class DistGraph:
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
-        strat = get_strategy(strategy or "1d") if isinstance(strategy, str) or strategy is None else strategy
+        strat = strategy or Halo1D()  # by name, with options: gnndist.config.get_strategy
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
         self._set(

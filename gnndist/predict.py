@@ -137,10 +137,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
     """
     from gnndist.checkpoint import load_model_file
-    from gnndist.config import TrainConfig
+    from gnndist.config import TrainConfig, get_strategy
     from gnndist.graph import DistGraph
     from gnndist.launcher import together
-    from gnndist.strategies import get_strategy
     from gnndist.timing import peak_memory_bytes
     from gnndist.trainer import metric_of, split_metrics
     from partition.progress import Stages

@@ -12,9 +12,8 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig
+from gnndist.config import TrainConfig, get_strategy
 from gnndist.graph import DistGraph
-from gnndist.strategies import get_strategy
 from gnndist.testing import QUICK_PARTITION, assert_close, rel_err, run_distributed
 from gnndist.trainer import Trainer
 

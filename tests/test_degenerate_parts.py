@@ -11,11 +11,10 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig
+from gnndist.config import TrainConfig, get_strategy
 from gnndist.errors import CollectiveDesync, PeerFailed
 from gnndist.graph import DistGraph
 from gnndist.grid import ProcessGrid
-from gnndist.strategies import get_strategy
 from gnndist.testing import assert_close, run_distributed
 from gnndist.trainer import Trainer
 

@@ -12,11 +12,10 @@ from gnndist.datasets import synthetic
 from gnndist.kernels import KernelSettings
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig
+from gnndist.config import TrainConfig, get_strategy
 from gnndist.graph import DistGraph
 from gnndist.grid import ProcessGrid
 from gnndist.nn.models import MODELS
-from gnndist.strategies import get_strategy
 from gnndist.testing import assert_close
 from gnndist.trainer import Trainer
 

@@ -13,11 +13,10 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig
+from gnndist.config import TrainConfig, get_strategy
 from gnndist.graph import DistGraph
 from gnndist.grid import ProcessGrid
 from gnndist.simulate import grid_loads
-from gnndist.strategies import get_strategy
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.trainer import Trainer
 
@@ -216,7 +215,7 @@ def test_one_process_refuses_replication():
         DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("1.5d", replication=2))
     with pytest.raises(Exception, match="square number of ranks"):
         DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("2d"))
-    g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy="1d")
+    g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy=get_strategy("1d"))
     assert g.strategy.name == "1d"
 
 

@@ -12,7 +12,6 @@ strategy is exact against one process.
 
 from __future__ import annotations
 
-from gnndist.errors import UserError
 from gnndist.strategies.auto import Auto
 from gnndist.strategies.base import Block, BlockStrategy, Strategy, Structure
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
@@ -26,15 +25,5 @@ def strategy_from_config(dist) -> Strategy:
     return STRATEGIES[dist.strategy].from_config(dist)
 
 
-def get_strategy(name: str, **options) -> Strategy:
-    """The strategy registered under ``name``, with ``--strategy``'s options (``replication``, ``overlap``,
-    ``network``, ``alpha``, ``beta``) validated as the flags are (:class:`~gnndist.config.DistConfig`)."""
-    if name not in STRATEGIES:
-        raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
-    from gnndist.config import DistConfig  # here: the config sits above the strategies
-
-    return strategy_from_config(DistConfig(strategy=name, **options))
-
-
-__all__ = ["STRATEGIES", "Auto", "Block", "BlockStrategy", "Grid15D", "Grid2D", "Halo1D", "Strategy", "Structure", "get_strategy",
+__all__ = ["STRATEGIES", "Auto", "Block", "BlockStrategy", "Grid15D", "Grid2D", "Halo1D", "Strategy", "Structure",
            "strategy_from_config"]

@@ -134,7 +134,7 @@ class Strategy:
     """Computes ``out[i] = sum_j A_ij x[j]`` for every owned row ``i``, with whatever communication it needs.
 
     Lifecycle: made from the config (:meth:`from_config`, or by name through
-    :func:`gnndist.strategies.get_strategy`), then :meth:`build` on every rank at once (it
+    :func:`gnndist.config.get_strategy`), then :meth:`build` on every rank at once (it
     may communicate), then :meth:`spmm` per layer. Forward and backward go through
     autograd: the exchanges are autograd functions, so no layer needs a distributed
     backward of its own. Every method a caller uses is declared here.
