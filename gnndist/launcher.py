@@ -270,20 +270,24 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
     rank = int(os.environ["RANK"])
     try:
         result = run_here(fn, args, opts)
-    except UserError as e:
-        record = {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
-        _error_path(errdir, rank).write_text(json.dumps(record))
-        sys.exit(2)
-    except Exception as e:  # a bug, not the input: its traceback here (the agent would keep it), the root cause there
-        traceback.print_exc()
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        record = {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
-                  "secondary": False, "code": 1}
+    except Exception as e:
+        record = failure_record(e, rank)
         _error_path(errdir, rank).write_text(json.dumps(record))
         sys.stderr.flush()
-        sys.exit(1)
+        sys.exit(record["code"])
     atexit.register(_leave_now)  # after the agent has read the result: skip C++ teardown
     return result if rank == 0 else None
+
+
+def failure_record(e: Exception, rank: int) -> dict:
+    """What a failed rank tells the launcher: ``time``, one-line ``message``, ``secondary`` (a peer's failure
+    seen here), ``code`` (2: a user error; 1: a bug, whose traceback is printed here, the agent would keep it)."""
+    if isinstance(e, UserError):
+        return {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
+    traceback.print_exc()
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+            "secondary": False, "code": 1}
 
 
 def _leave_now() -> None:

@@ -253,11 +253,8 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
     """
     import io
     import os
-    import time
-    import traceback
 
-    from gnndist.errors import PeerFailed, UserError
-    from gnndist.launcher import run_here
+    from gnndist.launcher import failure_record, run_here
 
     user_args, opts = args
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
@@ -268,12 +265,9 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
             buf = io.BytesIO()  # plain bytes, as _rank_main sends them
             torch.save(result if rank == 0 else None, buf)
             ok, payload = True, buf.getvalue()
-        except UserError as e:
-            ok, payload = False, (time.time(), str(e), isinstance(e, PeerFailed), 2)
-        except BaseException as e:
-            traceback.print_exc()
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            ok, payload = False, (time.time(), f"rank {rank}: {type(e).__name__}: {first} (traceback above)", False, 1)
+        except Exception as e:  # as the launcher's own rank reports it
+            r = failure_record(e, rank)
+            ok, payload = False, (r["time"], r["message"], r["secondary"], r["code"])
         out, err = texts()
     queue.put((rank, ok, (payload, out, err)))
 
