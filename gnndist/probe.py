@@ -23,7 +23,7 @@ from gnndist.cost import NETWORKS, Network
 
 TOLERANCE = 0.15  # two consecutive rounds of the probe agree within 15 % on every constant
 ROUNDS = 5  # at most this many rounds
-SUSTAINED = 0.01  # seconds of back-to-back calls in one timing of local work
+SUSTAINED = 0.02  # seconds of back-to-back calls in one timing of local work
 
 
 def default_cache() -> Path:
@@ -103,7 +103,7 @@ def probed(grid, cache: Path | None, reprobe: bool = False, csr=None, kernel=Non
     return net
 
 
-def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
+def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
           tolerance: float = TOLERANCE) -> tuple[Network, float]:
     """Measure the cost model's constants on the running machine; every rank gets the same values.
 
@@ -112,21 +112,67 @@ def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
     run's ``kernel`` settings); gamma_dense: a ``[2048, 256] @ [256, 64]`` product (the skinny
     shape of a layer's ``X @ W``); gamma_elem: a multiply of 2^20 elements; step_overhead:
     forward, backward and an Adam step of a 2-layer model on 8 rows (the fixed cost of a step).
-    Each is the median over ``repeats`` timings (local work: each timing about :data:`SUSTAINED`
-    seconds of back-to-back calls); the slowest rank's value is taken (all-reduce of the maximum). Rounds repeat until two consecutive rounds agree within ``tolerance`` on every
-    constant (at most ``rounds``).
+    Each timing is the median over ``repeats`` (local work: each about :data:`SUSTAINED` seconds
+    of back-to-back calls), the slowest rank's (all-reduce of the maximum). Rounds of these
+    timings repeat until two consecutive rounds agree within ``tolerance`` on every timing (at
+    most ``rounds``); the constants come from the median of every round's timings.
 
     Returns:
-        the constants and the relative spread of the last two rounds (max over constants).
+        the constants and the relative spread of the last two rounds' timings (the largest).
     """
+    one_round = _round(grid, csr, kernel, repeats)
+    taken = [one_round()]
+    spread = float("inf")
+    for _ in range(rounds - 1):
+        taken.append(one_round())
+        prev, cur = taken[-2:]
+        spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
+        if spread <= tolerance:  # the same decision on every rank: the timings are all-reduced
+            break
+    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, csr), spread
+
+
+# a round's timings, in this order (seconds): tiny all-to-all on the world, on a 2-rank axis (0 when there is
+# none), big all-to-all, SpMM at width 32, X @ W, elementwise multiply, tiny training step
+_BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
+_DENSE = (2048, 256, 64)
+_ELEM = 1 << 20
+
+
+def _round(grid, csr, kernel, repeats: int):
+    """A function taking one round of the probe's timings on every rank (collective), the slowest rank's."""
     from gnndist.kernels import spmm
 
-    dev = grid.device
-    P = grid.world_size
+    dev, P = grid.device, grid.world_size
+    median_time = _timer(grid, repeats)
+    small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
+    big, big_out = torch.zeros(_BIG_PER_PEER * P, device=dev), torch.empty(_BIG_PER_PEER * P, device=dev)
+    pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
+    x = torch.randn(csr.num_cols, 32, device=dev) if csr is not None and csr.nnz else None
+    k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
+    a, w = torch.randn(*_DENSE[:2], device=dev), torch.randn(*_DENSE[1:], device=dev)
+    e1, e2 = torch.randn(_ELEM, device=dev), torch.randn(_ELEM, device=dev)
+    step = _tiny_step(dev)
+
+    def one_round() -> np.ndarray:
+        t = [median_time(lambda: grid.all_to_all_single(small_out, small)),
+             median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair)) if pair else 0.0,
+             median_time(lambda: grid.all_to_all_single(big_out, big)),
+             median_time(lambda: spmm(csr, x, **k), True) if x is not None else 0.0,
+             median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True)]
+        vals = torch.tensor(t, dtype=torch.float64, device=dev)
+        grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
+        return vals.cpu().numpy()
+
+    return one_round
+
+
+def _timer(grid, repeats: int):
+    """``median_time(fn, local=False)``: the median seconds of ``repeats`` timed calls of ``fn`` after a warm-up;
+    ``local`` (no collective inside): each timing runs it back to back for about :data:`SUSTAINED` seconds, so a
+    loaded machine's preemptions weigh as they do in a step."""
 
     def median_time(fn, local: bool = False) -> float:
-        """Median seconds of ``fn``; ``local`` (no collective inside): each timing runs it back to back for
-        about :data:`SUSTAINED` seconds, so a loaded machine's preemptions weigh as they do in a step."""
         t0 = time.perf_counter()
         fn()  # warm-up
         grid.synchronize()
@@ -143,47 +189,23 @@ def probe(grid, csr=None, repeats: int = 7, kernel=None, rounds: int = ROUNDS,
             ts.append((time.perf_counter() - t0) / inner)
         return float(np.median(ts))
 
-    small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
-    big_n = (1 << 16) * P
-    big, big_out = torch.zeros(big_n, device=dev), torch.empty(big_n, device=dev)
-    pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
-    x = torch.randn(csr.num_cols, 32, device=dev) if csr is not None and csr.nnz else None
-    k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
-    a, w = torch.randn(2048, 256, device=dev), torch.randn(256, 64, device=dev)
-    e1, e2 = torch.randn(1 << 20, device=dev), torch.randn(1 << 20, device=dev)
-    step = _tiny_step(dev)
+    return median_time
 
-    def one_round() -> np.ndarray:
-        t_world = median_time(lambda: grid.all_to_all_single(small_out, small))  # overhead + (P - 1) alpha
-        if pair is not None:  # a 2-rank axis gives the second point: overhead + alpha
-            t_pair = median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair))
-            alpha = max(t_world - t_pair, 0.0) / (P - 2)
-            overhead = max(t_pair - alpha, 0.0)
-        else:
-            alpha, overhead = t_world / max(P - 1, 1), 0.0
-        t_big = median_time(lambda: grid.all_to_all_single(big_out, big))
-        inv_beta = max(t_big - t_world, 1e-9) / (big_n * 4 * (P - 1) / P) if P > 1 else 0.0
-        gamma_s = (median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None
-                   else NETWORKS["ethernet"].gamma_sparse)
-        gamma_d = median_time(lambda: a @ w, True) / (2 * a.shape[0] * a.shape[1] * w.shape[1])
-        gamma_e = median_time(lambda: torch.mul(e1, e2), True) / e1.numel()
-        fixed = median_time(step, True)
-        vals = torch.tensor([alpha, inv_beta, gamma_s, gamma_d, overhead, gamma_e, fixed], dtype=torch.float64,
-                            device=dev)
-        grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
-        return vals.cpu().numpy()
 
-    prev, spread = one_round(), float("inf")
-    for _ in range(rounds - 1):
-        cur = one_round()
-        spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
-        prev = cur
-        if spread <= tolerance:  # the same decision on every rank: the values are all-reduced
-            break
-    alpha, inv_beta, gamma_s, gamma_d, overhead, gamma_e, fixed = prev.tolist()
-    net = Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s, gamma_d, overhead,
-                  gamma_e, fixed)
-    return net, spread
+def _constants(t: np.ndarray, P: int, csr) -> Network:
+    """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks."""
+    t_world, t_pair, t_big, t_spmm, t_dense, t_elem, t_step = (float(v) for v in t)
+    if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
+        alpha = max(t_world - t_pair, 0.0) / (P - 2)
+        overhead = max(t_pair - alpha, 0.0)
+    else:
+        alpha, overhead = t_world / max(P - 1, 1), 0.0
+    big_bytes = _BIG_PER_PEER * P * 4 * (P - 1) / P
+    inv_beta = max(t_big - t_world, 1e-9) / big_bytes if P > 1 else 0.0
+    gamma_s = t_spmm / (csr.nnz * 32) if t_spmm else NETWORKS["ethernet"].gamma_sparse
+    m, kk, n = _DENSE
+    return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s,
+                   t_dense / (2 * m * kk * n), overhead, t_elem / _ELEM, t_step)
 
 
 def _tiny_step(dev: torch.device):

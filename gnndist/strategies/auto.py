@@ -1,7 +1,7 @@
 """``auto``: per layer, the layout the cost model predicts fastest for that layer's width.
 
 Where other candidates are within the model's error (:data:`gnndist.cost.MODEL_ERROR`) of the
-least modelled one, the model cannot tell them apart: each of those is timed for one SpMM
+least modelled one, the model cannot tell them apart: each of those is timed over a few SpMMs
 forward and backward at the layer's width (the slowest rank's time) and the fastest kept
 (:func:`settle`). The decision is kept with the probe's constants (per machine, partition and
 width), so the same partition on the same machine gets the same layouts run after run.
@@ -29,6 +29,8 @@ from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
 
 log = logging.getLogger("gnndist")
+
+TIMED_CALLS = 5  # timed SpMMs of each near candidate (the median decides)
 
 
 def candidates(world: int, overlap: bool = True) -> list[BlockStrategy]:
@@ -119,8 +121,9 @@ class Auto(Strategy):
         return f"{cache_key(self.grid.world_size, self.grid.device)}|layouts {digest}|F={width}|bwd={int(backward)}"
 
     def _measure(self, k: int, width: int, backward: bool) -> float:
-        """Seconds of one SpMM of candidate ``k`` at ``width`` (forward, and backward when the layer's has one),
-        the slowest rank's (collective), after one untimed call; its bytes go to a scratch counter."""
+        """Seconds of one SpMM of candidate ``k`` at ``width`` (forward, and backward when the layer's has one):
+        the median over :data:`TIMED_CALLS` calls after an untimed one of the slowest rank's time (collective);
+        its bytes go to a scratch counter."""
         s, grid = self.options[k], self.grid
         if not s.built:
             s.build(*self._args)  # collective: every rank measures the same candidates
@@ -128,7 +131,7 @@ class Auto(Strategy):
         try:
             x = torch.ones(s.block.n_owned, width, device=grid.device, requires_grad=backward)
             seconds = []
-            for _ in range(2):
+            for _ in range(1 + TIMED_CALLS):
                 grid.barrier()
                 t0 = self.clock()
                 with torch.enable_grad():
@@ -139,8 +142,8 @@ class Auto(Strategy):
                 seconds.append(self.clock() - t0)
         finally:
             s.counter = own
-        t = torch.tensor([seconds[-1]], dtype=torch.float64, device=grid.device)
-        return float(grid.all_reduce_(t, op="max").item())
+        t = torch.tensor(seconds[1:], dtype=torch.float64, device=grid.device)
+        return float(grid.all_reduce_(t, op="max").median().item())
 
     def choose(self, tag: str, width: int, backward: bool = True) -> BlockStrategy:
         """The layout of layer ``tag`` (decided on its first call, from its width and whether its SpMM runs backward)."""
@@ -175,7 +178,7 @@ class Auto(Strategy):
                                  for k, v in per.items())
                 timed = ""
                 if measured:  # said once, on the layer's line
-                    how = "as timed in an earlier run" if kept is not None else "timed one SpMM each"
+                    how = "as timed in an earlier run" if kept is not None else f"the median of {TIMED_CALLS} SpMMs each"
                     timed = (f"; {' and '.join(names[k] for k in measured)} within the model's error "
                              f"({100 * self.error:.0f} %), {how}: "
                              + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()))
