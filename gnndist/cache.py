@@ -54,7 +54,10 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += "-b" + "+".join(part.constraints)
     if part.method != "random" and not part.refine:
         key += "-norefine"
-    if part.cost_network != "ib":
+    if part.cost_network == "probe":  # the constants decide the partition: a re-probe is another key
+        net = probed_network(part.parts)
+        key += "-probe" + hashlib.sha256(repr(sorted(net.as_dict().items())).encode()).hexdigest()[:8]
+    elif part.cost_network != "ib":
         key += f"-{part.cost_network}"
     if part.auto_budget != PartitionConfig.auto_budget and (part.method == "auto" or part.balance == "auto"):
         key += f"-budget{part.auto_budget:g}"
@@ -62,6 +65,21 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     if (model.hidden, model.layers) != (default.hidden, default.layers):
         key += f"-h{model.hidden}x{model.layers}"
     return partition_cache() / key
+
+
+def probed_network(parts: int):
+    """``--partition-network probe``: the constants the probe cached for this machine at ``parts`` ranks (on the
+    device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
+    import torch
+
+    from gnndist.probe import cache_key, default_cache, read_cached
+
+    key = cache_key(parts, "cuda" if torch.cuda.is_available() else "cpu")
+    net = read_cached(default_cache(), key)
+    if net is None:
+        raise UserError(f"--partition-network probe: {default_cache()} holds no constants for {key}; a run with "
+                        f"--strategy auto on {parts} ranks measures and stores them (or choose nvlink, ib or ethernet)")
+    return net
 
 
 def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
@@ -86,7 +104,8 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
-                  refine=part.refine, cost_network=part.cost_network, widths=widths, auto_budget=part.auto_budget)
+                  refine=part.refine, widths=widths, auto_budget=part.auto_budget,
+                  cost_network=probed_network(part.parts) if part.cost_network == "probe" else part.cost_network)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report

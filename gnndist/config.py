@@ -69,8 +69,10 @@ class PartitionConfig:
                        "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
                        "hypergraph take one)")
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
-    cost_network: str = opt("ib", "cost-model preset of --balance auto and the report's modelled epoch time",
-                            ("nvlink", "ib", "ethernet"), flag="--partition-network")
+    cost_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a preset, or "
+                            "probe (this machine's constants at --parts ranks, as a --strategy auto run at that "
+                            "many ranks measured and cached them)", ("nvlink", "ib", "ethernet", "probe"),
+                            flag="--partition-network")
     auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
                              "most this many times the cheapest one's (at least 5 s); 0 runs every candidate")
 

@@ -165,7 +165,7 @@ def partition(
     balance: str | tuple[str, ...] = "auto",
     progress: bool = True,
     refine: bool = True,
-    cost_network: str | None = None,
+    cost_network: str | Network | None = None,
     widths: tuple[int, ...] | None = None,
     threads: int = 1,
     chunk: int = CHUNK,
@@ -188,7 +188,8 @@ def partition(
             ``edges``, ``train``, ... each optionally ``name:tolerance`` (``"nodes,edges:1.2"``).
         progress: show a progress bar on a terminal (one line per stage when piped).
         refine: run the volume-balanced refinement after the partitioner (:mod:`gnndist.partition.refine`).
-        cost_network: cost-model preset of the modelled epoch time (``ib`` by default).
+        cost_network: cost-model preset of the modelled epoch time (``ib`` by default), or the constants
+            themselves (a :class:`~gnndist.cost.Network`, e.g. this machine's probe).
         widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN; another
             model's: :func:`model_widths_of`).
         threads: partitioner threads (KaMinPar, Mt-KaHyPar); above 1 KaMinPar's parts may vary run to run.

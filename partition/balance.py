@@ -235,8 +235,11 @@ def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: in
     return [c for c in plan if c in kept], info
 
 
-def network(name: str | None) -> Network:
-    """A cost-model preset by name (default ``ib``)."""
+def network(name: str | Network | None) -> Network:
+    """A cost-model preset by name (default ``ib``), or ``name`` itself when it is already a :class:`Network`
+    (constants the caller measured, e.g. ``--partition-network probe``)."""
+    if isinstance(name, Network):
+        return name
     name = name or DEFAULT_NETWORK
     if name not in NETWORKS:
         raise UserError(f"unknown partition cost network {name!r}; choose from {', '.join(sorted(NETWORKS))}")

@@ -1,6 +1,7 @@
 """Modelled epoch time, --balance auto and the volume-balanced refinement."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -192,6 +193,29 @@ def test_cache_key_names_the_non_default_settings():
     assert key(balance="nodes,edges:1.2") == "cora-p2-auto-vol-s0-bnodes+edges:1.2"
     assert key(refine=False) == "cora-p2-auto-vol-s0-norefine"
     assert key(cost_network="ethernet") == "cora-p2-auto-vol-s0-ethernet"
+
+
+def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_path, monkeypatch, capsys):
+    """``--partition-network probe``: the constants a ``--strategy auto`` run cached at P ranks drive the
+    modelled epoch time (another probe, another cache key); none cached: one line, exit 2."""
+    from gnndist.probe import cache_key, default_cache, write_cached
+
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "root"))
+    args = ["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--json"]
+    assert main(args + ["--partition-network", "probe", "--out", str(tmp_path / "none")]) == 2
+    assert "holds no constants for" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    slow = Network("probe", alpha=1e-3, beta=1e8, gamma_sparse=1e-8, gamma_dense=1e-10, overhead=1e-3)
+    write_cached(default_cache(), cache_key(2, "cpu"), slow, 0.1)
+    ib_key = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
+    probe_key = partition_dir("cora", PartitionConfig(parts=2, cost_network="probe"), DataConfig()).name
+    assert probe_key.startswith(ib_key + "-probe") and probe_key != ib_key + "-probe"
+    reports = {}
+    for net in ("ib", "probe"):
+        assert main(args + ["--partition-network", net, "--out", str(tmp_path / net)]) == 0
+        reports[net] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert reports["probe"]["modelled_epoch_s"] > 100 * reports["ib"]["modelled_epoch_s"]
+    write_cached(default_cache(), cache_key(2, "cpu"), replace(slow, alpha=2e-3), 0.1)
+    assert partition_dir("cora", PartitionConfig(parts=2, cost_network="probe"), DataConfig()).name != probe_key
 
 
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):

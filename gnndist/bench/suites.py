@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -106,14 +106,17 @@ def run_network(summary: dict, P: int, device: str):
 
 def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, net) -> dict:
     """The cost model's epoch time and its parts (:func:`gnndist.cost.step_time`) for a run: the layers of
-    ``model`` at the data's widths, each on the layout the run used, with the constants ``net``; blank
-    when the model does not describe ``model`` or there are no constants."""
+    ``model`` at the data's widths, each on the layout the run used, with the constants ``net`` (each a
+    ``net_<name>`` column, so the row can be modelled again); blank when the model does not describe
+    ``model`` or there are no constants."""
     from gnndist import cost
     from gnndist.partition import model_widths_of
 
-    blank = {k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}
+    constants = [f.name for f in fields(cost.Network) if f.name != "name"]
+    blank = {**{k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}, "model_network": "",
+             **{f"net_{k}": "" for k in constants}}
     if net is None or model not in ("gcn", "sage"):
-        return {**blank, "model_network": ""}
+        return blank
     widths = list(model_widths_of(data, hidden, layers))
     if data.y.dim() == 1 and widths[-1] == 2:
         widths[-1] = 1  # a binary task: one logit (gnndist.trainer.output_width)
@@ -121,9 +124,9 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
     stack = cost.model_layers(model, tuple(widths), sparse_features=sparse)
     used = used_layouts(p, summary)
     if len(used) != len(stack):
-        return {**blank, "model_network": ""}
+        return blank
     t = cost.step_time([lay.loads for lay, _ in used.values()], stack, net)
-    return {**t.columns(), "model_network": net.name}
+    return {**t.columns(), "model_network": net.name, **{f"net_{k}": getattr(net, k) for k in constants}}
 
 
 def _partition(data, P: int, method: str, s: Settings, work: Path, objective: str = "vol", balance="auto"):
@@ -329,7 +332,8 @@ def model_suite(s: Settings, rows: Rows, work: Path) -> None:
 def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
     """``model.csv`` rows with the cost model's columns computed again by the current :mod:`gnndist.cost`: each
     layer on the layout the run chose (``layers_chosen``), with the counts its partition stored (``META.json``
-    ``layouts`` of ``work/<dataset>/metis-vol-auto-p<P>``) and the constants of ``probe_file`` at that P.
+    ``layouts`` of ``work/<dataset>/metis-vol-auto-p<P>``) and the row's constants (its ``net_*`` columns), or for
+    rows without them those of ``probe_file`` at that P.
     What a calibration of the model changes can so be read on runs already measured."""
     import numpy as np
 
@@ -352,8 +356,12 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
         for chosen in str(r["layers_chosen"]).split(","):
             c = chosen.split("/")[1] if "/" in chosen else "1"
             loads.append([RankLoad.from_array(a) for a in meta["layouts"][c]])
-        key = next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}"))
-        t = cost.step_time(loads, stack, read_cached(probe_file, key))
+        if str(r.get("net_alpha", "")) != "":  # the row's own constants
+            net = cost.Network(r.get("model_network") or "probe",
+                               **{f.name: float(r[f"net_{f.name}"]) for f in fields(cost.Network) if f.name != "name"})
+        else:
+            net = read_cached(probe_file, next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}")))
+        t = cost.step_time(loads, stack, net)
         out.append({**r, **t.columns(), "model_ratio": t.total / r["epoch_s"]})
     return out
 
