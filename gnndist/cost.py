@@ -9,7 +9,7 @@ the same exchanges reversed and the transposed product over the same nonzeros)::
 
     T = 2 * (overhead * exchanges + alpha * messages
              + b * F * (max(expand_send, expand_recv) + max(fold_send, fold_recv)) / beta)
-        + 2 * gamma_sparse * nnz * F
+        + 2 * (gamma_sparse * nnz + FOLD_PASSES * gamma_elem * (fold_send + fold_recv)) * F
 
 where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
 layout's time is its slowest rank's. Dense work (``X @ W``) is the same for every layout
@@ -162,9 +162,22 @@ def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> fl
     return net.overhead * load.exchanges + net.alpha * load.messages + elem * width * rows / net.beta
 
 
+# Elementwise passes per element of a partial output row a rank folds (sends, or receives and adds): the
+# partial rows' SpMM output, packing, the receive buffer and the index_add into the owned rows (2d and 1.5d;
+# 1d folds nothing). Fitted on the calibration grid of benchmarks/README.md, "Cost model" (there, 2d's
+# measured aggregation was 2-2.5x 1d's at the same nonzeros).
+FOLD_PASSES = 12.0
+
+
+def multiply_time(load: RankLoad, width: int, net: Network) -> float:
+    """Modelled seconds of one direction of an SpMM's local work on one rank: its nonzeros at ``gamma_sparse``
+    per nonzero and column, and the partial rows it folds (:data:`FOLD_PASSES` at ``gamma_elem`` per element)."""
+    return (net.gamma_sparse * load.nnz + FOLD_PASSES * net.gamma_elem * (load.fold_send + load.fold_recv)) * width
+
+
 def spmm_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one SpMM (forward + backward) of width ``width`` on one rank."""
-    return 2.0 * exchange_time(load, width, net, elem) + 2.0 * net.gamma_sparse * load.nnz * width
+    return 2.0 * exchange_time(load, width, net, elem) + 2.0 * multiply_time(load, width, net)
 
 
 def layout_time(loads: list[RankLoad], width: int, net: Network, elem: int = 4) -> float:
@@ -184,25 +197,29 @@ def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float
     return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
 
 
-# Elementwise passes of a layer, forward and backward, per element of its input rows and of its
-# output rows (dropout of the input: its mask and scaling, forward and backward; bias, activation,
-# GCN scaling and their backward on the output). Read off the layers' code, then calibrated
-# against measured epochs (benchmarks/README.md, "Cost model").
+# Elementwise passes of a layer, forward and backward, in units of the probe's multiply (``gamma_elem``), per
+# element of its input rows and of its output rows (dropout of the input: its hashed mask and scaling, forward
+# and backward; bias, activation, GCN scaling and their backward on the output). IN is read off the layers'
+# code; OUT (which a 2-layer step cannot tell from the next layer's IN) is fitted on the calibration grid of
+# benchmarks/README.md, "Cost model", as are the sparse-input constants.
 ELEMENTWISE_IN = 4.0
-ELEMENTWISE_OUT = 8.0
-# the model's input features when stored sparse (under half nonzero): dropout writes one dense
-# [rows, f_in] buffer and touches only the nonzeros (gnndist.graph.DistGraph.dropout)
-ELEMENTWISE_SPARSE_IN = 1.0
+ELEMENTWISE_OUT = 12.0
+# the model's input features when stored sparse (under half nonzero): dropout writes one dense [rows, f_in]
+# buffer (SPARSE_FILL per element) and hashes, masks and scatters only the nonzeros (SPARSE_NONZERO per
+# nonzero; gnndist.graph.DistGraph.dropout)
+SPARSE_FILL = 1.0
+SPARSE_NONZERO = 10.0
+# a matrix product reads each operand element once, where the probe's multiply (gamma_elem) reads two and
+# writes one: a product bound by memory costs this many gamma_elem per element of its operands
+PRODUCT_PASS = 1.0 / 3.0
 
 
 # The fixed cost of a step (ops dispatched, autograd, Python), in units of the probe's `step_overhead` (a
-# tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer. The split is measured (gnndist steps of 1, 2
-# and 4 GCN / SAGE layers on 300 nodes, one process, against the tiny step: 6.2-6.8 + 4.4-5.5 per layer);
-# the scale is fitted: a 2-layer step's fixed cost is 5.2 tiny steps, the median that the first calibration
-# grid implies (benchmarks/README.md, "Cost model"; the in-process ratio, 16.5, overshot ranks that probe
-# their tiny step while sharing 2 cores).
-STEP_FIXED = 2.0
-LAYER_FIXED = 1.6
+# tiny 2-layer MLP step): STEP_FIXED + LAYER_FIXED per layer, fitted on the calibration grid of
+# benchmarks/README.md, "Cost model" (a 2-layer step: 11.8 tiny steps; gnndist steps of 1, 2 and 4 GCN / SAGE
+# layers on 300 nodes, one process, measured 6.2-6.8 + 4.4-5.5 per layer).
+STEP_FIXED = 5.0
+LAYER_FIXED = 3.4
 
 
 @dataclass(frozen=True)
@@ -234,14 +251,15 @@ class Layer:
         return self.linears * self.f_in * self.f_out
 
 
-def model_layers(model: str, widths: tuple[int, ...], sparse_features: bool = False) -> list[Layer]:
+def model_layers(model: str, widths: tuple[int, ...], feature_density: float = 1.0) -> list[Layer]:
     """The layers of ``model`` (``gcn`` or ``sage``) mapping ``widths[l]`` to ``widths[l + 1]``.
 
     The SpMM widths and directions are those of the layers' code: GCN maps first except a first
     layer for which :func:`aggregate_first` holds (its SpMM of the features has no backward);
     SAGE aggregates the narrower of its input and output (``gnndist.nn.SAGEConv``). The first
-    layer's input, the features, needs no gradient (no ``dX``). ``sparse_features``: the
-    features are stored sparse (:data:`ELEMENTWISE_SPARSE_IN`).
+    layer's input, the features, needs no gradient (no ``dX``). ``feature_density``: the fraction
+    of the features that is nonzero; under a half, the features' dropout runs on their nonzeros
+    (:data:`SPARSE_FILL`, :data:`SPARSE_NONZERO`).
     """
     if len(widths) < 2:
         raise ValueError(f"widths needs an input and an output width, got {widths}")
@@ -255,7 +273,8 @@ def model_layers(model: str, widths: tuple[int, ...], sparse_features: bool = Fa
         else:
             agg_in = not f_out < f_in
         width = f_in if agg_in else f_out
-        passes = ELEMENTWISE_SPARSE_IN if first and sparse_features else ELEMENTWISE_IN
+        sparse = first and feature_density < 0.5  # gnndist.graph.DistGraph.dropout's rule
+        passes = SPARSE_FILL + SPARSE_NONZERO * feature_density if sparse else ELEMENTWISE_IN
         out.append(Layer(f_in, f_out, width, backward=not (first and agg_in), input_grad=not first,
                          linears=1 if model == "gcn" else 2, in_passes=passes))
     return out
@@ -264,11 +283,12 @@ def model_layers(model: str, widths: tuple[int, ...], sparse_features: bool = Fa
 def _products(load: RankLoad, layer: Layer, net: Network) -> float:
     """Modelled seconds of a layer's matrix products on one rank: ``X @ W``, ``dW`` and past the first layer
     ``dX`` per linear map, each the larger of its FLOPs (``gamma_dense``) and one pass over its operands
-    (``gamma_elem`` per element of ``[rows, f_in]`` and ``[rows, f_out]``: a wide skinny product is memory-bound)."""
+    (:data:`PRODUCT_PASS` ``* gamma_elem`` per element of ``[rows, f_in]`` and ``[rows, f_out]``: a wide
+    skinny product is memory-bound)."""
     products = (1.0 if layer.input_grad else 2.0 / 3.0) * layer.linears
     flops = dense_time(load.rows, layer.f_in, layer.f_out, net)
     if net.gamma_elem:
-        flops = max(flops, 3.0 * net.gamma_elem * load.rows * (layer.f_in + layer.f_out))
+        flops = max(flops, 3.0 * PRODUCT_PASS * net.gamma_elem * load.rows * (layer.f_in + layer.f_out))
     return products * flops
 
 
@@ -277,7 +297,7 @@ def layer_parts(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> tu
     dirs = 2.0 if layer.backward else 1.0
     dense = _products(load, layer, net)
     dense += net.gamma_elem * load.rows * (layer.in_passes * layer.f_in + layer.out_passes * layer.f_out)
-    return dense, dirs * net.gamma_sparse * load.nnz * layer.width, dirs * exchange_time(load, layer.width, net, elem)
+    return dense, dirs * multiply_time(load, layer.width, net), dirs * exchange_time(load, layer.width, net, elem)
 
 
 def layer_rank_time(load: RankLoad, layer: Layer, net: Network, elem: int = 4) -> float:

@@ -7,7 +7,10 @@ import torch
 from gnndist.cost import (
     ELEMENTWISE_IN,
     ELEMENTWISE_OUT,
+    FOLD_PASSES,
     LAYER_FIXED,
+    SPARSE_FILL,
+    SPARSE_NONZERO,
     STEP_FIXED,
     Network,
     RankLoad,
@@ -60,19 +63,38 @@ def test_sage_step_equals_the_hand_computation():
 
 def test_gcn_step_aggregates_first_and_per_layer_layouts():
     """GCN (3 -> 2 -> 1): the first layer aggregates its 3 features (one forward SpMM, no backward), sparse
-    features take one pass; the second layer may run on another layout (here: twice rank 0's nonzeros)."""
-    layers = model_layers("gcn", (3, 2, 1), sparse_features=True)
+    features (a tenth nonzero) cost a fill and their nonzeros; the second layer may run on another layout
+    (here: twice rank 0's nonzeros)."""
+    layers = model_layers("gcn", (3, 2, 1), feature_density=0.1)
     assert [(ly.width, ly.backward, ly.input_grad) for ly in layers] == [(3, False, False), (1, True, True)]
     other = [RankLoad(expand_send=2, expand_recv=1, messages=1, nnz=12, rows=3), LOADS[1]]
     # layer 0, rank 0: exchange 2 + 1 + 3 * 2 = 9 (forward only); aggregation 0.5 * 6 * 3 = 9;
-    # dense 2 * (2 * 3 * 3 * 2) * 0.25 = 18, elementwise 0.125 * 3 * (1 * 3 + OUT * 2)
-    r0 = 9 + 9 + 18 + 0.125 * 3 * (1 * 3 + ELEMENTWISE_OUT * 2)
+    # dense 2 * (2 * 3 * 3 * 2) * 0.25 = 18, elementwise 0.125 * 3 * ((FILL + NONZERO / 10) * 3 + OUT * 2)
+    r0 = 9 + 9 + 18 + 0.125 * 3 * ((SPARSE_FILL + SPARSE_NONZERO * 0.1) * 3 + ELEMENTWISE_OUT * 2)
     # layer 1, rank 0 on `other`: 2 * (2 + 1 + 2) + 2 * 0.5 * 12 + 3 * (2 * 3 * 2 * 1) * 0.25 = 10 + 12 + 9
     q0 = 10 + 12 + 9 + elementwise(3, 2, 1)
     allreduce = 2 + (3 * 2 + 2 * 1)
     t = step_time([LOADS, other], layers, NET)
     assert t.total == pytest.approx(r0 + q0 + allreduce + FIXED, rel=1e-12)
     assert t.aggregation == pytest.approx(9 + 12, rel=1e-12) and t.exchange == pytest.approx(9 + 10, rel=1e-12)
+
+
+def test_a_dense_input_and_a_grid_layouts_fold_cost_their_passes():
+    """Dense features (over half nonzero) take ELEMENTWISE_IN passes; a rank that folds partial rows (2d, 1.5d)
+    pays FOLD_PASSES elementwise passes per element it sends or receives, each direction; a product bound by
+    memory costs a third of the probe's multiply per operand element."""
+    assert model_layers("gcn", (3, 2, 1), feature_density=0.5)[0].in_passes == ELEMENTWISE_IN
+    layer = model_layers("gcn", (8, 2), feature_density=1.0)[0]  # maps first: width 2, forward and backward
+    assert (layer.width, layer.backward) == (2, True)
+    grid = RankLoad(expand_send=1, expand_recv=1, fold_send=2, fold_recv=1, messages=2, nnz=4, rows=2, exchanges=2)
+    flat = Network("flat", alpha=1.0, beta=4.0, gamma_sparse=0.5, gamma_dense=1e-9, overhead=2.0, gamma_elem=0.125)
+    t = step_time([grid], [layer], flat)
+    assert t.aggregation == pytest.approx(2 * (0.5 * 4 + FOLD_PASSES * 0.125 * 3) * 2, rel=1e-12)
+    # exchange: 2 x (2 calls x 2 + 2 peers x 1 + (1 + 2) rows of width 2 at 4 B/s)
+    assert t.exchange == pytest.approx(2 * (2 * 2 + 2 + 3 * 2), rel=1e-12)
+    # X @ W and dW over [2, 8] and [2, 2]: a third of 0.125 per element, 2 of the 3 products (no dX)
+    products = 2 / 3 * 3 * (1 / 3) * 0.125 * 2 * (8 + 2)
+    assert t.dense == pytest.approx(products + 0.125 * 2 * (ELEMENTWISE_IN * 8 + ELEMENTWISE_OUT * 2), rel=1e-12)
 
 
 def test_epoch_time_is_the_gcn_step():

@@ -120,8 +120,8 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
     widths = list(model_widths_of(data, hidden, layers))
     if data.y.dim() == 1 and widths[-1] == 2:
         widths[-1] = 1  # a binary task: one logit (gnndist.trainer.output_width)
-    sparse = bool((data.x != 0).sum().item() < data.x.numel() // 2)
-    stack = cost.model_layers(model, tuple(widths), sparse_features=sparse)
+    density = float((data.x != 0).sum().item()) / max(data.x.numel(), 1)
+    stack = cost.model_layers(model, tuple(widths), feature_density=density)
     used = used_layouts(p, summary)
     if len(used) != len(stack):
         return blank
@@ -351,7 +351,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
         widths = list(model_widths(meta["F"], meta["classes"], r["hidden"], r["layers"]))
         if not meta["multilabel"] and widths[-1] == 2:
             widths[-1] = 1  # a binary task: one logit
-        stack = cost.model_layers(r["model"], tuple(widths), sparse_features=bool(np.count_nonzero(x) < x.size // 2))
+        stack = cost.model_layers(r["model"], tuple(widths), feature_density=np.count_nonzero(x) / max(x.size, 1))
         loads = []
         for chosen in str(r["layers_chosen"]).split(","):
             c = chosen.split("/")[1] if "/" in chosen else "1"
