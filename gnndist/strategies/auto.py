@@ -1,9 +1,9 @@
 """``auto``: per layer, the layout the cost model predicts fastest for that layer's width.
 
-Where other candidates are within the model's error (:data:`gnndist.cost.MODEL_ERROR`) of the
-least modelled one, the model cannot tell them apart: each of those is timed over a few SpMMs
-forward and backward at the layer's width (the slowest rank's time) and the fastest kept
-(:func:`settle`). The decision is kept with the probe's constants (per machine, partition and
+Where other candidates are within :data:`TIMING_BAND` of the least modelled one (wider than the
+model's worst error on measured epochs, :data:`gnndist.cost.MODEL_ERROR_WORST`), the model cannot
+tell them apart: each of those is timed over a few SpMMs forward and backward at the layer's width
+(the slowest rank's time) and the fastest kept (:func:`settle`). The decision is kept with the probe's constants (per machine, partition and
 width), so the same partition on the same machine gets the same layouts run after run.
 """
 
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from gnndist.comm import ByteCounter
-from gnndist.cost import MODEL_ERROR, Network, RankLoad, layout_time, network
+from gnndist.cost import Network, RankLoad, layout_time, network
 from gnndist.partition.layouts import replications
 from gnndist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.strategies.base import BlockStrategy, Strategy
@@ -31,6 +31,9 @@ from gnndist.strategies.halo1d import Halo1D
 log = logging.getLogger("gnndist")
 
 TIMED_CALLS = 5  # timed SpMMs of each near candidate (the median decides)
+# candidates modelled within this of the best are timed: the model's order is trusted only beyond its worst
+# error on measured epochs (cost.MODEL_ERROR_WORST, 31 %; benchmarks/README.md, "Cost model")
+TIMING_BAND = 0.38
 
 
 def candidates(world: int, overlap: bool = True) -> list[BlockStrategy]:
@@ -76,7 +79,7 @@ class Auto(Strategy):
     name = "auto"
 
     def __init__(self, network: Network | None = None, overrides: dict | None = None, overlap: bool = True,
-                 cache: Path | None = None, reprobe: bool = False, error: float = MODEL_ERROR,
+                 cache: Path | None = None, reprobe: bool = False, error: float = TIMING_BAND,
                  clock: Callable[[], float] = time.perf_counter):
         self.overlap = overlap
         self.network = network
@@ -179,7 +182,7 @@ class Auto(Strategy):
                 timed = ""
                 if measured:  # said once, on the layer's line
                     how = "as timed in an earlier run" if kept is not None else f"the median of {TIMED_CALLS} SpMMs each"
-                    timed = (f"; {' and '.join(names[k] for k in measured)} within the model's error "
+                    timed = (f"; {' and '.join(names[k] for k in measured)} within the timing band "
                              f"({100 * self.error:.0f} %), {how}: "
                              + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()))
                 log.info("auto: %s (F=%d) -> %s  [%s; network %s%s]", tag, width, self.options[best].describe(),
