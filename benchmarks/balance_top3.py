@@ -16,9 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
-from gnndist.bench.common import Settings, loadavg, timing_columns, train
 from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
+
+from gnndist.bench.common import Settings, loadavg, timing_columns, train
 from gnndist.probe import cache_key, default_cache, read_cached
 
 
