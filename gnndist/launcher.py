@@ -302,11 +302,20 @@ def _leave_now() -> None:
     os._exit(0)
 
 
+def _resource_tracker_running() -> bool:
+    """Whether multiprocessing's helper process (the resource tracker) runs for this process."""
+    from multiprocessing import resource_tracker
+
+    return getattr(resource_tracker._resource_tracker, "_fd", None) is not None
+
+
 def _stop_resource_tracker() -> None:
     """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher.
 
-    Not while this process has other multiprocessing children (the caller's own workers): they
-    hold the helper's pipe, so it would not end, and waiting for it would hang.
+    Only the launcher's own (see :func:`_elastic`): a helper the caller had already started tracks the
+    caller's semaphores and shared memory, which stopping it would unlink. Not while this process has
+    other multiprocessing children (the caller's own workers): they hold the helper's pipe, so it would
+    not end, and waiting for it would hang.
     """
     import multiprocessing
     from multiprocessing import resource_tracker
@@ -360,6 +369,7 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
         **_supported(LaunchConfig, shutdown_timeout=5),  # not in every torch (2.11 lacks it)
     )
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    tracker_ours = not _resource_tracker_running()  # else the caller's: it tracks the caller's own objects
     logging.disable(logging.CRITICAL)  # the agent's own logs; we print one line of our own
     stopped, failed = None, None
     try:
@@ -375,7 +385,8 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
         shutil.rmtree(tmp, ignore_errors=True)
     # raised here, not in the handlers: the agent's exception (its frames hold the ranks' queues) is gone
     # before the resource tracker stops, so nothing it tracks is left to warn about at exit
-    _stop_resource_tracker()
+    if tracker_ours:
+        _stop_resource_tracker()
     if stopped is not None:
         raise RanksStopped(stopped, nproc)
     if failed is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -82,6 +84,14 @@ def test_launch_runs_a_function_on_every_rank(monkeypatch):
         own.join(10)
         del done  # its semaphore goes now, not at the helper's stop after the next launch
     assert gnndist.launch(_sum_ranks, 10, nproc=1) == (1, 10.0)  # one rank: in this process
+    from multiprocessing import resource_tracker
+
+    keep = ctx.Lock()  # the caller's semaphore, tracked by the caller's helper: a launch leaves both alone
+    helper = resource_tracker._resource_tracker._pid
     with pytest.raises(RanksFailed, match="rank 1 refuses") as e:
         gnndist.launch(_fail_on_rank1, nproc=2, timeout=20)
     assert e.value.code == 2
+    assert resource_tracker._resource_tracker._pid == helper and helper is not None
+    os.kill(helper, 0)  # still running: it would have unlinked `keep` on stopping
+    assert keep.acquire(timeout=1)
+    keep.release()
