@@ -16,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
 from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
 
@@ -34,10 +35,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     out, P = Path(args.out), args.parts
-    net = read_cached(Path(args.probe) if args.probe else default_cache(), cache_key(P, "cpu"))
+    key = cache_key(P, "cuda" if torch.cuda.is_available() else "cpu")  # the device the trainings take
+    net = read_cached(Path(args.probe) if args.probe else default_cache(), key)
     if net is None:
-        raise SystemExit(f"no probe constants for {cache_key(P, 'cpu')}: run `gnndist train ... --ranks {P} "
-                         "--strategy auto` first")
+        raise SystemExit(f"no probe constants for {key}: run `gnndist train ... --ranks {P} --strategy auto` first")
     s = Settings(out=out, epochs=args.epochs, warmup=2, model="gcn", hidden=16, layers=2)
     rows = []
     for g in args.graphs:
