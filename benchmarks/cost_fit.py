@@ -17,7 +17,7 @@ import argparse
 import glob
 import json
 import statistics
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,6 @@ from gnndist.cost import Network, RankLoad
 FITTED = {"PRODUCT_PASS": (0.05, 3), "ELEMENTWISE_IN": (0.05, 20), "SPARSE_FILL": (0.05, 5),
           "SPARSE_NONZERO": (0.01, 200), "ELEMENTWISE_OUT": (0.5, 40), "STEP_FIXED": (0.1, 60),
           "LAYER_FIXED": (0.1, 20), "FOLD_PASSES": (0.01, 60)}
-CONSTANTS = [f.name for f in fields(Network) if f.name != "name"]
 
 
 def _snapshots(pattern: str | None) -> list[tuple[str, int, Network]]:
@@ -43,14 +42,14 @@ def _snapshots(pattern: str | None) -> list[tuple[str, int, Network]]:
             if "|layouts" in key or (v["date"], key) in seen:
                 continue
             seen.add((v["date"], key))
-            out.append((v["date"], int(key.rsplit("P=", 1)[1]), Network("probe", **{k: float(v[k]) for k in CONSTANTS})))
+            out.append((v["date"], int(key.rsplit("P=", 1)[1]), Network.from_values("probe", v)))
     return out
 
 
 def _case(r: dict, work: Path, probes) -> dict | None:
     """What modelling row ``r`` needs: constants, layers (widths, density), per-layer loads; None without constants."""
     if str(r.get("net_alpha", "")) != "":
-        net = Network("probe", **{k: float(r[f"net_{k}"]) for k in CONSTANTS})
+        net = Network.from_values("probe", r, prefix="net_")
     else:
         older = [p for p in probes if p[1] == int(r["P"]) and p[0] <= str(r["time"])]
         if not older:

@@ -71,6 +71,17 @@ class Network:
         """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def constants(cls) -> list[str]:
+        """The names of the machine constants (every field but ``name``)."""
+        return [f.name for f in fields(cls) if f.name != "name"]
+
+    @classmethod
+    def from_values(cls, name: str, values, prefix: str = "") -> Network:
+        """The network ``name`` with each constant ``c`` read as ``float(values[prefix + c])`` (a probe file's
+        entry; a bench row's ``net_*`` columns)."""
+        return cls(name, **{c: float(values[prefix + c]) for c in cls.constants()})
+
 
 # The model's relative error on measured epochs (|modelled / measured - 1|, the median over the validation
 # grid of benchmarks/README.md, "Cost model": 66 runs on a quiet 2-core CPU, probed constants): `gnndist

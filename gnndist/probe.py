@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ def read_cached(path: Path, key: str) -> Network | None:
     """The constants stored under ``key`` in ``path``, or ``None`` (no file, no entry, or an unreadable one)."""
     try:
         entry = json.loads(Path(path).read_text())[key]
-        return Network("probe", **{f.name: float(entry[f.name]) for f in fields(Network) if f.name != "name"})
+        return Network.from_values("probe", entry)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

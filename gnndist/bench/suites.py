@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +112,7 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
     from gnndist import cost
     from gnndist.partition import model_widths_of
 
-    constants = [f.name for f in fields(cost.Network) if f.name != "name"]
+    constants = cost.Network.constants()
     blank = {**{k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}, "model_network": "",
              **{f"net_{k}": "" for k in constants}}
     if net is None or model not in ("gcn", "sage"):
@@ -357,8 +357,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
             c = chosen.split("/")[1] if "/" in chosen else "1"
             loads.append([RankLoad.from_array(a) for a in meta["layouts"][c]])
         if str(r.get("net_alpha", "")) != "":  # the row's own constants
-            net = cost.Network(r.get("model_network") or "probe",
-                               **{f.name: float(r[f"net_{f.name}"]) for f in fields(cost.Network) if f.name != "name"})
+            net = cost.Network.from_values(r.get("model_network") or "probe", r, prefix="net_")
         else:
             net = read_cached(probe_file, next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}")))
         t = cost.step_time(loads, stack, net)

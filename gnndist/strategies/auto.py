@@ -3,8 +3,9 @@
 Where other candidates are within :data:`TIMING_BAND` of the least modelled one (wider than the
 model's worst error on measured epochs, :data:`gnndist.cost.MODEL_ERROR_WORST`), the model cannot
 tell them apart: each of those is timed over a few SpMMs forward and backward at the layer's width
-(the slowest rank's time) and the fastest kept (:func:`settle`). The decision is kept with the probe's constants (per machine, partition and
-width), so the same partition on the same machine gets the same layouts run after run.
+(the slowest rank's time) and the fastest kept (:func:`settle`). The decision is kept with the
+probe's constants (per machine, partition and width), so the same partition on the same machine
+gets the same layouts run after run.
 """
 
 from __future__ import annotations
