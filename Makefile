@@ -28,8 +28,10 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/gnndist run cora --ranks 4
 
+# the pytest console script (not `python -m pytest`, which puts the checkout's root on sys.path) with
+# --import-mode=importlib (setup.cfg): the tests and every rank they start import gnndist as installed
 test: setup
-	$(VPY) -m pytest -q -x tests
+	$(VENV)/bin/pytest -q -x tests
 
 # optional: Debian/Ubuntu's 32-bit-index METIS, half the partitioning memory of pymetis's build
 system-metis:

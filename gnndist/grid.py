@@ -326,14 +326,25 @@ class CollectiveCheck:
             pass
 
 
+def _package_dirs() -> tuple[str, ...]:
+    """The folders of gnndist and its subpackages, wherever they are installed (a wheel nests them in
+    ``gnndist/``; the checkout keeps ``partition/``, ``kernels/`` and ``datasets/`` beside it)."""
+    import importlib.util
+
+    names = ("gnndist", "gnndist.partition", "gnndist.kernels", "gnndist.datasets")
+    dirs = {os.path.dirname(os.path.abspath(importlib.util.find_spec(n).origin)) for n in names}
+    return tuple(sorted(dirs, key=len, reverse=True))  # the innermost folder first
+
+
 def _caller(depth: int = 3) -> str:
     """The innermost ``depth`` functions of the package outside this module that led to a collective."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (package dirs side by side)
+    roots = _package_dirs()
     out, frame = [], sys._getframe(1)
     while frame is not None and len(out) < depth:
         code = frame.f_code
-        if code.co_filename != __file__ and code.co_filename.startswith(root):
-            rel = os.path.relpath(code.co_filename, root)
+        root = next((r for r in roots if code.co_filename.startswith(r + os.sep)), None)
+        if code.co_filename != __file__ and root is not None:
+            rel = os.path.relpath(code.co_filename, os.path.dirname(root))
             out.append(f"{rel}:{frame.f_lineno} {getattr(code, 'co_qualname', code.co_name)}")
         frame = frame.f_back
     return " < ".join(out) or "?"

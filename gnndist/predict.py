@@ -142,7 +142,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.launcher import together
     from gnndist.timing import peak_memory_bytes
     from gnndist.trainer import metric_of, split_metrics
-    from partition.progress import Stages
+    from gnndist.partition.progress import Stages
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")

@@ -5,10 +5,24 @@ kernel is defined: set it here, before any test module can import a kernel.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
-from gnndist.testing import HAS_CUDA, HAS_TRITON, QUICK_PARTITION
+# The suite runs as users run: the checkout's root is not on sys.path, here or in any process the tests start,
+# so the top-level folders partition/, kernels/, datasets/ import only as gnndist.partition, ... (as installed).
+# ``make test`` runs the pytest console script with --import-mode=importlib (setup.cfg), which adds no test
+# folder to the path; PYTHONSAFEPATH keeps ``python -m``/``-c`` in the processes the tests start from adding
+# their working directory (the checkout, when the suite runs from it).
+CHECKOUT = Path(__file__).resolve().parents[1]
+_on_path = [p for p in sys.path if Path(p or ".").resolve() == CHECKOUT]
+if _on_path:
+    pytest.exit(f"the checkout {CHECKOUT} is on sys.path ({_on_path}): run the suite as `make test` does "
+                f"(.venv/bin/pytest tests, or python -P -m pytest tests), not `python -m pytest`", returncode=2)
+os.environ["PYTHONSAFEPATH"] = "1"
+
+from gnndist.testing import HAS_CUDA, HAS_TRITON, QUICK_PARTITION  # noqa: E402
 
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"

@@ -283,7 +283,7 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
     from gnndist.datasets import synthetic
     from gnndist.partition import partition
 
-    import partition.progress as stages
+    import gnndist.partition.progress as stages
 
     for name, (n, seed) in {"a": (60, 1), "b": (90, 2)}.items():
         partition(synthetic(n, avg_degree=4, num_classes=3, num_features=5, seed=seed), 1,
