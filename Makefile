@@ -28,8 +28,9 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/gnndist run cora --ranks 4
 
-# the pytest console script (not `python -m pytest`, which puts the checkout's root on sys.path) with
-# --import-mode=importlib (setup.cfg): the tests and every rank they start import gnndist as installed
+# the pytest console script, not `python -m pytest` (which puts the checkout's root on sys.path, where the
+# folders partition/, kernels/, datasets/ import by bare names): the tests and every rank they start import
+# gnndist as installed (tests/conftest.py refuses a run with the root on the path)
 test: setup
 	$(VENV)/bin/pytest -q -x tests
 

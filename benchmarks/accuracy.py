@@ -4,7 +4,7 @@ For Amazon Photo and Coauthor CS (Shchur et al. 2018: 20 train / 30 val nodes pe
 the rest test; the split seed is ``gnndist.datasets.load(..., seed=s)``) and Cora (the
 public Planetoid split), for every seed ``s`` and recipe:
 
-    gnndist   ``gnndist train PARTDIR --nproc P`` on a METIS partition of the graph loaded
+    gnndist   ``gnndist train PARTDIR --ranks P`` on a METIS partition of the graph loaded
               with split seed ``s``, training seed ``s`` (weights and dropout masks)
     pyg       ``torch_geometric.nn.GCNConv(cached=True)`` in this process on ``adj_t`` (a
               ``torch.sparse_csr`` matrix, the same GCN as on ``edge_index``), same split,
@@ -92,13 +92,13 @@ def run_pyg(data, hp: dict, seed: int, epochs: int, layers: int = 2) -> dict:
 
 # ---------------------------------------------------------------------- gnndist on P ranks
 def run_gnndist(data, ds: str, hp: dict, seed: int, epochs: int, nproc: int, tmp: Path) -> dict:
-    """Partition ``data`` into ``nproc`` parts and train with ``gnndist train --nproc``."""
+    """Partition ``data`` into ``nproc`` parts and train with ``gnndist train --ranks``."""
     from gnndist.partition import partition
 
     partdir = tmp / f"{ds}-split{seed}-p{nproc}"
     if not (partdir / "META.json").is_file():
         partition(data, nproc).save(partdir, dataset=DATASETS[ds])
-    cmd = [sys.executable, "-m", "gnndist.cli", "train", str(partdir), "--nproc", str(nproc), "--json",
+    cmd = [sys.executable, "-m", "gnndist.cli", "train", str(partdir), "--ranks", str(nproc), "--json",
            "--no-progress", "--seed", str(seed), "--epochs", str(epochs), "--hidden", str(hp["hidden"]),
            "--dropout", str(hp["dropout"]), "--lr", str(hp["lr"]), "--weight-decay", str(hp["weight_decay"]),
            "--normalize-features" if hp["normalize_features"] else "--no-normalize-features"]
@@ -111,8 +111,8 @@ def run_gnndist(data, ds: str, hp: dict, seed: int, epochs: int, nproc: int, tmp
 
 
 def run_cli_cora(seed: int, epochs: int, nproc: int, tmp: Path) -> dict:
-    """``gnndist run cora --nproc P`` with its defaults (the README's main job)."""
-    cmd = [sys.executable, "-m", "gnndist.cli", "run", "cora", "--nproc", str(nproc), "--json", "--no-progress",
+    """``gnndist run cora --ranks P`` with its defaults (the README's main job)."""
+    cmd = [sys.executable, "-m", "gnndist.cli", "run", "cora", "--ranks", str(nproc), "--json", "--no-progress",
            "--seed", str(seed), "--epochs", str(epochs)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "GNNDIST_DATA": str(tmp)})
     if proc.returncode != 0:
@@ -135,7 +135,7 @@ def main() -> None:
     ap.add_argument("--runs", help="comma list of DATASET:RECIPE pairs instead of datasets x recipes")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=200)
-    ap.add_argument("--nproc", type=int, default=4, help="gnndist ranks")
+    ap.add_argument("--ranks", type=int, default=4, help="gnndist ranks")
     ap.add_argument("--root", default="/work/shared/data", help="folder holding amazon_photo/ and coauthor_cs/")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the PyG run")
     ap.add_argument("--skip-pyg", action="store_true")
@@ -160,12 +160,12 @@ def main() -> None:
                 line = f"{ds:5s} {recipe:7s} seed {seed}:"
                 if not args.skip_gnndist:
                     if ds == "cora" and recipe == "default":
-                        g = run_cli_cora(seed, args.epochs, args.nproc, tmp)
+                        g = run_cli_cora(seed, args.epochs, args.ranks, tmp)
                     else:
-                        g = run_gnndist(data, ds, hp, seed, args.epochs, args.nproc, tmp)
+                        g = run_gnndist(data, ds, hp, seed, args.epochs, args.ranks, tmp)
                     acc["gnndist"].append(g["test_acc"])
                     runs.append({"dataset": ds, "recipe": recipe, "seed": seed, "impl": "gnndist", **hp, **g})
-                    line += f" gnndist P={args.nproc} test {g['test_acc']:.4f}"
+                    line += f" gnndist P={args.ranks} test {g['test_acc']:.4f}"
                 if not args.skip_pyg:
                     p = run_pyg(data, hp, seed, args.epochs)
                     acc["pyg"].append(p["test_acc"])
@@ -173,7 +173,7 @@ def main() -> None:
                     line += f"  pyg test {p['test_acc']:.4f} ({p['seconds']:.0f} s)"
                 print(line + f"  load {os.getloadavg()[0]:.2f}", flush=True)
             rows.append((ds, recipe, hp, acc))
-    print(f"\ntest accuracy, mean ± std over {args.seeds} seeds (%), {args.epochs} epochs, gnndist on {args.nproc} ranks")
+    print(f"\ntest accuracy, mean ± std over {args.seeds} seeds (%), {args.epochs} epochs, gnndist on {args.ranks} ranks")
     print(f"{'dataset':8s} {'recipe':8s} {'hidden':>6s} {'drop':>5s} {'lr':>6s} {'wd':>7s} {'norm':>5s} "
           f"{'gnndist':>12s} {'pyg':>12s} {'published':>9s} {'gap':>6s}")
     for ds, recipe, hp, acc in rows:

@@ -15,8 +15,8 @@ Rows whose files are not under ``--root`` are listed as missing (CiteSeer and To
 held out of ``../shared/data``; PubMed there lacks ``allx``; roman-empire, amazon-ratings
 and questions are not there).
 
-    python benchmarks/protocols.py --nproc 2                       # every row, each with its full recipe
-    python benchmarks/protocols.py --rows minesweeper-gcn,cora-gcn --nproc 2 --flags "--epochs 100"
+    python benchmarks/protocols.py --ranks 2                       # every row, each with its full recipe
+    python benchmarks/protocols.py --rows minesweeper-gcn,cora-gcn --ranks 2 --flags "--epochs 100"
     python benchmarks/protocols.py --quick                         # minesweeper + cora, 3 runs, 50 epochs
 """
 
@@ -63,7 +63,7 @@ def command(row: str, root: str, nproc: int, flags: list[str], runs: int | None)
     if runs is not None and "--runs" in protocol:
         protocol[protocol.index("--runs") + 1] = str(runs)
     root_flag = [] if dataset == "cora" else ["--root", root]  # Cora is bundled
-    return ["gnndist", "run", dataset, *root_flag, "--nproc", str(nproc), *protocol, *recipe, *flags]
+    return ["gnndist", "run", dataset, *root_flag, "--ranks", str(nproc), *protocol, *recipe, *flags]
 
 
 def rank_main(grid, partdir: str, cfg) -> dict:
@@ -106,7 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default=",".join(ROWS), help="comma list of rows (default: every row)")
     ap.add_argument("--root", default=os.environ.get("GNNDIST_SHARED_DATA", "/work/shared/data"))
-    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--flags", default="", help='gnndist run flags added to every row (e.g. "--epochs 100 '
                     '--hidden 64"): over the recipe, as on the command line')
     ap.add_argument("--runs", type=int, default=None, help="override --runs of the seed/random-split protocols")
@@ -120,7 +120,7 @@ def main() -> None:
     table = []
     for row in args.rows.split(","):
         dataset, need, *_, published, pub_std, source = ROWS[row]
-        cmd = command(row, args.root, args.nproc, flags, args.runs)
+        cmd = command(row, args.root, args.ranks, flags, args.runs)
         shown = " ".join(cmd)
         if need and not Path(args.root, need).is_file():
             print(f"{row}: skipped, no {Path(args.root, need)}", flush=True)

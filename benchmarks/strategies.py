@@ -1,15 +1,15 @@
 """Epoch time and bytes of every aggregation strategy at one P, measured with ``gnndist run``, against 1d.
 
 Each strategy trains the same model on the same cached partition (``gnndist run DATASET
---nproc P --strategy S``); the table gives the mean epoch time after the first epoch
+--ranks P --strategy S``); the table gives the mean epoch time after the first epoch
 (``epoch_time_s`` of the ``--json`` summary), the SpMM bytes per epoch summed over ranks
 and per layer (measured by the byte counter, with the cost model's prediction beside them),
 the ratio to ``1d``, and what ``auto`` chose per layer. The 1-minute load average is
 printed with every row: on a shared machine, compare rows taken at similar load.
 
-    python benchmarks/strategies.py ../shared/data/fb100_cornell5/Cornell5.mat --nproc 4
-    python benchmarks/strategies.py cora --nproc 4 --quick
-    python benchmarks/strategies.py coauthor-cs --nproc 4 --network ib    # other flags go to gnndist run
+    python benchmarks/strategies.py ../shared/data/fb100_cornell5/Cornell5.mat --ranks 4
+    python benchmarks/strategies.py cora --ranks 4 --quick
+    python benchmarks/strategies.py coauthor-cs --ranks 4 --network ib    # other flags go to gnndist run
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def strategies(nproc: int) -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset")
-    ap.add_argument("--nproc", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
@@ -43,8 +43,8 @@ def main() -> None:
     epochs = 10 if args.quick else args.epochs
     gnndist = [sys.executable, "-m", "gnndist.cli"]
     rows = []
-    for flags in strategies(args.nproc):
-        cmd = gnndist + ["run", args.dataset, "--nproc", str(args.nproc), "--epochs", str(epochs), "--model",
+    for flags in strategies(args.ranks):
+        cmd = gnndist + ["run", args.dataset, "--ranks", str(args.ranks), "--epochs", str(epochs), "--model",
                          args.model, "--hidden", str(args.hidden), "--json", "--no-progress", *flags,
                          *extra]
         load = os.getloadavg()[0]
@@ -60,7 +60,7 @@ def main() -> None:
                          for _, v in sorted(s["strategies"].items()))
         rows.append((" ".join(flags[1:]), s["epoch_time_s"], spmm_bytes, predicted, picks, s["final_loss"], load))
     base = rows[0][1] if rows else 1.0
-    print(f"{args.dataset}: {args.model}, hidden {args.hidden}, P = {args.nproc}, {epochs} epochs (gloo CPU ranks)")
+    print(f"{args.dataset}: {args.model}, hidden {args.hidden}, P = {args.ranks}, {epochs} epochs (gloo CPU ranks)")
     print(f"{'strategy':<18} {'ms/epoch':>9} {'vs 1d':>6} {'SpMM bytes/epoch':>17} {'predicted':>12} "
           f"{'final loss':>11} {'load':>5}  layers")
     for name, t, b, p, picks, loss, load in rows:

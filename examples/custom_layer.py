@@ -1,6 +1,6 @@
 """Write a new GNN layer, train it on Cora on several ranks, and compare with one process.
 
-    .venv/bin/python examples/custom_layer.py --nproc 2 [--epochs 100]
+    .venv/bin/python examples/custom_layer.py --ranks 2 [--epochs 100]
 
 The layer below knows nothing about distribution: ``message`` says what travels along an
 edge, ``propagate`` exchanges the halo, aggregates and carries gradients home.
@@ -74,15 +74,15 @@ def run(nproc: int, epochs: int) -> tuple[dict, torch.Tensor]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=100)
     args = ap.parse_args()
-    dist, logits_p = run(args.nproc, args.epochs)
+    dist, logits_p = run(args.ranks, args.epochs)
     one, logits_1 = run(1, args.epochs)
     loss_diff = max(abs(a - b) for a, b in zip(dist["losses"], one["losses"], strict=True))
     logit_diff = (logits_p - logits_1).abs().max().item() / logits_1.abs().max().item()
     print(f"GatedConv on Cora, {args.epochs} epochs")
-    print(f"  {args.nproc} ranks: test acc {dist['test_acc']:.4f}  final loss {dist['losses'][-1]:.6f}")
+    print(f"  {args.ranks} ranks: test acc {dist['test_acc']:.4f}  final loss {dist['losses'][-1]:.6f}")
     print(f"  1 rank : test acc {one['test_acc']:.4f}  final loss {one['losses'][-1]:.6f}")
     print(f"  max |loss difference| over epochs: {loss_diff:.2e}; relative logit difference: {logit_diff:.2e}")
 

@@ -1,6 +1,6 @@
 """Train your own model (not a registered one) on 2 ranks with the Python API, and compare with one process.
 
-    .venv/bin/python examples/custom_model.py [--nproc 2] [--epochs 50]
+    .venv/bin/python examples/custom_model.py [--ranks 2] [--epochs 50]
 
 The model is plain PyTorch around gnndist layers: ``forward(graph, x)`` gets the rank's
 :class:`~gnndist.DistGraph`; ``gnndist.launch`` starts the ranks (``torchrun`` works unchanged).
@@ -55,13 +55,13 @@ def run(nproc: int, epochs: int) -> tuple[list[float], float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=50)
     args = ap.parse_args()
-    losses_p, test_p = run(args.nproc, args.epochs)
+    losses_p, test_p = run(args.ranks, args.epochs)
     losses_1, test_1 = run(1, args.epochs)
     diff = max(abs(a - b) / abs(b) for a, b in zip(losses_p, losses_1, strict=True))
-    print(f"JumpNet on Cora, {args.epochs} epochs: {args.nproc} ranks test acc {test_p:.4f}, 1 rank {test_1:.4f}; "
+    print(f"JumpNet on Cora, {args.epochs} epochs: {args.ranks} ranks test acc {test_p:.4f}, 1 rank {test_1:.4f}; "
           f"max relative per-epoch loss difference {diff:.2e}")
 
 

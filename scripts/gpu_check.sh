@@ -3,7 +3,7 @@
 # (run in the order 1 5 4 3 2):
 #   1. the kernel tests compiled by Triton (incl. the cuda-only large cases)
 #   2. the rest of the test suite with the GPU visible
-#   3. gnndist run cora --nproc 1 and --nproc 2 on this machine (ranks share a GPU when
+#   3. gnndist run cora --ranks 1 and --ranks 2 on this machine (ranks share a GPU when
 #      there is one): the two final losses must be equal
 #   4. the training step against PyG on the GPU (2M nodes / 40M edges, F = hidden = 128)
 #   5. the SpMM kernel against cuSPARSE (benchmarks/spmm_tiles.py)
@@ -66,17 +66,17 @@ for s in $STEPS; do case $s in
 2)  step "2. the rest of the suite with the GPU visible ($XDIST)"
     timeout 300 "$PY" -m pytest -q -p no:cacheprovider $XDIST --ignore-glob='tests/test_kernels_*' tests 2>&1 \
         | tail -25 | tee "$LOG/suite.txt"; [ "${PIPESTATUS[0]}" = 0 ] || fail "test suite" ;;
-3)  step "3. gnndist run cora: --nproc 1 and --nproc 2 on $("$PY" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
+3)  step "3. gnndist run cora: --ranks 1 and --ranks 2 on $("$PY" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
     for n in 1 2; do
-        GNNDIST_DATA=/tmp/gnndist-cora timeout 150 "$PY" -m gnndist.cli run cora --nproc "$n" --epochs 50 --json \
-            >"$LOG/cora_p$n.out" 2>"$LOG/cora_p$n.err" || fail "cora --nproc $n"
+        GNNDIST_DATA=/tmp/gnndist-cora timeout 150 "$PY" -m gnndist.cli run cora --ranks "$n" --epochs 50 --json \
+            >"$LOG/cora_p$n.out" 2>"$LOG/cora_p$n.err" || fail "cora --ranks $n"
         tail -4 "$LOG/cora_p$n.err"; tail -1 "$LOG/cora_p$n.out" >"$LOG/cora_p$n.json"
     done
-    "$PY" - "$LOG" <<'PY' || fail "cora --nproc 2 differs from --nproc 1"
+    "$PY" - "$LOG" <<'PY' || fail "cora --ranks 2 differs from --ranks 1"
 import json, sys
 a, b = (json.load(open(f"{sys.argv[1]}/cora_p{n}.json")) for n in (1, 2))
 la, lb = a["final_loss"], b["final_loss"]
-print(f"final loss: --nproc 1 {la!r}, --nproc 2 {lb!r}; test acc {a['test_acc']:.4f} / {b['test_acc']:.4f}; "
+print(f"final loss: --ranks 1 {la!r}, --ranks 2 {lb!r}; test acc {a['test_acc']:.4f} / {b['test_acc']:.4f}; "
       f"{a['epoch_time_s'] * 1e3:.1f} / {b['epoch_time_s'] * 1e3:.1f} ms per epoch")
 assert abs(la - lb) <= 1e-5 * max(1.0, abs(la)), "losses differ"
 PY

@@ -12,9 +12,9 @@ import pytest
 
 # The suite runs as users run: the checkout's root is not on sys.path, here or in any process the tests start,
 # so the top-level folders partition/, kernels/, datasets/ import only as gnndist.partition, ... (as installed).
-# ``make test`` runs the pytest console script with --import-mode=importlib (setup.cfg), which adds no test
-# folder to the path; PYTHONSAFEPATH keeps ``python -m``/``-c`` in the processes the tests start from adding
-# their working directory (the checkout, when the suite runs from it).
+# ``make test`` runs the pytest console script (its path starts at .venv/bin; pytest adds tests/ itself, so that
+# spawned ranks can import the test modules' functions); PYTHONSAFEPATH keeps ``python -m``/``-c`` in the processes
+# the tests start from adding their working directory (the checkout, when the suite runs from it).
 CHECKOUT = Path(__file__).resolve().parents[1]
 _on_path = [p for p in sys.path if Path(p or ".").resolve() == CHECKOUT]
 if _on_path:
@@ -64,7 +64,7 @@ def part1(tmp_path_factory):
 
 @pytest.fixture
 def pooled_ranks():
-    """``--nproc N`` ranks started on the suite's pooled processes (:func:`gnndist.testing.pooled_launches`).
+    """``--ranks N`` ranks started on the suite's pooled processes (:func:`gnndist.testing.pooled_launches`).
 
     For tests of what the ranks compute; the launcher's own behaviour (the elastic agent,
     restarts, signals, a rank that dies) is tested on real launches (test_reliability,

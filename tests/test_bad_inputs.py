@@ -111,7 +111,7 @@ CASES = {
         "missing partition file"),
     "truncated-part-file": lambda t, p1, p2, mp: (
         (_copy(p2, t) / "part-0" / "col.npy").write_bytes(b"\x93NUMPY") and None
-        or ["train", str(t / "copy"), "--nproc", "2"] + TRAIN1, "checksum mismatch"),
+        or ["train", str(t / "copy"), "--ranks", "2"] + TRAIN1, "checksum mismatch"),
     "bit-flipped-part-file": lambda t, p1, p2, mp: (
         _flip_byte(_copy(p1, t) / "part-0" / "x.npy") or ["train", str(t / "copy")] + TRAIN1, "checksum mismatch"),
     "info-emptied-part-file": lambda t, p1, p2, mp: (
@@ -125,7 +125,7 @@ CASES = {
     "meta-not-json": lambda t, p1, p2, mp: (
         (_copy(p1, t) / "META.json").write_text("{half") and None or ["train", str(t / "copy")] + TRAIN1,
         "META.json is corrupt"),
-    "world-size-not-parts": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "3"] + TRAIN1,
+    "world-size-not-parts": lambda t, p1, p2, mp: (["train", str(p2), "--ranks", "3"] + TRAIN1,
                                                    "has 2 parts but --ranks is 3"),
     # data
     "parts-above-nodes": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "31"],
@@ -162,9 +162,9 @@ CASES = {
         ["train", str(p1), "--checkpoint", str(_corrupt_all(_checkpoint(p1, t))), "--resume", "--epochs", "4",
          "--no-progress"], "no readable checkpoint"),
     # flags
-    "strategy-2d-non-square": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "2", "--strategy", "2d"] + TRAIN1,
+    "strategy-2d-non-square": lambda t, p1, p2, mp: (["train", str(p2), "--ranks", "2", "--strategy", "2d"] + TRAIN1,
                                                      "--strategy 2d needs a square number of ranks >= 4, got 2"),
-    "backend-nccl-without-gpu": lambda t, p1, p2, mp: (["train", str(p2), "--nproc", "2", "--backend", "nccl"]
+    "backend-nccl-without-gpu": lambda t, p1, p2, mp: (["train", str(p2), "--ranks", "2", "--backend", "nccl"]
                                                        + TRAIN1, "--backend nccl needs one GPU per rank"),
     "run-with-parts": lambda t, p1, p2, mp: (["run", "cora", "--parts", "4"], "the parts are --ranks N"),
     "invalid-choice": lambda t, p1, p2, mp: (["train", str(p1), "--strategy", "3d"], "invalid choice: '3d'"),
@@ -187,7 +187,7 @@ CASES = {
     "split-and-splits-all": lambda t, p1, p2, mp: (["train", str(p1), "--split", "1", "--splits", "all"] + TRAIN1,
                                                    "--split 1 picks one split"),
     "splits-random-without-random-splits": lambda t, p1, p2, mp: (
-        ["train", str(p2), "--nproc", "2", "--splits", "random", "--runs", "2"] + TRAIN1, "holds no random splits"),
+        ["train", str(p2), "--ranks", "2", "--splits", "random", "--runs", "2"] + TRAIN1, "holds no random splits"),
 }
 
 

@@ -32,8 +32,8 @@ def _run(args, env=None, timeout=240):
 
 def test_run_cora_json_and_log(tmp_path):
     log = tmp_path / "log.jsonl"
-    r = _run(GNNDIST + ["run", "cora", "--nproc", "2", "--epochs", "5", "--json", "--no-progress",
-                        "--log", str(log)], env={"GNNDIST_DATA": str(tmp_path)})
+    r = _run(GNNDIST + ["run", "cora", "--ranks", "2", "--epochs", "5", "--json", "--no-progress",
+                        "--log-file", str(log)], env={"GNNDIST_DATA": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     for key in SUMMARY_KEYS:
@@ -57,7 +57,7 @@ def test_torchrun_standalone_equals_nproc(part2, capsys):
     flags = ["--epochs", "4", "--json", "--no-progress"]
     a = _run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "gnndist.cli", "train", str(part2)] + flags)
     assert a.returncode == 0, a.stderr
-    assert main(["train", str(part2), "--nproc", "2"] + flags) == 0  # the elastic launcher, from this process
+    assert main(["train", str(part2), "--ranks", "2"] + flags) == 0  # the elastic launcher, from this process
     sa = json.loads(a.stdout.strip().splitlines()[-1])
     sb = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sa["nproc"] == sb["nproc"] == 2
@@ -65,7 +65,7 @@ def test_torchrun_standalone_equals_nproc(part2, capsys):
 
 
 def test_wrong_world_size_is_one_line(part2, capsys):
-    assert main(["train", str(part2), "--nproc", "3", "--epochs", "1"]) == 2
+    assert main(["train", str(part2), "--ranks", "3", "--epochs", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has 2 parts but --ranks is 3" in err[0]
 
@@ -100,7 +100,7 @@ def test_missing_and_corrupt_part(part2, tmp_path, capsys, pooled_ranks):
     broken = tmp_path / "broken"
     shutil.copytree(part2, broken)
     (broken / "part-1" / "x.npy").unlink()
-    assert main(["train", str(broken), "--nproc", "2", "--epochs", "1", "--no-progress"]) == 2
+    assert main(["train", str(broken), "--ranks", "2", "--epochs", "1", "--no-progress"]) == 2
     assert main(["train", str(tmp_path / "nothing"), "--epochs", "1"]) == 2
     assert "not a gnndist partition directory" in capsys.readouterr().err
 
@@ -160,7 +160,7 @@ def test_run_on_ogb_layout(tmp_path, monkeypatch, capsys, pooled_ranks):
     data = synthetic(300, avg_degree=5, num_classes=4, num_features=6, seed=5)
     write_ogb(data, str(tmp_path), "ogbn-arxiv")
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))
-    assert main(["run", "ogbn-arxiv", "--root", str(tmp_path), "--nproc", "2", "--epochs", "3",
+    assert main(["run", "ogbn-arxiv", "--root", str(tmp_path), "--ranks", "2", "--epochs", "3",
                  "--json", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["metric"] == "acc" and summary["dataset"] == "ogbn-arxiv"
@@ -268,12 +268,12 @@ def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path, monkeypatc
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))
     losses = {}
     for p in (1, 2):
-        assert main(["run", folder, "--nproc", str(p), "--model", "gine", "--epochs", "3", "--hidden", "8",
+        assert main(["run", folder, "--ranks", str(p), "--model", "gine", "--epochs", "3", "--hidden", "8",
                      "--json", "--no-progress"]) == 0
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert summary["metric"] == "rocauc"
         losses[p] = summary["final_loss"]
     assert losses[2] == pytest.approx(losses[1], rel=1e-5)
-    assert main(["run", "cora", "--nproc", "1", "--model", "gine", "--epochs", "1", "--no-progress"]) == 2
+    assert main(["run", "cora", "--ranks", "1", "--model", "gine", "--epochs", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "reads edge features" in err and "Traceback" not in err

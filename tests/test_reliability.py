@@ -62,8 +62,8 @@ def _losses(log: Path) -> dict[int, float]:
 ], ids=["sigterm", "sigint", "ctrl-c-group"])
 def test_signal_stops_every_rank(part2, tmp_path, sig, to_group, code, line):
     log = tmp_path / "log.jsonl"
-    p = subprocess.Popen(GNNDIST + ["train", str(part2), "--nproc", "2", "--epochs", "100000", "--no-progress",
-                                    "--log", str(log)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen(GNNDIST + ["train", str(part2), "--ranks", "2", "--epochs", "100000", "--no-progress",
+                                    "--log-file", str(log)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
     try:
         _wait_for(lambda: _lines(log) >= 3, p)
@@ -87,7 +87,7 @@ def test_killed_peer_makes_the_survivor_exit_within_the_timeout(part2, tmp_path)
         env = _env({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         argv = ["train", str(part2), "--epochs", "100000", "--no-progress", "--timeout", "5"]
-        procs.append(subprocess.Popen(GNNDIST + argv + (["--log", str(log)] if rank == 0 else []), env=env,
+        procs.append(subprocess.Popen(GNNDIST + argv + (["--log-file", str(log)] if rank == 0 else []), env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     try:
         _wait_for(lambda: _lines(log) >= 3, procs[0])
@@ -110,7 +110,7 @@ def test_killed_peer_makes_the_survivor_exit_within_the_timeout(part2, tmp_path)
 def test_resume_skips_a_corrupt_newest_and_continues_bit_for_bit(part1, tmp_path, capsys):
     ck = tmp_path / "ck"
     flags = ["train", str(part1), "--epochs", "8", "--no-progress", "--json"]
-    assert main(flags + ["--log", str(tmp_path / "straight.jsonl")]) == 0
+    assert main(flags + ["--log-file", str(tmp_path / "straight.jsonl")]) == 0
     straight = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert main(flags + ["--checkpoint", str(ck), "--checkpoint-every", "2", "--keep-checkpoints", "3"]) == 0
     capsys.readouterr()
@@ -122,7 +122,7 @@ def test_resume_skips_a_corrupt_newest_and_continues_bit_for_bit(part1, tmp_path
     next(iter(state["model"].values())).view(-1)[0] += 1.0  # a silent bit flip: the file still loads
     torch.save(state, ck / "ckpt-000005.pt")
     log = tmp_path / "resumed.jsonl"
-    assert main(flags + ["--checkpoint", str(ck), "--resume", "--log", str(log)]) == 0
+    assert main(flags + ["--checkpoint", str(ck), "--resume", "--log-file", str(log)]) == 0
     resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sorted(_losses(log)) == [4, 5, 6, 7]  # from ckpt-000003, the newest good one
     assert _losses(log) == {e: v for e, v in _losses(tmp_path / "straight.jsonl").items() if e >= 4}  # bit for bit
@@ -211,7 +211,7 @@ def straight_slow(part2_slow):
 
     out = io.StringIO()
     with pooled_launches(), contextlib.redirect_stdout(out):
-        assert main(["train", str(part2_slow), "--nproc", "2"] + SLOW_FLAGS) == 0
+        assert main(["train", str(part2_slow), "--ranks", "2"] + SLOW_FLAGS) == 0
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
@@ -226,7 +226,7 @@ def test_restart_after_a_killed_rank_resumes_to_the_same_metrics(part2_slow, str
         torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
         argv = [torchrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "-m", "gnndist.cli", *train]
     else:
-        argv = GNNDIST + train + ["--nproc", "2", "--max-restarts", "1"]
+        argv = GNNDIST + train + ["--ranks", "2", "--max-restarts", "1"]
     p = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: (ck / "ckpt-000004.pt").is_file(), p)

@@ -232,7 +232,7 @@ def test_layout_that_does_not_fit_is_one_line(tmp_path, nproc, argv, message, ca
 
     d = tmp_path / "p2"
     partition(_data(), 2, progress=False).save(d, dataset="toy", progress=False)
-    assert main(["train", str(d), "--epochs", "1", "--no-progress", "--nproc", str(nproc), *argv]) == 2
+    assert main(["train", str(d), "--epochs", "1", "--no-progress", "--ranks", str(nproc), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 

@@ -153,7 +153,7 @@ def _parse(v: str):
 def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict:
     """``gnndist train PARTDIR`` on ``nproc`` ranks (``--ranks``, or ``s.launcher``): summary + per-epoch log.
 
-    Returns the ``--json`` summary with ``epochs_log`` (the per-epoch rows of ``--log``).
+    Returns the ``--json`` summary with ``epochs_log`` (the per-epoch rows of ``--log-file``).
     """
     with tempfile.TemporaryDirectory(prefix="gnndist-bench-") as tmp:
         where = s.out if s.launcher else Path(tmp)  # under a launcher, rank 0 may run on another node: shared storage
@@ -161,7 +161,7 @@ def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict
         log = where / f".train-{os.getpid()}.jsonl"
         log.unlink(missing_ok=True)
         args = ["train", str(partdir), "--epochs", str(s.epochs), "--model", s.model, "--hidden", str(s.hidden),
-                "--layers", str(s.layers), "--json", "--no-progress", "--profile", "--log", str(log), *flags]
+                "--layers", str(s.layers), "--json", "--no-progress", "--profile", "--log-file", str(log), *flags]
         if s.launcher:
             per_node = min(s.per_node or nproc, nproc)
             nnodes = -(-nproc // per_node)
