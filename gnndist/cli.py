@@ -219,10 +219,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+RENAMED = {"--nproc": "--ranks", "--log": "--log-file"}  # old spellings, which torchrun's parser took for its own
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block) that point at ``--help``."""
+    """argparse with one-line errors (no usage block) that point at ``--help``, and no abbreviated flags (one
+    spelling of each: an abbreviation that works here is what torchrun's parser takes for its own options)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str):
+        renamed = [f"{old} is {new}" for old, new in RENAMED.items() if "unrecognized arguments" in message
+                   and old in message.split(":", 1)[-1].split()]
+        if renamed:
+            message += f" ({', '.join(renamed)}: the torchrun-safe spelling)"
         if "unrecognized arguments" in message and "--parts" in message:
             message += ("; --parts is for `gnndist partition`: train and run use one part per rank, "
                         "so the parts are --ranks N (or torchrun's ranks)")
@@ -231,7 +242,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gnndist", description="Distributed full-graph GNN training, exact against one device.")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_partition, _add_synth, _add_info, _add_train, _add_run, _add_predict, _add_export, _add_simulate,
                 _add_bench):
         add(sub)

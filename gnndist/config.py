@@ -18,14 +18,10 @@ if TYPE_CHECKING:
     from gnndist.kernels.settings import KernelSettings
 
 
-def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None,
-        aliases: tuple[str, ...] = ()) -> Any:
-    """A config field with its CLI help; ``flag`` overrides the derived ``--name``.
-
-    ``aliases`` are old spellings the parser still accepts (hidden from ``--help``); they may
-    not be torchrun-safe (``tests/test_cli_torchrun.py``).
-    """
-    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag, "aliases": aliases})
+def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
+    """A config field with its CLI help; ``flag`` overrides the derived ``--name`` (one spelling: no aliases,
+    each torchrun-safe, ``tests/test_cli_torchrun.py``)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -113,7 +109,7 @@ class SimulateConfig:
 
 @dataclass
 class DistConfig:
-    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)", flag="--ranks", aliases=("--nproc",))
+    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)", flag="--ranks")
     strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
                         "(square rank count), auto (per layer, by the cost model)", ("1d", "1.5d", "2d", "auto"))
     replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
@@ -217,7 +213,7 @@ class KernelConfig:
 @dataclass
 class RunConfig:
     seed: int = opt(0, "training seed (weights and dropout masks)")
-    log: str | None = opt(None, "write one JSON line per epoch to this file", flag="--log-file", aliases=("--log",))
+    log: str | None = opt(None, "write one JSON line per epoch to this file", flag="--log-file")
     json: bool = opt(False, "print a JSON summary as the last line of standard output")
     checkpoint: str | None = opt(None, "directory of checkpoints (model, optimiser, epoch, best, RNG) and best.pt")
     checkpoint_every: int = opt(1, "epochs between checkpoints")
@@ -307,13 +303,9 @@ def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str,
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         kw["help"] += f" (default: {default})" if default not in (None, False) else ""
-        if f.metadata.get("aliases"):
-            kw["help"] += f" (old spelling: {', '.join(f.metadata['aliases'])}, not torchrun-safe)"
         if suppress:
             kw["default"] = argparse.SUPPRESS
         group.add_argument(_flag(f), **kw)
-        for alias in f.metadata.get("aliases", ()):  # torchrun's abbreviations would take --log, --nproc
-            group.add_argument(alias, **{**kw, "help": argparse.SUPPRESS})
 
 
 def build_section(section: type, args: argparse.Namespace):

@@ -2,8 +2,8 @@
 
 torchrun's parser matches abbreviations of its options anywhere in the command line, the
 script's arguments included: ``--log`` was ambiguous (``--log-dir``, ``--logs-specs``) and
-failed the job before it started. Every primary spelling of every subcommand's flags must
-reach the script unchanged; old spellings kept as aliases are listed in ``UNSAFE_ALIASES``.
+failed the job before it started. Every flag of every subcommand must reach the script unchanged,
+and there is one spelling of each: the old ``--log`` / ``--nproc`` and abbreviations are refused.
 """
 
 import argparse
@@ -18,14 +18,9 @@ import sys
 import pytest
 from torch.distributed.run import get_args_parser
 
-from gnndist.cli import build_parser
+from gnndist.cli import RENAMED, build_parser
 from gnndist.grid import free_port
 
-# old spellings our parser still accepts, hidden from --help, that torchrun's parser takes or rejects
-UNSAFE_ALIASES = {
-    "--log": "ambiguous for torchrun (--log-dir, --logs-specs): use --log-file",
-    "--nproc": "ambiguous for torchrun (--nproc-per-node): use --ranks",
-}
 POSITIONAL = {"bench": "strong"}  # a subcommand's first positional, where "X" is not one of its choices
 LAUNCH = ["--nnodes", "1", "--nproc-per-node", "1", "-m", "gnndist.cli"]
 
@@ -54,18 +49,19 @@ def test_every_flag_reaches_the_script_through_torchrun():
     assert {"--log-file", "--ranks", "--epochs", "--json", "--no-progress"} <= {f for _, f, _, _ in flags}
     taken = sorted({(sub, flag) for sub, flag, value, primary in flags if primary and not _torchrun_passes(sub, flag, value)})
     assert not taken, f"torchrun's parser takes these gnndist flags: {taken}"
-    aliases = {flag for _, flag, _, primary in flags if not primary}
-    assert aliases == set(UNSAFE_ALIASES)  # every hidden alias documented here
-    assert all(not _torchrun_passes("train", flag, True) for flag in UNSAFE_ALIASES)  # and really unsafe
+    assert all(primary for _, _, _, primary in flags), "a hidden second spelling of a flag"
+    assert all(not _torchrun_passes("train", flag, True) for flag in RENAMED)  # what the old spellings were refused for
 
 
-def test_old_spellings_still_work_without_torchrun():
-    parse = build_parser().parse_args
-    old = vars(parse(["train", "P", "--log", "a.jsonl", "--nproc", "2"]))
-    new = vars(parse(["train", "P", "--log-file", "a.jsonl", "--ranks", "2"]))
-    assert old == new and new["RunConfig.log"] == "a.jsonl" and new["DistConfig.nproc"] == 2
+@pytest.mark.parametrize("argv,hint", [(["--nproc", "2"], "--nproc is --ranks"), (["--log", "a.jsonl"], "--log is --log-file"),
+                                       (["--log-f", "a.jsonl"], "unrecognized arguments: --log-f")])
+def test_old_spellings_and_abbreviations_are_refused_in_one_line(argv, hint, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["train", "P", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and hint in err and len(err.strip().splitlines()) == 1, err
     text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    assert "--log-file" in text and "--ranks" in text and "--log LOG" not in text and "--nproc NPROC" not in text
+    assert "--log-file" in text and "--ranks" in text and "--nproc" not in text
 
 
 def _env() -> dict:
