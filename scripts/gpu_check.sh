@@ -56,19 +56,24 @@ DATA=${GNNDIST_BENCH_DATA:-../shared/data}
 [ -d "$DATA/coauthor_cs" ] || DATA=.gpu/data
 unset TRITON_INTERPRET GNNDIST_KERNEL
 NPAR=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+REPO=$(pwd)
+# as users run: the checkout's root off sys.path (tests/conftest.py refuses it), from another folder
+[[ "$PY" == */* && "$PY" != /* ]] && PY="$REPO/$PY"
+pytest_() { local t=$1; shift; (cd /tmp && PYTHONSAFEPATH=1 timeout "$t" "$PY" -m pytest -c "$REPO/setup.cfg" --rootdir "$REPO" "$@"); }
+gnndist_() { local t=$1; shift; (cd /tmp && PYTHONSAFEPATH=1 timeout "$t" "$PY" -m gnndist.cli "$@"); }
 XDIST=""
 "$PY" -c "import xdist" 2>/dev/null && XDIST="-n $NPAR"
 
 for s in $STEPS; do case $s in
 1)  step "1. kernel tests, compiled Triton on CUDA ($XDIST)"
-    timeout 240 "$PY" -m pytest -q -p no:cacheprovider $XDIST tests/test_kernels_*.py 2>&1 | tail -25 \
+    pytest_ 240 -q -p no:cacheprovider $XDIST "$REPO"/tests/test_kernels_*.py 2>&1 | tail -25 \
         | tee "$LOG/kernel_tests.txt"; [ "${PIPESTATUS[0]}" = 0 ] || fail "kernel tests" ;;
 2)  step "2. the rest of the suite with the GPU visible ($XDIST)"
-    timeout 300 "$PY" -m pytest -q -p no:cacheprovider $XDIST --ignore-glob='tests/test_kernels_*' tests 2>&1 \
+    pytest_ 300 -q -p no:cacheprovider $XDIST --ignore-glob="$REPO/tests/test_kernels_*" "$REPO/tests" 2>&1 \
         | tail -25 | tee "$LOG/suite.txt"; [ "${PIPESTATUS[0]}" = 0 ] || fail "test suite" ;;
 3)  step "3. gnndist run cora: --ranks 1 and --ranks 2 on $("$PY" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
     for n in 1 2; do
-        GNNDIST_DATA=/tmp/gnndist-cora timeout 150 "$PY" -m gnndist.cli run cora --ranks "$n" --epochs 50 --json \
+        GNNDIST_DATA=/tmp/gnndist-cora gnndist_ 150 run cora --ranks "$n" --epochs 50 --json \
             >"$LOG/cora_p$n.out" 2>"$LOG/cora_p$n.err" || fail "cora --ranks $n"
         tail -4 "$LOG/cora_p$n.err"; tail -1 "$LOG/cora_p$n.out" >"$LOG/cora_p$n.json"
     done
