@@ -140,9 +140,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.config import TrainConfig, get_strategy
     from gnndist.graph import DistGraph
     from gnndist.launcher import together
+    from gnndist.partition.progress import Stages
     from gnndist.timing import peak_memory_bytes
     from gnndist.trainer import metric_of, split_metrics
-    from gnndist.partition.progress import Stages
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -45,6 +46,9 @@ from gnndist.partition.book import (
     renumbered_csr,
     symmetric_csr,
 )
+
+if TYPE_CHECKING:
+    from gnndist.cost import Network
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign

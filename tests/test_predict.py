@@ -280,10 +280,9 @@ def test_every_model_gives_each_layer_representation(part1):
 def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, capsys, monkeypatch):
     """Inductive use: weights trained on one graph, predictions for every node of another (same F and classes);
     piped, rank 0 says each stage that took a while in one line (here every stage: the threshold is 0)."""
+    import gnndist.partition.progress as stages
     from gnndist.datasets import synthetic
     from gnndist.partition import partition
-
-    import gnndist.partition.progress as stages
 
     for name, (n, seed) in {"a": (60, 1), "b": (90, 2)}.items():
         partition(synthetic(n, avg_degree=4, num_classes=3, num_features=5, seed=seed), 1,
