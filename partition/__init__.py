@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -46,9 +45,6 @@ from gnndist.partition.book import (
     renumbered_csr,
     symmetric_csr,
 )
-
-if TYPE_CHECKING:
-    from gnndist.cost import Network
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
@@ -56,7 +52,7 @@ from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.refine import refine as refine_assign
 from gnndist.partition.refine import unit_costs
 
-from gnndist.cost import epoch_time
+from gnndist.cost import Network, epoch_time
 from gnndist.errors import UserError
 
 METHODS = ("auto", *BACKENDS)
