@@ -138,7 +138,17 @@ class Partition:
         meta["layouts"] = layout_loads(self.csr, self.book.offsets)
         st.close()
         parts = stages_of(self.part_arrays(), self.book.parts, "write part", progress)
-        return write_partition(out, meta, parts)
+        return write_partition(out, meta, parts, need_bytes=self.disk_bytes())
+
+    def disk_bytes(self) -> int:
+        """What the saved parts take, from their shapes (within a few %: the halo's ids and the .npy headers aside)."""
+        d, n, nnz = self.data, int(self.csr.num_nodes), int(self.csr.nnz)
+        ea = getattr(d, "edge_attr", None)
+        per_node = (d.x[:1].numel() * d.x.element_size() + d.y[:1].numel() * d.y.element_size() + 3
+                    + 8 + 8 + 8)  # x, y, masks, orig_id, degree, rowptr
+        per_node += sum(3 * getattr(d, m).shape[1] for m in ("train_masks",) if getattr(d, m, None) is not None)
+        per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)
+        return n * per_node + nnz * per_entry
 
 
 def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:

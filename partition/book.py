@@ -105,7 +105,9 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK) -> GlobalCSR:
         if src.size:
             lo, hi = min(lo, int(src.min()), int(dst.min())), max(hi, int(src.max()), int(dst.max()))
             if lo < 0 or hi >= n:
-                raise UserError(f"edge ids must lie in [0, {n}), found [{lo}, {hi}]")
+                wrapped = " (negative ids in an int32 array: ids beyond 2^31 - 1 wrapped around; store them as " \
+                          "int64)" if lo < 0 and ei.dtype == np.int32 else ""
+                raise UserError(f"edge ids must lie in [0, {n}), found [{lo}, {hi}]{wrapped}")
         keep = src != dst
         count += np.bincount(src[keep], minlength=n) + np.bincount(dst[keep], minlength=n)
     rowptr = np.zeros(n + 1, dtype=np.int64)

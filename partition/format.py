@@ -31,17 +31,32 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.ndarray]]) -> Path:
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"
+
+
+def check_space(out: Path, need_bytes: int) -> None:
+    """A one-line error, before anything is written, when ``out``'s file system has less than ``need_bytes`` free."""
+    free = shutil.disk_usage(out.parent).free
+    if free < need_bytes:
+        raise UserError(f"not enough space for the partition in {out.parent}: it needs about {_gib(need_bytes)}, "
+                        f"{_gib(free)} free (--out elsewhere, or $GNNDIST_PARTITIONS for the cache)")
+
+
+def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.ndarray]], need_bytes: int = 0) -> Path:
     """Write every part's arrays and then META.json (with checksums) atomically to ``out``.
 
     Args:
         out: target directory; replaced if it exists.
         meta: JSON-serialisable metadata (dataset, parts, method, objective, seed, N, E, F, ...).
         parts: one dict of arrays per rank, in rank order (a generator keeps memory low).
+        need_bytes: what the parts will take on disk (an estimate); a file system with less free is refused
+            in one line before anything is written (:func:`check_space`).
     """
     out = Path(out).resolve()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        check_space(out, need_bytes)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as e:
         why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror

@@ -66,6 +66,9 @@ def _bad(tmp_path, cora, case):
     ei = cora.edge_index.numpy()
     if case == "ids-out-of-range":
         _write(folder, cora, edge_index=np.concatenate([ei, [[0], [cora.num_nodes + 7]]], axis=1))
+    elif case == "int32-wrapped":  # ids past 2^31 - 1 cast to int32 come back negative
+        big = np.array([[0], [2**31 + 5]], dtype=np.int64).astype(np.int32)
+        _write(folder, cora, edge_index=np.concatenate([ei.astype(np.int32), big], axis=1))
     elif case == "not-2xE":
         _write(folder, cora, edge_index=ei.T.copy())
     elif case == "float-ids":
@@ -81,6 +84,7 @@ def _bad(tmp_path, cora, case):
 
 @pytest.mark.parametrize("case,msg", [
     ("ids-out-of-range", "must lie in"),
+    ("int32-wrapped", "beyond 2^31 - 1 wrapped around"),
     ("not-2xE", "shape [2, E]"),
     ("float-ids", "must be integer"),
     ("x-rows", "rows but the graph has"),
@@ -113,3 +117,24 @@ def test_a_disk_that_fills_during_the_write_leaves_nothing(tmp_path, cora, capsy
     err = capsys.readouterr().err
     assert "No space left on device" in err and err.count("\n") == 1
     assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_disk_too_small_for_the_parts_is_refused_before_writing(tmp_path, cora, capsys, monkeypatch):
+    """The space the parts need is checked first, and named; nothing is written."""
+    from collections import namedtuple
+
+    from gnndist.partition import format as fmt
+    from gnndist.partition import partition
+
+    need = partition(cora, 2, method="random", progress=False).disk_bytes()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(fmt.shutil, "disk_usage", lambda path: usage(need, need, need // 2))
+    out = tmp_path / "parts"
+    assert main(["partition", "cora", "--parts", "2", "--method", "random", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not enough space" in err and f"{need / 2**20:.1f} MiB" in err and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    assert main(["partition", "cora", "--parts", "2", "--method", "random", "--out", str(out)]) == 0
+    on_disk = sum(f.stat().st_size for f in out.rglob("*.npy"))
+    assert 0.9 * on_disk <= need <= 1.1 * on_disk, (need, on_disk)  # the estimate is what the parts take
