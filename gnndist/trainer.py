@@ -159,7 +159,7 @@ class Trainer:
             self.step_bytes = g.context.counter.per_tag()  # this rank's, before evaluate() adds its forward
             if epoch == self.start_epoch:
                 g.strategy.after_first_step()  # auto: every layer has chosen; free the other layouts
-                self.modelled, self.model_network = modelled_step(g, self.model_name, self.model_widths(),
+                self.modelled, self.model_network = modelled_step(g, self.model_name, self.cost_widths(),
                                                                   self.cfg.dist.network)
             self.per_layer = global_bytes_per_tag(self.step_bytes, grid)
             self.predicted = global_bytes_per_tag(g.predicted_bytes(), grid)
@@ -168,7 +168,7 @@ class Trainer:
         return {"epoch": epoch, "loss": loss, **self.evaluate(), "time_s": dt, "model_time_s": model_s,
                 "comm_bytes": comm_bytes, **parts}
 
-    def model_widths(self) -> tuple[int, ...]:
+    def cost_widths(self) -> tuple[int, ...]:
         """The widths of ``--model``'s layers, ``(F, hidden, ..., hidden, out)``, as the cost model describes them."""
         m = self.cfg.model
         return model_widths(self.widths[0], self.widths[1], m.hidden, m.layers)
