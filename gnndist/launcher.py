@@ -203,7 +203,9 @@ def report(summary, cfg: TrainConfig) -> None:
         return
     last, m = summary.last, summary.metric
     where = f"{last.dataset}: {last.model} on {last.nproc} rank(s)"
-    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch, {last.comm_bytes_per_epoch:,} comm bytes/epoch)"
+    modelled = f", modelled {last.model_epoch_time_s * 1e3:.4g} ms ({last.model_network})" \
+        if last.model_epoch_time_s is not None else ""
+    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch{modelled}, {last.comm_bytes_per_epoch:,} comm bytes/epoch)"
     if len(summary.runs) <= 1:
         print(f"{where}, best epoch {last.best.epoch}: {m} train {last.best.train:.4f} "
               f"val {last.best.val:.4f} test {last.best.test:.4f} {cost}", flush=True)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
+from gnndist import cost
 from gnndist.grid import ProcessGrid
+from gnndist.probe import cache_key, default_cache, read_cached
 from gnndist.timing import PARTS, peak_memory_bytes
 
 SPLITS = ("train", "val", "test")
@@ -54,6 +57,11 @@ class RunSummary:
     strategy: str
     model: str
     dataset: str | None
+    # the cost model's epoch (gnndist.cost.run_time) for the layouts that ran, and the constants it used (their
+    # name: a preset, or "probe"); None where it has none (see modelled_step)
+    model_epoch_time_s: float | None = None
+    model_network: str | None = None
+    model_constants: dict | None = None
     history: list[dict] = field(default_factory=list, repr=False)  # one row per epoch (the JSON lines)
 
     def value(self, split: str) -> float:
@@ -165,6 +173,34 @@ def strategy_report(graph) -> dict[str, dict]:
             out[tag]["candidates"] = choices[tag]["candidates"]
             out[tag]["network"] = choices[tag]["network"]  # the cost model's constants the choice used
     return out
+
+
+def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: str) -> tuple[cost.StepTime | None,
+                                                                                           cost.Network | None]:
+    """The cost model's training step of this run (:func:`gnndist.cost.run_time`) and the constants it used
+    (collective: one gather; call it once every layer has run).
+
+    Every layer is modelled on the layout that ran it (``auto``'s per-layer choice), with every rank's
+    counts of that layout, in the order the layers first ran. The constants are those ``auto`` chose with,
+    else ``network`` (``--network``): a preset by name, or ``probe``: this machine's probed constants at this
+    world size where a probe stored them (:func:`gnndist.probe.read_cached`, the default cache; a fixed
+    layout never measures them). ``(None, None)`` without constants; ``(None, net)`` for a model the cost
+    model does not describe (``model`` ``None``: one the trainer was handed, not built from ``--model``).
+    """
+    grid, strategy = graph.grid, graph.strategy
+    tags = list(graph.context.calls)  # in the order the layers ran
+    probe = read_cached(default_cache(), cache_key(grid.world_size, grid.device)) \
+        if network == "probe" and grid.is_main else None
+    mine = ([strategy.layout_for(t).load().as_array() for t in tags], int(torch.count_nonzero(graph.x)), probe)
+    every = grid.all_gather_object(mine)
+    used = [c["network"] for c in strategy.choices().values() if c.get("network")]
+    net = cost.Network(**used[0]) if used else cost.NETWORKS.get(network) or every[0][2]
+    if net is None:
+        return None, None
+    loads = [[cost.RankLoad.from_array(np.asarray(r[0][k])) for r in every] for k in range(len(tags))]
+    density = sum(r[1] for r in every) / max(graph.num_nodes * graph.x.shape[1], 1)
+    elem = graph.comm_dtype.itemsize if graph.comm_dtype else 4
+    return (cost.run_time(model, widths, loads, net, density, elem) if model else None), net
 
 
 def rank_report(graph, history: list[dict], step_bytes: dict[str, dict[str, int]]) -> tuple[list[dict], bool]:

@@ -22,6 +22,7 @@ from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn import build_model
+from gnndist.partition.balance import model_widths
 from gnndist.report import (
     SPLITS,
     Best,
@@ -29,6 +30,7 @@ from gnndist.report import (
     RunSummary,
     global_bytes_per_tag,
     metric_key,
+    modelled_step,
     rank_report,
     strategy_report,
 )
@@ -59,6 +61,8 @@ class Trainer:
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
         self.model = self._model(model, *self.widths).to(self.grid.device)
+        self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
+        self.model_name = cfg.model.model if model is None else None  # a model handed in: the cost model's unknown
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -155,10 +159,19 @@ class Trainer:
             self.step_bytes = g.context.counter.per_tag()  # this rank's, before evaluate() adds its forward
             if epoch == self.start_epoch:
                 g.strategy.after_first_step()  # auto: every layer has chosen; free the other layouts
+                self.modelled, self.model_network = modelled_step(g, self.model_name, self.cost_widths(),
+                                                                  self.cfg.dist.network)
             self.per_layer = global_bytes_per_tag(self.step_bytes, grid)
             self.predicted = global_bytes_per_tag(g.predicted_bytes(), grid)
         comm_bytes = sum(v["fwd_sent"] + v["bwd_sent"] for v in self.per_layer.values())
-        return {"epoch": epoch, "loss": loss, **self.evaluate(), "time_s": dt, "comm_bytes": comm_bytes, **parts}
+        model_s = self.modelled.total if self.modelled else None
+        return {"epoch": epoch, "loss": loss, **self.evaluate(), "time_s": dt, "model_time_s": model_s,
+                "comm_bytes": comm_bytes, **parts}
+
+    def cost_widths(self) -> tuple[int, ...]:
+        """The widths of ``--model``'s layers, ``(F, hidden, ..., hidden, out)``, as the cost model describes them."""
+        m = self.cfg.model
+        return model_widths(self.widths[0], self.widths[1], m.hidden, m.layers)
 
     def select(self, row: dict) -> None:
         """Model selection on the run's validation metric: the first maximum."""
@@ -198,7 +211,9 @@ class Trainer:
             comm_bytes_per_layer=self.per_layer, predicted_bytes_per_layer=self.predicted,
             strategies=strategy_report(g), per_rank=per_rank, breakdown_synchronised=synced,
             nproc=self.grid.world_size, strategy=cfg.dist.strategy, model=cfg.model.model,
-            dataset=g.meta.get("dataset"), history=history)
+            dataset=g.meta.get("dataset"), model_epoch_time_s=self.modelled.total if self.modelled else None,
+            model_network=self.model_network.name if self.model_network else None,
+            model_constants=self.model_network.as_dict() if self.model_network else None, history=history)
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:

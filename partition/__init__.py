@@ -22,6 +22,7 @@ from gnndist.partition.balance import (
     Setting,
     auto_plan,
     budget_plan,
+    choose,
     derived_weights,
     loads_from_pairs,
     model_widths,
@@ -187,13 +188,13 @@ def partition(
         data: ``torch_geometric.data.Data`` with ``x``, ``y``, ``edge_index`` and masks.
             Self-loops and duplicate edges are dropped; the graph is symmetrised.
         parts: number of parts (= ranks), ``1 <= parts <= N``.
-        method: ``"auto"`` (default: every backend that fits the graph, the fastest modelled result
-            kept), or one backend of :data:`~gnndist.partition.backends.BACKENDS`: ``"metis"``,
-            ``"kaminpar"``, ``"hypergraph"`` (Mt-KaHyPar, the halo volume itself) or ``"random"``
-            (the baseline).
+        method: ``"auto"`` (default: every backend that fits the graph, the least-volume result kept unless
+            another is modelled faster beyond the model's error band), or one backend of
+            :data:`~gnndist.partition.backends.BACKENDS`: ``"metis"``, ``"kaminpar"``, ``"hypergraph"``
+            (Mt-KaHyPar, the halo volume itself) or ``"random"`` (the baseline).
         objective: METIS objective, ``"vol"`` (communication volume, default) or ``"cut"``.
         seed: seed of the partitioner: the same seed gives the same parts.
-        balance: ``"auto"`` (default: the setting of least modelled epoch time, see
+        balance: ``"auto"`` (default: the setting chosen by :func:`~gnndist.partition.balance.choose`, see
             :mod:`gnndist.partition.balance`), or balance constraints among ``nodes``,
             ``edges``, ``train``, ... each optionally ``name:tolerance`` (``"nodes,edges:1.2"``).
         progress: show a progress bar on a terminal (one line per stage when piped).
@@ -287,7 +288,8 @@ def partition(
 
 
 def _choose(csr, parts, method, objective, seed, setting, columns, refine, widths, net, extra, bar, threads, budget):
-    """Run the partitioner (and the refinement) for each candidate (backend, setting) and keep the fastest modelled.
+    """Run the partitioner (and the refinement) for each candidate (backend, setting) and keep one
+    (:func:`~gnndist.partition.balance.choose`: the least volume unless another is modelled faster beyond the band).
 
     ``method`` ``auto`` tries every backend :func:`~gnndist.partition.balance.auto_plan` finds fitting
     (a backend whose package is missing is skipped, with the reason in the report); a named backend
@@ -361,7 +363,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
             "method": b, "balance": s.label, "partitioner_modelled_epoch_s": raw_time,
             "modelled_epoch_s": time_of(loads), "comm_volume": int(send.sum()), "max_send_over_mean": _imbalance(send),
             "edge_imbalance": _imbalance(np.array([ld.nnz for ld in loads], dtype=float))}})
-    best = min(range(len(tried)), key=lambda i: (tried[i]["record"]["modelled_epoch_s"], i))
+    best, decided = choose([t["record"] for t in tried])
     chosen = tried[best]
     if chosen["refine"] is not None:
         extra["refine"] = chosen["refine"]
@@ -372,7 +374,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
                       if t["setting"] == PLAIN and t["method"] == "metis"), None)
         extra["auto"] = {"chosen": chosen["setting"].label, "chosen_method": chosen["method"], "objective": objective,
                          "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried],
-                         "budget": planned}
+                         "decided_by": decided, "budget": planned}
     return chosen["assign"], chosen["method"], chosen["setting"], objective, extra
 
 
@@ -429,6 +431,8 @@ def format_report(r: dict) -> str:
                    + (f" of {len({c.get('method', 'metis') for c in auto['candidates']})} backend(s)")
                    + (f"; plain METIS {plain * 1e3:.4g} ms" if plain is not None else "") + ")")
         lines.append(f"  balance          {bal}{how}")
+        if auto and auto.get("decided_by"):  # reports written before the error band lack it
+            lines.append(f"  chosen by        {auto['decided_by']['why']}")
     if r.get("refine_skipped"):
         lines.append(f"  refinement       skipped: {r['refine_skipped']}")
     if r.get("skipped"):

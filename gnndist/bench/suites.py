@@ -115,17 +115,16 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
     constants = cost.Network.constants()
     blank = {**{k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}, "model_network": "",
              **{f"net_{k}": "" for k in constants}}
-    if net is None or model not in ("gcn", "sage"):
+    if net is None or model not in cost.MODELLED:
         return blank
     widths = list(model_widths_of(data, hidden, layers))
     if data.y.dim() == 1 and widths[-1] == 2:
         widths[-1] = 1  # a binary task: one logit (gnndist.trainer.output_width)
     density = float((data.x != 0).sum().item()) / max(data.x.numel(), 1)
-    stack = cost.model_layers(model, tuple(widths), feature_density=density)
     used = used_layouts(p, summary)
-    if len(used) != len(stack):
+    t = cost.run_time(model, tuple(widths), [lay.loads for lay, _ in used.values()], net, density)
+    if t is None:  # a layer without its layout
         return blank
-    t = cost.step_time([lay.loads for lay, _ in used.values()], stack, net)
     return {**t.columns(), "model_network": net.name, **{f"net_{k}": getattr(net, k) for k in constants}}
 
 
@@ -351,7 +350,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
         widths = list(model_widths(meta["F"], meta["classes"], r["hidden"], r["layers"]))
         if not meta["multilabel"] and widths[-1] == 2:
             widths[-1] = 1  # a binary task: one logit
-        stack = cost.model_layers(r["model"], tuple(widths), feature_density=np.count_nonzero(x) / max(x.size, 1))
+        density = np.count_nonzero(x) / max(x.size, 1)
         loads = []
         for chosen in str(r["layers_chosen"]).split(","):
             c = chosen.split("/")[1] if "/" in chosen else "1"
@@ -360,7 +359,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
             net = cost.Network.from_values(r.get("model_network") or "probe", r, prefix="net_")
         else:
             net = read_cached(probe_file, next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}")))
-        t = cost.step_time(loads, stack, net)
+        t = cost.run_time(r["model"], tuple(widths), loads, net, density)
         out.append({**r, **t.columns(), "model_ratio": t.total / r["epoch_s"]})
     return out
 
