@@ -55,13 +55,15 @@ class DataConfig:
 @dataclass
 class PartitionConfig:
     parts: int = opt(1, "number of parts (= ranks)")
-    method: str = opt("auto", "partitioner: auto (every backend that fits, the least modelled epoch time kept), METIS, "
+    method: str = opt("auto", "partitioner: auto (every backend that fits; the least halo volume kept unless another is "
+                      "modelled faster by more than the cost model's error), METIS, "
                       "KaMinPar (fast, lean at scale), hypergraph (Mt-KaHyPar: the halo volume itself) or random",
                       ("auto", "metis", "kaminpar", "hypergraph", "random"))
     objective: str = opt("vol", "METIS objective: communication volume or edge cut (--balance auto uses cut "
                          "above 2^25 adjacency entries, ~3.7x faster there)", ("vol", "cut"))
     seed: int = opt(0, "partitioner seed", flag="--partition-seed")
-    balance: str = opt("auto", "balance: auto (the setting of least modelled epoch time), or constraints "
+    balance: str = opt("auto", "balance: auto (the setting of least halo volume, unless another is modelled faster by more "
+                       "than the cost model's error), or constraints "
                        "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
                        "hypergraph take one)")
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
@@ -113,7 +115,8 @@ class DistConfig:
     strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
                         "(square rank count), auto (per layer, by the cost model)", ("1d", "1.5d", "2d", "auto"))
     replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
-    network: str = opt("probe", "cost-model constants of --strategy auto: measured here, or a preset",
+    network: str = opt("probe", "cost-model constants of --strategy auto and of the run's modelled epoch: measured "
+                       "here, or a preset",
                        ("probe", "nvlink", "ib", "ethernet"))
     alpha: float | None = opt(None, "cost model: seconds per message, overriding --network's")
     beta: float | None = opt(None, "cost model: bytes per second per rank, overriding --network's")
