@@ -104,7 +104,7 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
-                  refine=part.refine, widths=widths, auto_budget=part.auto_budget,
+                  refine=part.refine, widths=widths, auto_budget=part.auto_budget, threads=part.threads,
                   cost_network=probed_network(part.parts) if part.cost_network == "probe" else part.cost_network)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name

@@ -71,6 +71,8 @@ class PartitionConfig:
                             "probe (this machine's constants at --parts ranks, as a --strategy auto run at that "
                             "many ranks measured and cached them)", ("nvlink", "ib", "ethernet", "probe"),
                             flag="--partition-network")
+    threads: int = opt(0, "partitioner threads (KaMinPar, Mt-KaHyPar): 0 = every core of this process; KaMinPar "
+                       "above 1 thread may give other parts run to run (the report says whether the parts repeat)")
     auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
                              "most this many times the cheapest one's (at least 5 s); 0 runs every candidate")
 
@@ -81,6 +83,7 @@ class PartitionConfig:
         _need(self.parts >= 1, f"--parts must be >= 1, got {self.parts}")
         parse_balance(self.balance)  # a one-line UserError naming --balance
         check_budget(self.auto_budget)
+        _need(self.threads >= 0, f"--threads must be 0 (every core) or a positive count, got {self.threads}")
 
     @property
     def constraints(self) -> tuple[str, ...]:

@@ -352,8 +352,9 @@ def _caller(depth: int = 3) -> str:
 
 def split_threads(local_world_size: int) -> int:
     """Give each rank on this machine an equal share of its cores (no oversubscription)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, cores // max(1, local_world_size))
+    from gnndist.partition.backends import cores
+
+    threads = max(1, cores() // max(1, local_world_size))
     torch.set_num_threads(threads)
     return threads
 

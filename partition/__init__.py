@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gnndist.partition.backends import BACKENDS, Request, backend
+from gnndist.partition.backends import BACKENDS, Request, backend, resolve_threads
 from gnndist.partition.balance import (
     AUTO_BUDGET,
     HIDDEN,
@@ -178,7 +178,7 @@ def partition(
     refine: bool = True,
     cost_network: str | Network | None = None,
     widths: tuple[int, ...] | None = None,
-    threads: int = 1,
+    threads: int = 0,
     chunk: int = CHUNK,
     auto_budget: float = AUTO_BUDGET,
 ) -> Partition:
@@ -203,7 +203,8 @@ def partition(
             themselves (a :class:`~gnndist.cost.Network`, e.g. this machine's probe).
         widths: modelled layer widths (default ``(F, 16, classes)``, the default 2-layer GCN; another
             model's: :func:`model_widths_of`).
-        threads: partitioner threads (KaMinPar, Mt-KaHyPar); above 1 KaMinPar's parts may vary run to run.
+        threads: partitioner threads (KaMinPar, Mt-KaHyPar); 0 (default): every core of this process. Above 1
+            KaMinPar's parts may vary run to run: the report's ``deterministic`` says whether these parts repeat.
         chunk: adjacency entries (edges) each chunked step handles at once; any value gives the same parts.
         auto_budget: when several candidates are considered (``method="auto"`` or ``balance="auto"``), their
             estimated seconds at most this many times the cheapest one's (at least a few seconds); the
@@ -215,6 +216,7 @@ def partition(
     if objective not in OBJECTIVES:
         raise UserError(f"--objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     check_budget(auto_budget)
+    threads = resolve_threads(threads)
     setting = parse_balance(balance)
     net = network(cost_network)
     n = int(data.num_nodes)
@@ -281,6 +283,7 @@ def partition(
             "train": _imbalance(np.bincount(assign, weights=train, minlength=parts)),
         },
         "assign_seconds": round(t_assign, 3),
+        **_determinism(chosen, threads),
         "metis_lib": metis_library(new_csr.nnz) if chosen == "metis" else None,
         **extra,
     }
@@ -378,6 +381,13 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
     return chosen["assign"], chosen["method"], chosen["setting"], objective, extra
 
 
+def _determinism(chosen: str, threads: int) -> dict:
+    """The report's ``threads`` (of the backend that made the parts), ``deterministic`` and why."""
+    b = backend(chosen)
+    repeat, why = b.determinism(b.threads_used(threads))
+    return {"threads": b.threads_used(threads), "threads_given": threads, "deterministic": repeat, "determinism": why}
+
+
 def check_budget(budget: float) -> None:
     """``--auto-budget``: 0 (no budget) or a multiple >= 1; a one-line :class:`UserError` otherwise."""
     if not (budget == 0 or 1 <= budget < float("inf")):
@@ -418,6 +428,9 @@ def format_report(r: dict) -> str:
         cm = r["cost_model"]
         lines.append(f"  modelled epoch   {r['modelled_epoch_s'] * 1e3:.4g} ms (network {cm['network']}, "
                      f"GCN widths {'-'.join(map(str, cm['widths']))})")
+    if "deterministic" in r:  # reports written before --threads lack it
+        lines.insert(1, f"  threads          {r['threads']} ({'deterministic' if r['deterministic'] else 'not deterministic'}"
+                        f": {r['determinism']})")
     if "peers_per_part" in r:
         pp = r["peers_per_part"]
         lines.append(f"  peers            max {max(pp)}, mean {sum(pp) / len(pp):.1f} (ranks each exchanges halo rows with)")

@@ -18,10 +18,12 @@ which of them fit a graph.
   ranks that need them. The ``DETERMINISTIC`` preset, so a seed gives the same parts.
 * ``random``: the balanced random baseline (:func:`gnndist.partition.metis.random_assign`).
 
-Determinism: every backend gives the same assignment for the same inputs and seed. KaMinPar
-does so only with one thread (``threads=1``, the default; with 2 its parts varied run to run
-here); Mt-KaHyPar's deterministic preset at any thread count (the same sha256 of the parts of
-Amazon Photo at 1 and 2 threads), so it runs on every core.
+Threads and determinism (:meth:`Backend.threads_used`, :meth:`Backend.determinism`; the report says
+both): the threaded backends take ``--threads`` (default: every core of the process). Mt-KaHyPar's
+deterministic preset gives the same parts at any thread count (the same sha256 of the parts of
+Amazon Photo at 1 and 2 threads). KaMinPar's Python binding has no deterministic mode: above one
+thread its parts may vary run to run (they did here at 2), so ``--threads 1`` is the way to repeat
+them. pymetis runs METIS on one thread, deterministic; ``random`` is seeded.
 """
 
 from __future__ import annotations
@@ -38,6 +40,19 @@ from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, ran
 
 from gnndist.errors import UserError
 
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def resolve_threads(threads: int) -> int:
+    """``--threads``: 0 is every core of this process (:func:`cores`), else at least 1."""
+    if threads < 0:
+        raise UserError(f"--threads must be 0 (every core) or a positive count, got {threads}")
+    return threads or cores()
+
+
 KAMINPAR_COMPRESS_ENTRIES = 1 << 25  # above this KaMinPar compresses the graph it holds (~4x less memory)
 HYPERGRAPH_PRESET = "DETERMINISTIC"
 
@@ -52,7 +67,7 @@ class Request:
         tolerances: ``[ncon]`` allowed heaviest part / mean part, each > 1 (None: 1.03).
         seed: the seed; the same request and seed give the same assignment.
         objective: METIS's ``vol`` or ``cut`` (the other backends have one objective each).
-        threads: threads the partitioner may use.
+        threads: threads the partitioner may use (>= 1; the CLI's 0, every core, is resolved before).
     """
 
     parts: int
@@ -108,6 +123,14 @@ class Backend:
         """The library and version this backend runs, e.g. ``kaminpar 3.7.3``."""
         return f"{self.package} {_version(self.package)}" if self.package else "gnndist"
 
+    def threads_used(self, threads: int) -> int:
+        """The threads this backend runs on when given ``threads`` (one, for a single-threaded library)."""
+        return 1
+
+    def determinism(self, threads: int) -> tuple[bool, str]:
+        """Whether the same input and seed give the same parts at ``threads`` threads, and why."""
+        return True, f"{self.name}: single-threaded and seeded"
+
     def _check(self, csr: GlobalCSR, req: Request) -> None:
         why = self.unsupported(csr, req)
         if why:
@@ -157,6 +180,15 @@ class OneWeight(Backend):
 
 class KaMinPar(OneWeight):
     name, package, objective = "kaminpar", "kaminpar", "edge cut"
+
+    def threads_used(self, threads: int) -> int:
+        return max(threads, 1)
+
+    def determinism(self, threads: int) -> tuple[bool, str]:
+        if threads <= 1:
+            return True, "kaminpar: one thread, seeded"
+        return False, (f"kaminpar on {threads} threads: the parts may vary run to run (its Python binding has no "
+                       "deterministic mode); --threads 1 repeats them")
 
     def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
         self._check(csr, req)
@@ -210,7 +242,7 @@ def write_parhip(f, csr: GlobalCSR, vweights: np.ndarray | None = None, chunk: i
 
 @lru_cache(maxsize=1)
 def _mtkahypar(threads: int):
-    """Mt-KaHyPar's process-wide initializer (it may be initialised once per process: every core)."""
+    """Mt-KaHyPar's process-wide initializer on ``threads`` threads (initialised again for another count)."""
     import mtkahypar
 
     return mtkahypar.initialize(threads, False)
@@ -219,6 +251,12 @@ def _mtkahypar(threads: int):
 class Hypergraph(OneWeight):
     name, package, objective = "hypergraph", "mtkahypar", "km1 of the column-net hypergraph = halo volume"
 
+    def threads_used(self, threads: int) -> int:
+        return max(threads, 1)
+
+    def determinism(self, threads: int) -> tuple[bool, str]:
+        return True, f"hypergraph: Mt-KaHyPar's {HYPERGRAPH_PRESET} preset, the same parts at any thread count"
+
     def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:
         self._check(csr, req)
         n = csr.num_nodes
@@ -226,7 +264,7 @@ class Hypergraph(OneWeight):
             return np.zeros(n, dtype=np.int64)
         import mtkahypar
 
-        init = _mtkahypar(os.cpu_count() or 1)  # its deterministic preset gives the same parts at any thread count
+        init = _mtkahypar(max(req.threads, 1))  # its deterministic preset gives the same parts at any thread count
         mtkahypar.set_seed(req.seed)
         ctx = init.context_from_preset(getattr(mtkahypar.PresetType, HYPERGRAPH_PRESET))
         w, tol = req.single(n)

@@ -5,7 +5,7 @@ import builtins
 import numpy as np
 import pytest
 from gnndist.datasets import synthetic
-from gnndist.partition import csr_from_edge_index, partition
+from gnndist.partition import csr_from_edge_index, format_report, partition
 from gnndist.partition.backends import BACKENDS, Request, backend, write_parhip
 from gnndist.partition.book import comm_volume
 
@@ -144,3 +144,20 @@ def test_bad_auto_budget_is_one_line(capsys):
     assert main(["partition", "cora", "--parts", "2", "--auto-budget", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "--auto-budget" in err and err.count("\n") == 1
+
+
+def test_threads_default_to_every_core_and_the_report_says_whether_the_parts_repeat(capsys):
+    from gnndist.partition.backends import cores
+
+    data = synthetic(400, avg_degree=6, num_classes=3, num_features=4, seed=2)
+    one = partition(data, 4, method="kaminpar", balance="nodes", threads=1, progress=False).report
+    assert (one["threads"], one["deterministic"]) == (1, True)
+    many = partition(data, 4, method="kaminpar", balance="nodes", threads=3, progress=False).report
+    assert (many["threads"], many["deterministic"]) == (3, False) and "--threads 1" in many["determinism"]
+    hyper = partition(data, 4, method="hypergraph", balance="nodes", threads=2, progress=False).report
+    assert (hyper["threads"], hyper["deterministic"]) == (2, True)
+    metis = partition(data, 4, method="metis", balance="nodes", progress=False).report
+    assert (metis["threads_given"], metis["threads"], metis["deterministic"]) == (cores(), 1, True)
+    assert "threads          3 (not deterministic: kaminpar on 3 threads" in format_report(many)
+    assert main(["partition", "cora", "--parts", "2", "--threads", "-1"]) == 2
+    assert "--threads must be 0 (every core) or a positive count" in capsys.readouterr().err
