@@ -129,13 +129,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     """This process's peak memory: allocated bytes on CUDA, else the resident-set high-water mark (VmHWM)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
+    from gnndist.partition.progress import rss_peak
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return rss_peak()

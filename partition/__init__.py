@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,7 @@ from gnndist.partition.book import (
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
-from gnndist.partition.progress import Stages, stages_of
+from gnndist.partition.progress import Stages, rss_peak, stages_of
 from gnndist.partition.refine import refine as refine_assign
 from gnndist.partition.refine import unit_costs
 
@@ -216,56 +216,104 @@ def partition(
     if objective not in OBJECTIVES:
         raise UserError(f"--objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     check_budget(auto_budget)
-    threads = resolve_threads(threads)
-    setting = parse_balance(balance)
-    net = network(cost_network)
-    n = int(data.num_nodes)
-    check_parts(n, parts)
-    t0 = time.perf_counter()
-    bar = Stages(5, f"partition into {parts}", progress)
-    bar.set_postfix_str("symmetrise")
-    csr = symmetric_csr(data.edge_index, n, chunk)
-    bar.update()
-    bar.set_postfix_str(method)
-    degree = csr.degree()
-    train = getattr(data, "train_mask", None)
-    train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
-    if widths is None:
-        widths = model_widths_of(data)
-    extra: dict = {"cost_model": {"network": net.name, "widths": list(widths)}}
-    if method == "random":
-        chosen, assign = "random", random_assign(n, parts, seed)
-    else:
-        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": degree, "train": train}
-        assign, chosen, setting, objective, extra = _choose(csr, parts, method, objective, seed, setting, columns,
-                                                            refine, widths, net, extra, bar, threads, auto_budget)
-    t_assign = time.perf_counter() - t0
-    book = PartitionBook(parts, assign)
-    pair, cut = exchange_pairs(csr, assign, parts, chunk)
-    loads = loads_from_pairs(pair, csr, assign)
+    check_parts(int(data.num_nodes), parts)
+    job = Job(data, parts, method, objective, seed, parse_balance(balance), refine, network(cost_network),
+              widths or model_widths_of(data), resolve_threads(threads), chunk, auto_budget)
+    job.bar = bar = Stages(len(STAGES), f"partition into {parts}", progress)
+    for name, stage in STAGES:
+        bar.set_postfix_str(method if name == "assign" else name)
+        t0 = time.perf_counter()
+        stage(job)
+        job.stages.append({"stage": name, "seconds": round(time.perf_counter() - t0, 3), "peak_bytes": rss_peak()})
+        bar.update()
+    bar.close()
+    job.report["stages"] = job.stages
+    return Partition(data, job.book, job.csr, method, job.objective, seed, job.report)
 
-    bar.update()
-    bar.set_postfix_str("report")
+
+@dataclass
+class Job:
+    """One run of the partition pipeline: the request, then what each stage of :data:`STAGES` leaves for the next."""
+
+    data: object  # torch_geometric.data.Data, original ids
+    parts: int
+    method: str
+    objective: str  # METIS's; the assign stage may force cut (auto on a large graph)
+    seed: int
+    setting: Setting | None  # None: --balance auto
+    refine: bool
+    net: Network
+    widths: tuple[int, ...]
+    threads: int
+    chunk: int
+    budget: float
+    csr: GlobalCSR | None = None  # symmetrise: original ids; renumber: new ids
+    assign: np.ndarray | None = None  # [N] part of every node (original ids)
+    chosen: str = ""  # the backend that made ``assign``
+    seconds_assign: float = 0.0
+    book: PartitionBook | None = None
+    loads: list | None = None  # [P] RankLoad of the 1D halo exchange
+    cut: int = 0
+    extra: dict = field(default_factory=dict)  # the report's fields of the assign stage
+    bar: Stages | None = None  # the pipeline's progress (the assign stage names each candidate it runs)
+    report: dict = field(default_factory=dict)
+    stages: list = field(default_factory=list)  # [{stage, seconds, peak_bytes}] in order
+
+
+def _symmetrise(job: Job) -> None:
+    """The graph as one symmetric CSR without self-loops or duplicates, built in chunks (original ids)."""
+    job.csr = symmetric_csr(job.data.edge_index, int(job.data.num_nodes), job.chunk)
+
+
+def _assign(job: Job) -> None:
+    """Every node's part: the baseline, or each candidate (backend, balance setting) run and refined, one kept."""
+    t0 = time.perf_counter()
+    job.extra = {"cost_model": {"network": job.net.name, "widths": list(job.widths)}}
+    n = job.csr.num_nodes
+    if job.method == "random":
+        job.chosen, job.assign = "random", random_assign(n, job.parts, job.seed)
+    else:
+        train = getattr(job.data, "train_mask", None)
+        train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
+        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": job.csr.degree(), "train": train}
+        job.assign, job.chosen, job.setting, job.objective = _choose(job, columns)
+    job.seconds_assign = time.perf_counter() - t0
+
+
+def _plans(job: Job) -> None:
+    """Who owns what (the book), and every rank's 1D halo exchange: rows sent and received, peers."""
+    job.book = PartitionBook(job.parts, job.assign)
+    pair, job.cut = exchange_pairs(job.csr, job.assign, job.parts, job.chunk)
+    job.loads = loads_from_pairs(pair, job.csr, job.assign)
+
+
+def _renumber(job: Job) -> None:
+    """The CSR in new ids: part k owns one contiguous range (the original-id CSR is dropped)."""
+    job.report = _quality(job)  # read off the original ids before they go
+    job.csr = renumbered_csr(job.csr, job.book, job.chunk)
+
+
+def _quality(job: Job) -> dict:
+    """The report: volume and balance against the random baseline, modelled epoch, who chose and how."""
+    csr, parts, loads, assign = job.csr, job.parts, job.loads, job.assign
+    n = csr.num_nodes
     n_halo = np.array([ld.expand_recv for ld in loads])  # [P] halo rows = rows received
     sent = np.array([ld.expand_send for ld in loads])
     vol = int(n_halo.sum())
-    random_vol = vol if method == "random" else comm_volume(csr, random_assign(n, parts, seed), parts)
-    bar.update()
-    bar.set_postfix_str("renumber")
-    new_csr = renumbered_csr(csr, book, chunk)
-    del csr
-    bar.update()
-    bar.close()
-    n_owned = np.diff(book.offsets)
-    nnz = np.diff(new_csr.rowptr[book.offsets])
-    balanced = chosen != "random"
-    report = {
-        "parts": parts, "method": method, "backend": chosen, "library": backend(chosen).library(new_csr.nnz),
-        "objective": objective if chosen == "metis" else (backend(chosen).objective if balanced else None),
-        "seed": seed, "balance": list(setting.constraints) if balanced else [],
+    random_vol = vol if job.method == "random" else comm_volume(csr, random_assign(n, parts, job.seed), parts)
+    n_owned = np.diff(job.book.offsets)
+    nnz = np.array([ld.nnz for ld in loads])
+    train = getattr(job.data, "train_mask", None)
+    train = train.numpy().astype(np.float64) if train is not None else np.zeros(n)
+    balanced = job.chosen != "random"
+    setting = job.setting
+    return {
+        "parts": parts, "method": job.method, "backend": job.chosen, "library": backend(job.chosen).library(csr.nnz),
+        "objective": job.objective if job.chosen == "metis" else (backend(job.chosen).objective if balanced else None),
+        "seed": job.seed, "balance": list(setting.constraints) if balanced else [],
         "tolerances": dict(zip(setting.constraints, setting.tolerances)) if balanced else {},
-        "num_nodes": n, "num_edges": int(new_csr.nnz // 2),
-        "edge_cut": cut,
+        "num_nodes": n, "num_edges": int(csr.nnz // 2),
+        "edge_cut": job.cut,
         "comm_volume": int(vol),
         "random_comm_volume": int(random_vol),
         "vs_random": float(vol / random_vol) if random_vol else 1.0,
@@ -273,7 +321,7 @@ def partition(
         "max_recv_volume": int(n_halo.max()),
         "max_send_over_mean": _imbalance(sent.astype(float)),
         "max_recv_over_mean": _imbalance(n_halo.astype(float)),
-        "modelled_epoch_s": epoch_time(loads, widths, net),
+        "modelled_epoch_s": epoch_time(loads, job.widths, job.net),
         "halo_fraction": [float(h / o) if o else 0.0 for h, o in zip(n_halo, n_owned)],
         "nodes_per_part": n_owned.tolist(),
         "peers_per_part": [ld.messages for ld in loads],  # ranks each exchanges halo rows with
@@ -282,15 +330,19 @@ def partition(
             "edges": _imbalance(nnz.astype(float)),
             "train": _imbalance(np.bincount(assign, weights=train, minlength=parts)),
         },
-        "assign_seconds": round(t_assign, 3),
-        **_determinism(chosen, threads),
-        "metis_lib": metis_library(new_csr.nnz) if chosen == "metis" else None,
-        **extra,
+        "assign_seconds": round(job.seconds_assign, 3),
+        **_determinism(job.chosen, job.threads),
+        "metis_lib": metis_library(csr.nnz) if job.chosen == "metis" else None,
+        **job.extra,
     }
-    return Partition(data, book, new_csr, method, objective, seed, report)
 
 
-def _choose(csr, parts, method, objective, seed, setting, columns, refine, widths, net, extra, bar, threads, budget):
+# The pipeline, in order: each stage reads what the ones before left on the Job (its time and the process's
+# peak memory after it go into the report's "stages")
+STAGES = (("symmetrise", _symmetrise), ("assign", _assign), ("plans", _plans), ("renumber", _renumber))
+
+
+def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
     """Run the partitioner (and the refinement) for each candidate (backend, setting) and keep one
     (:func:`~gnndist.partition.balance.choose`: the least volume unless another is modelled faster beyond the band).
 
@@ -298,8 +350,10 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
     (a backend whose package is missing is skipped, with the reason in the report); a named backend
     tries only itself, and fails in one line when it cannot take the input. Of several candidates, those
     beyond the time ``budget`` are skipped (:func:`~gnndist.partition.balance.budget_plan`).
-    Returns the assignment, its backend and setting, the METIS objective, and the report's extra fields.
+    Returns the assignment, its backend and setting and the METIS objective; the report's fields go to ``job.extra``.
     """
+    csr, parts, method, seed, setting, threads = job.csr, job.parts, job.method, job.seed, job.setting, job.threads
+    widths, net, extra = job.widths, job.net, job.extra
     explicit = setting is not None
     skipped: dict[str, str] = {}
     if explicit:
@@ -309,7 +363,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
         forced = None
     else:
         plan, forced = auto_plan(csr.nnz, method)
-    objective = forced or objective
+    objective = forced or job.objective
     usable = []
     for b, s in plan:
         why = backend(b).unsupported(csr, Request(parts, _weights_of(s, columns), None, seed, objective, threads))
@@ -325,10 +379,10 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
     if csr.nnz > METIS_MAX_ENTRIES and not explicit and any(b == "metis" for b, _ in usable):
         part_graph = sampled_csr(csr, METIS_MAX_ENTRIES, seed)
         extra["metis_sampled_entries"] = int(part_graph.nnz)
-    can_refine = refine and parts > 1
+    can_refine = job.refine and parts > 1
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     refine_s = refine_seconds(csr.nnz, csr.num_nodes, parts, passes) if can_refine else 0.0
-    usable, planned = budget_plan(usable, objective, part_graph.nnz, csr.num_nodes, parts, refine_s, budget)
+    usable, planned = budget_plan(usable, objective, part_graph.nnz, csr.num_nodes, parts, refine_s, job.budget)
     time_of = lambda loads: epoch_time(loads, widths, net)  # noqa: E731
     tried = []
     runs: dict[tuple[str, Setting], np.ndarray] = {}  # each backend's assignment per setting (a derived one starts from one)
@@ -341,7 +395,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
                 base = Setting(*zip(*own)) if own else PLAIN
                 cols.update(derived_weights(csr, run(b, base), parts, unit_costs(widths, net).sum(0)))
             names = [c for c in s.constraints if cols[c].any()]  # no halo at all: nothing to balance
-            bar.set_postfix_str(f"{b} {s.label}")
+            job.bar.set_postfix_str(f"{b} {s.label}")
             weights = np.stack([cols[c] for c in names], axis=1) if names else None
             tol = np.array([t for c, t in zip(s.constraints, s.tolerances) if c in names]) if names else None
             graph = part_graph if b == "metis" else csr
@@ -356,7 +410,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
         # it keeps the node balance the partitioner gave (no part above the mean may grow)
         kept = s.structural or [("nodes", 1.0)]
         if can_refine and s.constraints:
-            bar.set_postfix_str(f"refine {b} {s.label}")
+            job.bar.set_postfix_str(f"refine {b} {s.label}")
             weights = np.stack([columns[c] for c, _ in kept], axis=1)
             tol = np.array([t for _, t in kept])
             assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes)
@@ -378,7 +432,7 @@ def _choose(csr, parts, method, objective, seed, setting, columns, refine, width
         extra["auto"] = {"chosen": chosen["setting"].label, "chosen_method": chosen["method"], "objective": objective,
                          "plain_metis_modelled_epoch_s": plain, "candidates": [t["record"] for t in tried],
                          "decided_by": decided, "budget": planned}
-    return chosen["assign"], chosen["method"], chosen["setting"], objective, extra
+    return chosen["assign"], chosen["method"], chosen["setting"], objective
 
 
 def _determinism(chosen: str, threads: int) -> dict:
@@ -428,6 +482,9 @@ def format_report(r: dict) -> str:
         cm = r["cost_model"]
         lines.append(f"  modelled epoch   {r['modelled_epoch_s'] * 1e3:.4g} ms (network {cm['network']}, "
                      f"GCN widths {'-'.join(map(str, cm['widths']))})")
+    if r.get("stages"):  # reports written before the named stages lack them
+        lines.append("  stages           " + ", ".join(f"{st['stage']} {st['seconds']:.2f} s" for st in r["stages"])
+                     + f" (peak {max(st['peak_bytes'] for st in r['stages']) / 2**30:.2f} GiB)")
     if "deterministic" in r:  # reports written before --threads lack it
         lines.insert(1, f"  threads          {r['threads']} ({'deterministic' if r['deterministic'] else 'not deterministic'}"
                         f": {r['determinism']})")

@@ -222,3 +222,16 @@ def test_unique_ids_both_paths(n, size):
 
     ids = np.random.default_rng(0).integers(0, size, n)
     assert np.array_equal(unique_ids(ids, size), np.unique(ids))
+
+
+def test_the_pipeline_reports_each_named_stage_with_its_time_and_peak():
+    from gnndist.partition import STAGES, format_report
+
+    p = partition(synthetic(300, avg_degree=5, num_classes=3, num_features=4, seed=1), 3, progress=False)
+    stages = p.report["stages"]
+    assert [st["stage"] for st in stages] == [name for name, _ in STAGES] == ["symmetrise", "assign", "plans",
+                                                                             "renumber"]
+    assert all(st["seconds"] >= 0 for st in stages)
+    peaks = [st["peak_bytes"] for st in stages]
+    assert peaks == sorted(peaks) and peaks[0] > 10 * 2**20  # a high-water mark: the interpreter at least
+    assert "  stages           symmetrise " in format_report(p.report)
