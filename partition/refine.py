@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from gnndist.partition.book import GlobalCSR
@@ -220,13 +221,62 @@ def _cumulative(src: np.ndarray, dst: np.ndarray, w: np.ndarray, parts: int) -> 
     return np.cumsum(step, axis=0)
 
 
+@dataclass
+class _Pass:
+    """What one refinement pass proposes moves from: the partition's state and the caps a move must keep."""
+
+    csr: GlobalCSR
+    cnt: object  # neighbour counts per (node, part), dense or sparse (gnndist.partition.counts)
+    assign: np.ndarray  # [N]
+    degree: np.ndarray  # [N]
+    weights: np.ndarray  # [N, ncon] balance weights
+    wpart: np.ndarray  # [P, ncon] every part's weight
+    cap: np.ndarray  # [P, ncon] the most a part may weigh
+    loads: list  # [P] RankLoad
+    unit: np.ndarray  # [layers, 5] unit costs
+    parts: int
+    theta: float  # a part is critical within theta of the largest volume
+
+    def __post_init__(self):
+        self.send = np.array([ld.expand_send for ld in self.loads])  # [P]
+        self.recv = np.array([ld.expand_recv for ld in self.loads])
+        self.m0 = max(self.send.max(), self.recv.max())
+        self.crit_s, self.crit_r = self.send >= self.theta * self.m0, self.recv >= self.theta * self.m0
+
+
 def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, theta):
-    """Candidate moves of one pass, best first, as (nodes, targets); None when there is none."""
-    send = np.array([ld.expand_send for ld in loads])
-    recv = np.array([ld.expand_recv for ld in loads])
-    m0 = max(send.max(), recv.max())
-    if m0 == 0:
+    """Candidate moves of one pass, best first, as (nodes, targets); None when there is none.
+
+    Four steps: the candidate moves (:func:`_candidates`), what each does to every part's send and
+    receive volume (:func:`_volume_deltas`), the moves that improve the modelled time or the volume,
+    ranked and made independent (:func:`_ranked`), and the longest prefix that keeps every cap
+    (:func:`_feasible_prefix`).
+    """
+    ps = _Pass(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, theta)
+    if ps.m0 == 0:
         return None
+    found = _candidates(ps)
+    if found is None:
+        return None
+    cand, b, ext, own_cnt, nparts_v = found
+    d_send, d_recv = _volume_deltas(ps, cand, b, ext, own_cnt, nparts_v)
+    idx = _ranked(ps, cand, b, d_send, d_recv)
+    if idx is None:
+        return None
+    stop = _feasible_prefix(ps, cand, b, idx, d_send, d_recv)
+    if stop == 0:
+        return None
+    return cand[idx[:stop]], b[idx[:stop]]
+
+
+def _candidates(ps: _Pass):
+    """The moves to weigh: each boundary node to the other part it has most neighbours in, and a move into
+    every critical part from each of its outside neighbours (capped to :data:`DENSE_CELLS` cells of ``[K, P]``).
+
+    Returns ``(cand, b, ext, own_cnt, nparts_v)``: the nodes ``[K]``, their target parts ``[K]``, and per node
+    ``[N]`` the parts its row is sent to, its neighbours in its own part, the parts it has neighbours in; or None.
+    """
+    cnt, assign, parts = ps.cnt, ps.assign, ps.parts
     n = len(assign)
     own_cnt = cnt.get(np.arange(n), assign)
     nparts_v = cnt.nonzero_per_row()
@@ -234,12 +284,12 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     cand = np.flatnonzero(ext > 0)
     if len(cand) == 0:
         return None
-    crit_s, crit_r = send >= theta * m0, recv >= theta * m0
+    crit_s, crit_r = ps.crit_s, ps.crit_r
     # cap the candidates (dense [K, P] tables): prefer nodes of critical parts, then more outside neighbours
     k_max = max(DENSE_CELLS // parts, 1)
     if len(cand) > k_max:
         a = assign[cand]
-        pre = (crit_s[a] | crit_r[a]).astype(np.int64) * (1 << 40) + (degree[cand] - own_cnt[cand])
+        pre = (crit_s[a] | crit_r[a]).astype(np.int64) * (1 << 40) + (ps.degree[cand] - own_cnt[cand])
         cand = np.sort(cand[np.argsort(-pre, kind="stable")[:k_max]])
     outside = cnt.rows(cand)  # [K, P]
     outside[np.arange(len(cand)), assign[cand]] = -1
@@ -253,12 +303,19 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     p_extra = crit_parts[p_extra]
     dup = b[np.searchsorted(cand, v_extra).clip(0, len(cand) - 1)] == p_extra
     dup &= cand[np.searchsorted(cand, v_extra).clip(0, len(cand) - 1)] == v_extra
-    cand = np.concatenate([cand, v_extra[~dup]])
-    b = np.concatenate([b, p_extra[~dup]])
+    return np.concatenate([cand, v_extra[~dup]]), np.concatenate([b, p_extra[~dup]]), ext, own_cnt, nparts_v
+
+
+def _volume_deltas(ps: _Pass, cand, b, ext, own_cnt, nparts_v) -> tuple[np.ndarray, np.ndarray]:
+    """The change of every part's sent and received rows if ``cand[i]`` alone moved to ``b[i]``.
+
+    Shapes:
+        cand, b ``[K]`` -> d_send, d_recv ``[K, P]`` int32 (counts of rows, exact)
+    """
+    csr, cnt, assign, parts = ps.csr, ps.cnt, ps.assign, ps.parts
     k = len(cand)
     a = assign[cand]
-
-    # [K, P] tables in int32 (counts of rows, exact): at K P = 2^25 cells each int64 one was 256 MiB
+    # [K, P] tables in int32: at K P = 2^25 cells each int64 one was 256 MiB
     d_send = np.zeros(k * parts, dtype=np.int32)  # [K * P] flat, move-major
     d_recv = np.zeros(k * parts, dtype=np.int32)
     base = np.arange(k, dtype=np.int64) * parts
@@ -283,14 +340,22 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
         d_recv[i0 * parts : i1 * parts] += (np.bincount(owner[gain] * parts + bk[gain], minlength=size) - np.bincount(
             owner[lose] * parts + ak[lose], minlength=size)).astype(np.int32)
         i0 = i1
-    d_send = d_send.reshape(k, parts)
-    d_recv = d_recv.reshape(k, parts)
+    return d_send.reshape(k, parts), d_recv.reshape(k, parts)
 
-    # first the modelled time of the time-critical ranks (per layer, within (1 - theta) of the spread below
-    # the slowest): their halo, row and nonzero terms; peers are left to the exact check and the pruning
-    times = _load_times(loads, unit)  # [layers, P]
+
+def _ranked(ps: _Pass, cand, b, d_send, d_recv) -> np.ndarray | None:
+    """Indices into ``cand`` of the moves that help, best first: one per node, no two at adjacent nodes; or None.
+
+    A move helps when it lowers the modelled time of the time-critical ranks (per layer, within
+    ``1 - theta`` of the spread below the slowest: their halo, row and nonzero terms; peers are left to
+    the exact check and the pruning), else at equal time the volume of the volume-critical parts, else
+    the total volume; and keeps the largest volume and the target's balance caps.
+    """
+    send, recv, m0, unit, degree = ps.send, ps.recv, ps.m0, ps.unit, ps.degree
+    a = ps.assign[cand]
+    times = _load_times(ps.loads, unit)  # [layers, P]
     hi, lo = times.max(1, keepdims=True), times.min(1, keepdims=True)
-    crit_t = times >= hi - (1 - theta) * (hi - lo)
+    crit_t = times >= hi - (1 - ps.theta) * (hi - lo)
     w_halo, w_row, w_nnz = ((unit[:, j : j + 1] * crit_t).sum(0) for j in (2, 0, 1))  # [P] each
     send32, recv32 = send.astype(np.int32), recv.astype(np.int32)  # so that [K, P] sums stay int32
     halo = np.maximum(send32 + d_send, recv32 + d_recv)
@@ -299,46 +364,44 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     del halo
     eps = 1e-12 * float(hi.sum())
     dt[np.abs(dt) <= eps] = 0.0
-    # then the volume of the volume-critical parts, then the total volume
-    crit = (d_send[:, crit_s].sum(1) + d_recv[:, crit_r].sum(1))  # [K]
+    crit = (d_send[:, ps.crit_s].sum(1) + d_recv[:, ps.crit_r].sum(1))  # [K]
     vol = d_send.sum(1)
     ok = (dt < 0) | ((dt == 0) & ((crit < 0) | ((crit == 0) & (vol < 0))))
     ok &= ((send32 + d_send) <= m0).all(1) & ((recv32 + d_recv) <= m0).all(1)
-    ok &= (wpart[b] + weights[cand] <= cap[b]).all(1)
+    ok &= (ps.wpart[b] + ps.weights[cand] <= ps.cap[b]).all(1)
     idx = np.flatnonzero(ok)
     if len(idx) == 0:
         return None
     idx = idx[np.lexsort((vol[idx], crit[idx], dt[idx]))]  # best first
     _, first = np.unique(cand[idx], return_index=True)  # one move per node: its best
     idx = idx[np.sort(first)]
-
     # no two moved nodes adjacent: keep a move only if no better-ranked move sits at a neighbour
-    rank = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    rank = np.full(len(ps.assign), np.iinfo(np.int64).max, dtype=np.int64)
     rank[cand[idx]] = np.arange(len(idx))
-    pos, owner = _entries_of(csr.rowptr, cand[idx])
+    pos, owner = _entries_of(ps.csr.rowptr, cand[idx])
     nb_best = np.full(len(idx), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(nb_best, owner, rank[csr.col[pos]])
-    idx = idx[nb_best > np.arange(len(idx))]
+    np.minimum.at(nb_best, owner, rank[ps.csr.col[pos]])
+    return idx[nb_best > np.arange(len(idx))]
 
-    # longest prefix that keeps the caps: balance, M, and every rank's modelled layer time
+
+def _feasible_prefix(ps: _Pass, cand, b, idx, d_send, d_recv) -> int:
+    """How many of the ranked moves ``idx`` can be made together: the longest prefix that keeps the caps
+    (balance, the largest volume, and every rank's modelled layer time)."""
     ds, dr = np.cumsum(d_send[idx], 0), np.cumsum(d_recv[idx], 0)  # [K', P]
-    s, r = send + ds, recv + dr
-    good = (s <= m0).all(1) & (r <= m0).all(1)
-    src, dst = a[idx], b[idx]
-    for j in range(weights.shape[1]):
-        good &= (wpart[:, j] + _cumulative(src, dst, weights[cand[idx], j], parts) <= cap[:, j]).all(1)
-    dw_rows = _cumulative(src, dst, np.ones(len(idx), dtype=np.int64), parts)
-    dw_nnz = _cumulative(src, dst, degree[cand[idx]], parts)
-    rows0 = np.array([ld.rows for ld in loads])
-    nnz0 = np.array([ld.nnz for ld in loads])
-    msgs = np.array([ld.messages for ld in loads])
-    now = _times(unit, rows0, nnz0, np.maximum(send, recv), msgs)  # [layers, P]
-    later = _times(unit, rows0 + dw_rows, nnz0 + dw_nnz, np.maximum(s, r), msgs)  # [layers, K', P]
+    s, r = ps.send + ds, ps.recv + dr
+    good = (s <= ps.m0).all(1) & (r <= ps.m0).all(1)
+    src, dst = ps.assign[cand[idx]], b[idx]
+    for j in range(ps.weights.shape[1]):
+        good &= (ps.wpart[:, j] + _cumulative(src, dst, ps.weights[cand[idx], j], ps.parts) <= ps.cap[:, j]).all(1)
+    dw_rows = _cumulative(src, dst, np.ones(len(idx), dtype=np.int64), ps.parts)
+    dw_nnz = _cumulative(src, dst, ps.degree[cand[idx]], ps.parts)
+    rows0 = np.array([ld.rows for ld in ps.loads])
+    nnz0 = np.array([ld.nnz for ld in ps.loads])
+    msgs = np.array([ld.messages for ld in ps.loads])
+    now = _times(ps.unit, rows0, nnz0, np.maximum(ps.send, ps.recv), msgs)  # [layers, P]
+    later = _times(ps.unit, rows0 + dw_rows, nnz0 + dw_nnz, np.maximum(s, r), msgs)  # [layers, K', P]
     good &= (later <= now.max(axis=1)[:, None, None] * (1 + 1e-12)).all(axis=(0, 2))
-    stop = len(idx) if good.all() else int(np.argmin(good))
-    if stop == 0:
-        return None
-    return cand[idx[:stop]], b[idx[:stop]]
+    return len(idx) if good.all() else int(np.argmin(good))
 
 
 class _Book:
