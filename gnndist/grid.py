@@ -337,14 +337,19 @@ def _package_dirs() -> tuple[str, ...]:
 
 
 def _caller(depth: int = 3) -> str:
-    """The innermost ``depth`` functions of the package outside this module that led to a collective."""
-    roots = _package_dirs()
+    """The innermost ``depth`` functions that led to a collective: gnndist's own (outside this module) and the
+    caller's code (a script, a custom model, a test); not the standard library's or other installed packages'."""
+    import sysconfig
+
+    ours = _package_dirs()
+    libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
     out, frame = [], sys._getframe(1)
     while frame is not None and len(out) < depth:
         code = frame.f_code
-        root = next((r for r in roots if code.co_filename.startswith(r + os.sep)), None)
-        if code.co_filename != __file__ and root is not None:
-            rel = os.path.relpath(code.co_filename, os.path.dirname(root))
+        name = code.co_filename
+        root = next((r for r in ours if name.startswith(r + os.sep)), None)
+        if name != __file__ and not name.startswith("<") and (root is not None or not name.startswith(libraries)):
+            rel = os.path.relpath(name, os.path.dirname(root)) if root else os.path.relpath(name)
             out.append(f"{rel}:{frame.f_lineno} {getattr(code, 'co_qualname', code.co_name)}")
         frame = frame.f_back
     return " < ".join(out) or "?"
