@@ -21,12 +21,28 @@ the same pre-activation residual blocks: how far any deep model of this recipe d
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --model resgcn --layers 16
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --flags "--weight-decay 0 --seed 1"
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/revgnn_drift.py --quick          # 16 blocks, P = 2, 8 epochs
+
+``--logs REF OTHER...`` compares the per-epoch losses of ``gnndist run ... --log-file`` files
+instead (one process on 1 or 2 threads, P ranks, any model), each against the first: the
+largest relative difference over every epoch and over epochs 0 and 1 (the first update).
+The README's deep-model figures (GCNII, ResGCN+, RevGNN; ``--layers 16``, 20 epochs) come from:
+
+    for M in gcn2 resgcn revgnn; do
+      for P in 2 3; do gnndist run cora --model $M --layers 16 --epochs 20 --ranks $P --log-file $M-p$P.jsonl; done
+      gnndist run cora --model $M --layers 16 --epochs 20 --ranks 1 --log-file $M-1p2t.jsonl               # 2 threads
+      taskset -c 0 gnndist run cora --model $M --layers 16 --epochs 20 --ranks 1 --log-file $M-1p1t.jsonl  # 1 thread
+      .venv/bin/python benchmarks/revgnn_drift.py --logs $M-1p2t.jsonl $M-1p1t.jsonl $M-p2.jsonl $M-p3.jsonl
+    done
+
+(a rank's threads are its share of the cores it may run on, ``gnndist.grid.split_threads``:
+``taskset -c 0`` gives one process one thread; P ranks on 2 cores have one each.)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 
 
@@ -77,12 +93,33 @@ def _compare(ref: list[float], got: list[float], goal: float) -> tuple[float, in
     return diffs[worst], worst, within
 
 
+def _log_losses(path: str) -> list[float]:
+    """The per-epoch losses of a ``--log-file`` (one JSON object per epoch)."""
+    with open(path) as f:
+        return [row["loss"] for row in map(json.loads, f) if "loss" in row]
+
+
+def compare_logs(paths: list[str]) -> None:
+    """Every log's per-epoch losses against the first's: largest relative difference, overall and in epochs 0-1."""
+    ref = _log_losses(paths[0])
+    print(f"reference {paths[0]}: {len(ref)} epochs, loss {ref[0]:.6f} ... {ref[-1]:.6f}")
+    print(f"{'log':>28}  {'max rel loss diff':>17}  {'at epoch':>8}  {'epochs 0-1':>10}")
+    for path in paths[1:]:
+        got = _log_losses(path)
+        assert len(got) == len(ref), f"{path}: {len(got)} epochs, the reference {len(ref)}"
+        rel, epoch, _ = _compare(ref, got, 0.0)
+        first, _, _ = _compare(ref[:2], got[:2], 0.0)
+        print(f"{path:>28}  {rel:17.2e}  {epoch:>8}  {first:10.2e}")
+
+
 def main() -> None:
     from gnndist.testing import run_distributed
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--logs", nargs="+", metavar="JSONL",
+                    help="compare these --log-file files' per-epoch losses with the first's, and exit")
     ap.add_argument("--dataset", default="cora")
-    ap.add_argument("--model", default="revgnn", choices=["revgnn", "resgcn"])
+    ap.add_argument("--model", default="revgnn", choices=["revgnn", "resgcn", "gcn2"])
     ap.add_argument("--layers", default="16,64", help="comma-separated block counts (default: 16,64)")
     ap.add_argument("--worlds", default="2,3", help="comma-separated world sizes P compared with 1 (default: 2,3)")
     ap.add_argument("--epochs", type=int, default=20)
@@ -92,6 +129,8 @@ def main() -> None:
     ap.add_argument("--goal", type=float, default=1e-5)
     ap.add_argument("--quick", action="store_true", help="16 blocks, P = 2, 8 epochs")
     args = ap.parse_args()
+    if args.logs:
+        return compare_logs(args.logs)
     if args.quick:
         args.layers, args.worlds, args.epochs = "16", "2", 8
     rev = args.model == "revgnn" and not args.stored
