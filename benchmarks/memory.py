@@ -56,7 +56,7 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
 
     The CSRs of each built block (interior, boundary; a full CSR if built), their cached row
     index, transposes (pattern or with its permutation) and kernel caches, and the graph's own
-    derived CSR (per-edge layers).
+    derived CSR (per-edge layers), and the part's CSR where the structure holds one (before issue 33).
     """
     import torch
     from gnndist.kernels import CSR
@@ -64,9 +64,14 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
     found: dict[str, tuple[str, int]] = {}
     seen: set[int] = set()
 
+    storages: set[int] = set()
+
     def tensor(name: str, t, nnz: int) -> None:
         if isinstance(t, torch.Tensor) and nnz and t.numel() >= nnz:
-            found[name] = (str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes())
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in storages:  # a tensor sharing another's memory (a sparse matrix's values) once
+                storages.add(ptr)
+                found[name] = (str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes())
 
     def csr(name: str, c) -> None:
         if not isinstance(c, CSR) or id(c) in seen:
@@ -87,6 +92,8 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
             elif isinstance(v, torch.Tensor):
                 tensor(f"{name} cache {key[0]}", v, c.nnz)
 
+    if "csr" in getattr(type(graph.structure), "__dataclass_fields__", {}):  # a structure that holds its own CSR
+        csr("structure.csr", graph.structure.csr)
     layouts = [graph.strategy] + list(getattr(graph.strategy, "options", []) or [])
     for lay in layouts:
         block = getattr(lay, "block", None)
@@ -100,7 +107,7 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
     return found
 
 
-def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
+def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     """One rank (under ``gnndist.launch``): load the part, train ``epochs`` steps + one evaluation; every rank's memory."""
     import torch
 
@@ -113,7 +120,7 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
     torch.optim.Adam([warm]).step()
     base = proc_status()["VmRSS"]
     graph = DistGraph.load(partdir, grid, normalize_features=True)
-    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
+    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=dropout), run=RunConfig(progress=False))
     trainer = Trainer(graph, cfg)
     load = proc_status()["VmHWM"] - base
     t0 = time.perf_counter()
@@ -123,23 +130,23 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
     seconds = (time.perf_counter() - t0) / epochs
     peak = proc_status()["VmHWM"] - base
     mine = {"base": base, "load": load, "peak": peak, "n_owned": graph.n_owned, "n_halo": graph.n_halo,
-            "step_s": seconds, "val_acc": acc["val_acc"], "nnz": graph.structure.nnz,
+            "step_s": seconds, "val_acc": acc["val_acc"], "nnz": graph.layout1d.block.nnz,
             "features": graph.x.numel() * graph.x.element_size(), "entries": entry_arrays(graph)}
     return grid.all_gather_object(mine)
 
 
-def _launch(partdir: str, world: int, hidden: int, epochs: int) -> list[dict]:
+def _launch(partdir: str, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     import gnndist
 
-    return gnndist.launch(rank_main, partdir, hidden, epochs, nproc=world, backend="gloo", timeout=1800)
+    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, nproc=world, backend="gloo", timeout=1800)
 
 
-def measure(partdir: Path, world: int, hidden: int, epochs: int) -> list[dict]:
+def measure(partdir: Path, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     """Every rank's memory, from a fresh process (P = 1 too: both pay the same imports and gloo set-up)."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_launch, str(partdir), world, hidden, epochs).result()
+        return pool.submit(_launch, str(partdir), world, hidden, epochs, dropout).result()
 
 
 def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Path]:
@@ -162,13 +169,13 @@ def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Pa
     return dirs
 
 
-def per_entry(partdir: Path, hidden: int, epochs: int) -> None:
+def per_entry(partdir: Path, hidden: int, epochs: int, dropout: float) -> None:
     """Per rank of ``partdir``: entries, MiB above the baseline at load and peak, bytes per entry, the arrays kept."""
     import json
 
     world = json.loads((partdir / "META.json").read_text())["parts"]
-    rows = measure(partdir, world, hidden, epochs)
-    print(f"{partdir}: {world} ranks, GCN hidden {hidden}, {epochs} steps + 1 eval, load {os.getloadavg()[0]:.2f}")
+    rows = measure(partdir, world, hidden, epochs, dropout)
+    print(f"{partdir}: {world} ranks, GCN hidden {hidden}, dropout {dropout}, {epochs} steps + 1 eval, load {os.getloadavg()[0]:.2f}")
     print(f"{'rank':>4s} {'entries':>11s} {'base MiB':>9s} {'load MiB':>9s} {'peak MiB':>9s} {'features MiB':>13s} "
           f"{'B/entry (peak - features)':>26s}")
     for r, v in enumerate(rows):
@@ -188,6 +195,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--parts", default="1,4", help="comma list of world sizes; the first is the reference")
     ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--dropout", type=float, default=0.5, help="the GCN's dropout (0: no [n, F] masks in the step)")
     ap.add_argument("--epochs", type=int, default=3, help="training steps per rank (then one evaluation)")
     ap.add_argument("--cache", default="/tmp/gnndist-memory-bench", help="where partitions are kept")
     ap.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
@@ -199,7 +207,7 @@ def main() -> None:
     if args.malloc_mmap_threshold is not None:  # read by glibc when a spawned rank starts
         os.environ["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
     if args.part:
-        return per_entry(Path(args.part), args.hidden, args.epochs)
+        return per_entry(Path(args.part), args.hidden, args.epochs, args.dropout)
     if args.quick:
         args.nodes = 100_000
     parts = [int(p) for p in args.parts.split(",")]
