@@ -145,10 +145,10 @@ def split_columns(rowptr: np.ndarray, col: np.ndarray, n_owned: int, n_halo: int
 
 def _rows_ascending(rowptr: np.ndarray, col: np.ndarray) -> bool:
     """Whether every row's columns are ascending (a descent only where a row starts)."""
-    starts = np.unique(rowptr)
     for s, e in _chunks(max(len(col) - 1, 0)):
         down = np.flatnonzero(col[s + 1 : e + 1] < col[s:e]) + (s + 1)  # positions after a descent
-        if down.size and not np.isin(down, starts).all():
+        at = np.searchsorted(rowptr, down)  # the first row starting at or after each
+        if down.size and not (rowptr[np.minimum(at, len(rowptr) - 1)] == down).all():
             return False
     return True
 
