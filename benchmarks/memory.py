@@ -23,6 +23,13 @@ partitions cached under ``--cache``; model: 2-layer GCN, hidden ``--hidden`` (16
     python benchmarks/memory.py --quick              # 100k nodes
     python benchmarks/memory.py --malloc-mmap-threshold 1048576   # glibc: no dynamic mmap threshold
     python benchmarks/memory.py --nodes 2000000 --parts 1,2,4 --hidden 64
+
+``--part DIR`` measures an existing partition instead (as many ranks as it has parts) and adds,
+per rank, its local adjacency entries, the bytes per entry above the baseline once the features
+(``n_owned x F x 4``) are taken away, and every per-entry array the rank's block keeps
+(:func:`entry_arrays`: the CSRs of the layout and what their kernels cached on them):
+
+    python benchmarks/memory.py --part /tmp/hc/p1m --epochs 2
 """
 
 from __future__ import annotations
@@ -44,7 +51,63 @@ def proc_status() -> dict[str, int]:
     return out
 
 
-def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
+def entry_arrays(graph) -> dict[str, tuple[str, int]]:
+    """Every tensor of at least one element per local entry the rank's layouts keep: ``name -> (dtype, bytes)``.
+
+    The CSRs of each built block (interior, boundary; a full CSR if built), their cached row
+    index, transposes (pattern or with its permutation) and kernel caches, and the graph's own
+    derived CSR (per-edge layers), and the part's CSR where the structure holds one (before issue 33).
+    """
+    import torch
+    from gnndist.kernels import CSR
+
+    found: dict[str, tuple[str, int]] = {}
+    seen: set[int] = set()
+
+    storages: set[int] = set()
+
+    def tensor(name: str, t, nnz: int) -> None:
+        if isinstance(t, torch.Tensor) and nnz and t.numel() >= nnz:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in storages:  # a tensor sharing another's memory (a sparse matrix's values) once
+                storages.add(ptr)
+                found[name] = (str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes())
+
+    def csr(name: str, c) -> None:
+        if not isinstance(c, CSR) or id(c) in seen:
+            return
+        seen.add(id(c))
+        tensor(f"{name}.col", c.col, c.nnz)
+        tensor(f"{name}.row (cached)", c._row, c.nnz)
+        if getattr(c, "symmetric", False):
+            found[f"{name}.transposed()"] = ("itself (symmetric)", 0)
+        if getattr(c, "_transposed", None) is not None:
+            csr(f"{name}.transposed()", c._transposed)
+        if c._transpose is not None:
+            csr(f"{name}.transpose()", c._transpose[0])
+            tensor(f"{name}.transpose() perm", c._transpose[1], c.nnz)
+        for key, v in c._cache.items():
+            if getattr(v, "layout", None) == torch.sparse_csr:  # shares the CSR's indices; its values may not
+                tensor(f"{name} cache {key[0]} values", v.values(), c.nnz)
+            elif isinstance(v, torch.Tensor):
+                tensor(f"{name} cache {key[0]}", v, c.nnz)
+
+    if "csr" in getattr(type(graph.structure), "__dataclass_fields__", {}):  # a structure that holds its own CSR
+        csr("structure.csr", graph.structure.csr)
+    layouts = [graph.strategy] + list(getattr(graph.strategy, "options", []) or [])
+    for lay in layouts:
+        block = getattr(lay, "block", None)
+        if block is not None:
+            csr(f"{lay.name} interior", block.csr_int)
+            csr(f"{lay.name} boundary", block.csr_bnd)
+            if block._full is not None:
+                csr(f"{lay.name} full", block._full)
+    if "csr" in graph._derived:
+        csr("graph.csr", graph._derived["csr"])
+    return found
+
+
+def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     """One rank (under ``gnndist.launch``): load the part, train ``epochs`` steps + one evaluation; every rank's memory."""
     import torch
 
@@ -57,7 +120,7 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
     torch.optim.Adam([warm]).step()
     base = proc_status()["VmRSS"]
     graph = DistGraph.load(partdir, grid, normalize_features=True)
-    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=0.5), run=RunConfig(progress=False))
+    cfg = TrainConfig(model=ModelConfig(hidden=hidden, dropout=dropout), run=RunConfig(progress=False))
     trainer = Trainer(graph, cfg)
     load = proc_status()["VmHWM"] - base
     t0 = time.perf_counter()
@@ -67,22 +130,23 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int) -> list[dict]:
     seconds = (time.perf_counter() - t0) / epochs
     peak = proc_status()["VmHWM"] - base
     mine = {"base": base, "load": load, "peak": peak, "n_owned": graph.n_owned, "n_halo": graph.n_halo,
-            "step_s": seconds, "val_acc": acc["val_acc"]}
+            "step_s": seconds, "val_acc": acc["val_acc"], "nnz": graph.layout1d.block.nnz,
+            "features": graph.x.numel() * graph.x.element_size(), "entries": entry_arrays(graph)}
     return grid.all_gather_object(mine)
 
 
-def _launch(partdir: str, world: int, hidden: int, epochs: int) -> list[dict]:
+def _launch(partdir: str, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     import gnndist
 
-    return gnndist.launch(rank_main, partdir, hidden, epochs, nproc=world, backend="gloo", timeout=1800)
+    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, nproc=world, backend="gloo", timeout=1800)
 
 
-def measure(partdir: Path, world: int, hidden: int, epochs: int) -> list[dict]:
+def measure(partdir: Path, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     """Every rank's memory, from a fresh process (P = 1 too: both pay the same imports and gloo set-up)."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_launch, str(partdir), world, hidden, epochs).result()
+        return pool.submit(_launch, str(partdir), world, hidden, epochs, dropout).result()
 
 
 def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Path]:
@@ -105,6 +169,23 @@ def ensure_partitions(nodes: int, parts: list[int], cache: Path) -> dict[int, Pa
     return dirs
 
 
+def per_entry(partdir: Path, hidden: int, epochs: int, dropout: float) -> None:
+    """Per rank of ``partdir``: entries, MiB above the baseline at load and peak, bytes per entry, the arrays kept."""
+    import json
+
+    world = json.loads((partdir / "META.json").read_text())["parts"]
+    rows = measure(partdir, world, hidden, epochs, dropout)
+    print(f"{partdir}: {world} ranks, GCN hidden {hidden}, dropout {dropout}, {epochs} steps + 1 eval, load {os.getloadavg()[0]:.2f}")
+    print(f"{'rank':>4s} {'entries':>11s} {'base MiB':>9s} {'load MiB':>9s} {'peak MiB':>9s} {'features MiB':>13s} "
+          f"{'B/entry (peak - features)':>26s}")
+    for r, v in enumerate(rows):
+        print(f"{r:4d} {v['nnz']:11,d} {mib(v['base']):>9s} {mib(v['load']):>9s} {mib(v['peak']):>9s} "
+              f"{mib(v['features']):>13s} {(v['peak'] - v['features']) / max(v['nnz'], 1):26.1f}")
+    print("per-entry arrays rank 0 keeps (bytes / its entries):")
+    for name, (dtype, nbytes) in rows[0]["entries"].items():
+        print(f"  {name:<40s} {dtype:<20s} {nbytes / max(rows[0]['nnz'], 1):6.2f}")
+
+
 def mib(b: float) -> str:
     return f"{b / 2**20:8.0f}"
 
@@ -114,14 +195,19 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--parts", default="1,4", help="comma list of world sizes; the first is the reference")
     ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--dropout", type=float, default=0.5, help="the GCN's dropout (0: no [n, F] masks in the step)")
     ap.add_argument("--epochs", type=int, default=3, help="training steps per rank (then one evaluation)")
     ap.add_argument("--cache", default="/tmp/gnndist-memory-bench", help="where partitions are kept")
     ap.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
                     help="set MALLOC_MMAP_THRESHOLD_ in the ranks (glibc: fixed threshold, no dynamic growth)")
     ap.add_argument("--quick", action="store_true", help="100k nodes")
+    ap.add_argument("--part", default=None, metavar="DIR",
+                    help="measure this partition (as many ranks as it has parts): bytes per local entry")
     args = ap.parse_args()
     if args.malloc_mmap_threshold is not None:  # read by glibc when a spawned rank starts
         os.environ["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
+    if args.part:
+        return per_entry(Path(args.part), args.hidden, args.epochs, args.dropout)
     if args.quick:
         args.nodes = 100_000
     parts = [int(p) for p in args.parts.split(",")]

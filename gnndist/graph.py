@@ -17,6 +17,7 @@ messages (attention, custom messages), which always run on the ``1d`` layout.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,25 @@ from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.errors import UserError
 from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR, KernelSettings
+from gnndist.partition.format import drop_pages
 from gnndist.strategies import Halo1D, Strategy, Structure
 from gnndist.timing import bracket
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
 ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
+
+
+def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
+    """``arr`` as a tensor on ``device``, sharing its memory on the CPU (a mapped part's pages: no copy at load).
+
+    A part's arrays are read-only (memory-mapped): nothing writes to a loaded part (the graph is
+    read-only, every transform makes a new tensor), so torch's warning about them is not raised.
+    """
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr).to(device)
 
 
 def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
@@ -73,21 +88,27 @@ class DistGraph:
                  normalize_features: bool = False, context: RunContext | None = None):
         grid = grid or ProcessGrid()
         dev = grid.device
-        t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
-        n_owned = int(t["rowptr"].numel() - 1)
+        # the part's rows of A stay as stored (mapped): the strategy reads them into its own block
+        t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col")}
+        n_owned = len(arrays["rowptr"]) - 1
         n_halo = int(t["halo_gid"].numel())
-        structure = Structure(grid.rank, n_owned, CSR(t["rowptr"], t["col"], n_owned + n_halo), t["halo_gid"],
+        structure = Structure(grid.rank, n_owned, arrays["rowptr"], arrays["col"], t["halo_gid"],
                               t["send_idx"], t["send_counts"].tolist(), t["recv_counts"].tolist(),
-                              tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {})
+                              tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {}, dev)
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
         strat = strategy or Halo1D()  # by name, with options: gnndist.config.get_strategy
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
+        x = t["x"]  # [n_owned, F]
+        if normalize_features:
+            x = normalize_rows(x, grid)
+            if x is not t["x"]:
+                drop_pages(arrays["x"])  # the stored rows were read once: only the normalised ones stay
         self._set(
             grid=grid, meta=meta, context=context, structure=structure, strategy=strat, kernel=kernel,
-            comm_dtype=wire, n_owned=n_owned, n_halo=n_halo, csr=structure.csr,
+            comm_dtype=wire, n_owned=n_owned, n_halo=n_halo,
             halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
             orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
             degree=degree,
@@ -95,7 +116,7 @@ class DistGraph:
             gcn_scale=(degree.double() + 1.0).rsqrt(),  # [n_owned + n_halo] float64
             dinv=(degree[:n_owned].double() + 1.0).rsqrt().float(),  # [n_owned] the owned rows', in float32
             edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
-            x=normalize_rows(t["x"], grid) if normalize_features else t["x"],  # [n_owned, F]
+            x=x,  # [n_owned, F]: the part's own pages unless normalised
             features_normalized=normalize_features,
             y=t["y"],  # [n_owned] (or [n_owned, T] multi-label)
             train_mask=t["train_mask"], val_mask=t["val_mask"], test_mask=t["test_mask"],  # [n_owned] each
@@ -104,6 +125,12 @@ class DistGraph:
             num_classes=int(meta["classes"]), num_nodes=int(meta["N"]),
             _derived={},
         )
+
+    @property
+    def csr(self) -> CSR:
+        """The rank's rows of ``A`` in local ids ``[n_owned, n_owned + n_halo]`` (per-edge layers, adapters):
+        read from the part on first use and kept (a layout keeps its own block; a GCN never asks)."""
+        return self.derived("csr", lambda: self.structure.csr)
 
     def _set(self, **fields: Any) -> None:
         for k, v in fields.items():

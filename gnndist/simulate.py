@@ -37,16 +37,37 @@ uses); every layout is then evaluated on that partition's renumbered CSR and off
     ``words = 3 * (nnz(A_r:) - nnz(A_rq)) + (N - R_r) * F / s``, bytes = 4 * words;
     sent = received; messages 2 (s - 1).
 
-Memory per rank (bytes; the sparse block with 8-byte column ids and row pointers, plus the
+Memory per rank (bytes; the sparse block with its column ids and row pointers (int32 in the runtime's
+sparsity-aware layouts, 8-byte in the baselines), plus the
 feature rows of width F it holds during one SpMM, 4-byte floats):
 
-* aware: ``8 nnz + 8 (rows + fold_send + 1) + 4 F (rows + expand_recv + fold_send + fold_recv)``
+* aware: ``4 nnz + 4 (rows + fold_send + 1) + 4 F (rows + expand_recv + fold_send + fold_recv)``
   (owned rows, halo rows, partial output rows sent and received);
 * ``1d-oblivious``: ``8 nnz + 8 (n_k + 1) + 4 F N`` (owned + every gathered row);
 * ``1.5d-oblivious``: ``8 nnz + 8 (R_i + 1) + 4 F (R_i + slab rows received + R_i)``
   (owned block row, received slab rows, the partial block row being all-reduced);
 * ``2d-oblivious``: ``8 nnz(A_rq) + 8 (R_r + 1) + 4 words + 4 (F / s) R_r`` (own block, every
   received word, own H block).
+
+Peak memory of a training rank (bytes, sparsity-aware layouts; ``peak_memory_per_rank``): what
+``train --json`` measures per rank (``per_rank[].peak_memory_bytes``, the resident high-water
+mark), for a GCN of widths ``F -> F ... -> F`` (``layers`` layers; :func:`training_peak` takes any
+widths) with the trainer's default dropout:
+
+    INTERPRETER_BYTES                                   python, torch, gloo, gnndist (measured constant)
+  + 4 (nnz + nnz_t) + 4 (2 rows + halo + 3)             int32 columns of the block's CSRs, and of the
+                                                        transposed patterns (1d: the boundary's alone,
+                                                        the interior is symmetric; grids: every entry)
+  + SPMM_ENTRY_BYTES nnz                                during an SpMM on the CPU (MKL's own copy, the
+                                                        broadcast 1 made whole)
+  + 4 F rows                                            the features (the part's mapped rows)
+  + 24 (rows + halo) + 15 rows + 8 (halo + send)        per node: dataset ids, degrees, GCN scaling,
+                                                        labels, masks, halo ids, send plan
+  + 4 sum(widths[1:]) (ROW_COPIES rows + halo + send)   activations, halo and send buffers of the layers
+  + 5 F rows  (dropout > 0)                             the dropped-out input and its mask
+
+with ``halo`` and ``send`` the rows a rank receives and sends per SpMM (expand, plus fold on a grid).
+``benchmarks/README.md`` ("Training memory per adjacency entry") compares it with the measured peak.
 
 Epoch (``layers`` SpMMs of width F, forward and backward): bytes are the per-SpMM bytes
 times ``layers``; the modelled time is :func:`gnndist.cost.step_time` of ``layers`` layers
@@ -73,11 +94,19 @@ from gnndist.partition.book import GlobalCSR
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
 
 ELEM = 4  # bytes per feature element (float32)
+# A rank's resident memory before its part loads (python, torch, gloo, gnndist, Adam's lazy imports): VmRSS
+# measured by benchmarks/memory.py on the 2-core CPU machine (benchmarks/README.md, "Training memory per
+# adjacency entry"); the same for every rank and P.
+INTERPRETER_BYTES = 369 * 2**20
+INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
+SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
+ROW_COPIES = 3  # [rows, w] tensors a layer of width w holds at the step's peak: its product, its aggregate, the gradient
+DROPOUT = 0.5  # the trainer's default (ModelConfig.dropout)
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
     "max_sent", "max_received", "memory_per_rank", "model_time_s", "model_time_low_s", "model_time_high_s", "vs_1d",
-    "max_messages", "nnz_imbalance",
+    "max_messages", "nnz_imbalance", "peak_memory_per_rank",
 )
 
 
@@ -96,6 +125,7 @@ class Layout:
         loads: rows for the cost model (:func:`gnndist.cost.layout_time`).
         sent, received: ``[P]`` bytes of one forward + backward SpMM.
         memory: ``[P]`` bytes (see the module docstring).
+        peak: ``[P]`` predicted training peak (:func:`aware_peaks`), or None (the oblivious baselines).
     """
 
     strategy: str
@@ -104,18 +134,51 @@ class Layout:
     sent: np.ndarray
     received: np.ndarray
     memory: np.ndarray
+    peak: np.ndarray | None = None
 
 
-def aware_layout(strategy: str, ex: GridExchange, width: int) -> Layout:
+def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2) -> Layout:
     """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward)."""
     loads = ex.loads()
     b = [ld.bytes(width, ELEM) for ld in loads]
     sent = np.array([d["fwd_sent"] + d["bwd_sent"] for d in b], dtype=np.int64)
     received = np.array([d["fwd_received"] + d["bwd_received"] for d in b], dtype=np.int64)
-    memory = np.array([8 * ld.nnz + 8 * (ld.rows + ld.fold_send + 1)
+    memory = np.array([INDEX_BYTES * (ld.nnz + ld.rows + ld.fold_send + 1)
                        + ELEM * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
                        for ld in loads], dtype=np.int64)
-    return Layout(strategy, ex.replication, loads, sent, received, memory)
+    return Layout(strategy, ex.replication, loads, sent, received, memory, aware_peaks(ex, [width] * (layers + 1)))
+
+
+def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
+                  dropout: float = DROPOUT) -> int:
+    """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the module doc.
+
+    Args:
+        nnz: entries of the rank's block; nnz_transposed: entries whose transposed pattern it keeps.
+        rows: owned rows; halo, send: rows received and sent per SpMM.
+        widths: the model's widths, the input features first.
+        dropout: the model's dropout (the input's mask and dropped copy when > 0).
+    """
+    feat, hidden = widths[0], sum(widths[1:])
+    index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
+    nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
+    activations = ELEM * hidden * (ROW_COPIES * rows + halo + send)
+    dropped = (ELEM + 1) * feat * rows if dropout > 0 else 0
+    return int(INTERPRETER_BYTES + index + SPMM_ENTRY_BYTES * nnz + ELEM * feat * rows + nodes + activations + dropped)
+
+
+def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOUT) -> np.ndarray:
+    """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
+
+    1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
+    transpose; the boundary's transposed pattern is ``nnz - group_nnz[k, k]`` entries. A grid
+    layout's blocks are not symmetric: every entry has a transposed copy.
+    """
+    loads = ex.loads()
+    own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
+    return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
+                                   ld.expand_send + ld.fold_send, widths, dropout)
+                     for k, ld in enumerate(loads)], dtype=np.int64)
 
 
 def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
@@ -192,17 +255,18 @@ def square_root(P: int) -> int | None:
     return s if P > 1 and s * s == P else None
 
 
-def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8)) -> list[Layout]:
+def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8),
+            layers: int = 2) -> list[Layout]:
     """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
-    2d (square P), and their oblivious baselines."""
+    2d (square P), and their oblivious baselines (``layers``: the training peak's model depth)."""
     P = len(offsets) - 1
     s = square_root(P)
     cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
     exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
-    out = [aware_layout("1d", exchanges[1], width)]
-    out += [aware_layout("1.5d", exchanges[c], width) for c in cs]
+    out = [aware_layout("1d", exchanges[1], width, layers)]
+    out += [aware_layout("1.5d", exchanges[c], width, layers) for c in cs]
     if s:
-        out.append(aware_layout("2d", exchanges[s], width))
+        out.append(aware_layout("2d", exchanges[s], width, layers))
     out.append(oblivious_1d(exchanges[1], width))
     out += [oblivious_15d(exchanges[c], width) for c in cs]
     if s:
@@ -246,6 +310,7 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
         "vs_1d": max_bytes / base_bytes if base_bytes else (1.0 if max_bytes == 0 else None),
         "max_messages": max(ld.messages for ld in layout.loads),
         "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
+        "peak_memory_per_rank": [int(b) for b in layout.peak] if layout.peak is not None else None,
     }
 
 
@@ -262,7 +327,7 @@ def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 1
         net: cost-model constants (default ``cost.NETWORKS["ib"]``).
     """
     net = net or cost.NETWORKS["ib"]
-    found = layouts(csr, offsets, feature_dim, replication)
+    found = layouts(csr, offsets, feature_dim, replication, layers)
     base = max_bytes_per_rank(found[0], layers)
     return [record(lay, feature_dim, layers, net, base) for lay in found]
 

@@ -17,20 +17,24 @@ from torch import Tensor
 class CSR:
     """A sparse ``[n_rows, num_cols]`` pattern: ``rowptr`` ``[n_rows + 1]``, ``col`` ``[nnz]``.
 
-    Indices may be int32 or int64 (``rowptr`` and ``col`` share one dtype). Derived
-    tensors (``row``, the transpose, the degree order) are computed once and cached, so
-    a layer can call several kernels on one graph without paying for them again.
+    Indices may be int32 or int64 (``rowptr`` and ``col`` share one dtype; :func:`index_dtype`
+    says which fits). Derived tensors (``row``, the transpose, the degree order) are computed
+    once and cached, so a layer can call several kernels on one graph without paying for them again.
 
     Args:
         rowptr: row offsets, non-decreasing, ``rowptr[0] == 0``, ``rowptr[-1] == nnz``.
         col: column (source node) of every edge, sorted by row.
         num_cols: number of columns (source nodes); ``col < num_cols``.
+        symmetric: the pattern is its own transpose (square, ``(i, j)`` stored iff ``(j, i)`` is,
+            each row's columns ascending), so :meth:`transposed` is this CSR and builds nothing
+            (default False). Whoever builds the CSR knows it (the interior block of a symmetrised
+            graph); it is not checked.
 
     Shapes:
         rowptr ``[n_rows + 1]``, col ``[nnz]``
     """
 
-    def __init__(self, rowptr: Tensor, col: Tensor, num_cols: int) -> None:
+    def __init__(self, rowptr: Tensor, col: Tensor, num_cols: int, symmetric: bool = False) -> None:
         if rowptr.dim() != 1 or col.dim() != 1:
             raise ValueError(f"rowptr and col must be 1-d, got {tuple(rowptr.shape)} and {tuple(col.shape)}")
         if rowptr.dtype not in (torch.int32, torch.int64) or col.dtype != rowptr.dtype:
@@ -40,8 +44,12 @@ class CSR:
         self.rowptr = rowptr
         self.col = col
         self.num_cols = int(num_cols)
+        if symmetric and self.n_rows != self.num_cols:
+            raise ValueError(f"a symmetric CSR is square, got {self.n_rows} x {self.num_cols}")
+        self.symmetric = bool(symmetric)
         self._row: Tensor | None = None
         self._transpose: tuple[CSR, Tensor] | None = None
+        self._transposed: CSR | None = None
         self._row_order: Tensor | None = None
         self._cache: dict[tuple, object] = {}  # see cached()
 
@@ -95,6 +103,26 @@ class CSR:
             csr_t._transpose = (self, torch.argsort(perm))
             self._transpose = (csr_t, perm)
         return self._transpose
+
+    def transposed(self) -> CSR:
+        """The pattern of ``A^T`` alone (``num_cols`` rows): what an unweighted backward multiplies by; cached.
+
+        This CSR itself when it is ``symmetric`` (nothing is built). Otherwise the CSR of
+        :meth:`transpose` (the same entries in the same order) without the edge permutation,
+        its inverse or a cached ``row``: one index per entry, in the index dtype.
+        """
+        if self.symmetric:
+            return self
+        if self._transpose is not None:
+            return self._transpose[0]
+        if self._transposed is None:
+            order = torch.sort(self.col, stable=True).indices  # [nnz] int64, for the build only
+            rows = torch.arange(self.n_rows, device=self.device, dtype=self.col.dtype)
+            col_t = torch.repeat_interleave(rows, self.in_degree(), output_size=self.nnz)[order]  # [nnz]
+            del order
+            counts = torch.bincount(self.col, minlength=self.num_cols)  # [num_cols]
+            self._transposed = CSR(_offsets(counts, self.col.dtype), col_t, self.n_rows)
+        return self._transposed
 
     def row_order(self) -> Tensor:
         """Rows by decreasing degree, cached: launching heavy rows first balances power-law graphs. ``[n_rows]`` int32."""
@@ -164,7 +192,9 @@ class CSR:
         device = torch.device(device)
         if device == self.device:
             return self
-        out = CSR(self.rowptr.to(device), self.col.to(device), self.num_cols)
+        out = CSR(self.rowptr.to(device), self.col.to(device), self.num_cols, self.symmetric)
+        if self._transposed is not None:
+            out._transposed = self._transposed.to(device)
         if self._row is not None:
             out._row = self._row.to(device)
         if self._row_order is not None:
@@ -179,6 +209,11 @@ class CSR:
     def __repr__(self) -> str:
         return (f"CSR(n_rows={self.n_rows}, num_cols={self.num_cols}, nnz={self.nnz}, "
                 f"dtype={self.col.dtype}, device={self.device})")
+
+
+def index_dtype(nnz: int, *sizes: int) -> torch.dtype:
+    """The index dtype of a CSR with ``nnz`` entries and these row / column counts: int32 when all are below 2**31."""
+    return torch.int32 if max(nnz, *sizes) < 2**31 else torch.int64
 
 
 def _offsets(counts: Tensor, dtype: torch.dtype) -> Tensor:

@@ -44,7 +44,8 @@ class LocalEdges:
     Attributes:
         csr: the CSR ``[n_owned, n_owned + n_halo]``.
         row, col: destination and source of every edge, int64 ``[nnz]``.
-        dst_id, src_id: dataset ids of both endpoints, int64 ``[nnz]`` (partition-invariant).
+        dst_id, src_id: dataset ids of both endpoints, int64 ``[nnz]`` (partition-invariant; built when
+            edge dropout first asks, so a layer without it keeps 16 B per edge less).
     """
 
     def __init__(self, graph, self_loops: bool = False):
@@ -58,8 +59,8 @@ class LocalEdges:
         self.csr = csr
         self.row = csr.row.long()  # [nnz]
         self.col = csr.col.long()  # [nnz]
-        self.dst_id = graph.orig_id[self.row].long()  # [nnz]
-        self.src_id = graph.orig_id[self.col].long()  # [nnz]
+        self._orig_id = graph.orig_id  # [n_owned + n_halo]: the endpoints' ids, per edge only if edge dropout asks
+        self._ids: tuple[Tensor, Tensor] | None = None
         self.num_nodes = graph.num_nodes
         self.kernel = graph.kernel.impl  # the run's kernel choice (None: the dispatcher's)
         self.tune = graph.kernel.tune
@@ -68,6 +69,21 @@ class LocalEdges:
     @property
     def nnz(self) -> int:
         return self.csr.nnz
+
+    @property
+    def dst_id(self) -> Tensor:
+        """Dataset id of every edge's destination, int64 ``[nnz]`` (built on first use, then kept)."""
+        return self._endpoint_ids()[0]
+
+    @property
+    def src_id(self) -> Tensor:
+        """Dataset id of every edge's source, int64 ``[nnz]`` (built on first use, then kept)."""
+        return self._endpoint_ids()[1]
+
+    def _endpoint_ids(self) -> tuple[Tensor, Tensor]:
+        if self._ids is None:
+            self._ids = (self._orig_id[self.row].long(), self._orig_id[self.col].long())
+        return self._ids
 
     def count(self) -> Tensor:
         """Edges per owned row (self-loops included). ``[n_owned]`` int64."""

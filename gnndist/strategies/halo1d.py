@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gnndist.comm import ExchangePlan
+from gnndist.kernels import CSR
 from gnndist.strategies.base import Block, BlockStrategy
 
 
@@ -27,5 +28,8 @@ class Halo1D(BlockStrategy):
 
     def make_block(self, part, grid) -> Block:
         expand = ExchangePlan(part.send_idx, part.send_counts, part.recv_counts, grid)
-        csr = part.csr
-        return Block.from_local(part.n_owned, csr.row.long(), csr.col.long(), 0, part.n_halo, expand, None)
+        interior, boundary = part.split()
+        # the owned rows' own columns: a diagonal block of the symmetrised A, its own transpose (the backward
+        # multiplies by it again); the boundary's transpose is built on the first backward (CSR.transposed)
+        interior = CSR(interior.rowptr, interior.col, interior.num_cols, symmetric=True)
+        return Block(part.n_owned, interior, boundary, expand, None)

@@ -5,7 +5,8 @@
     triton_tiles.py   the tiles per width, their options and their measurement per graph
     triton.py         the autograd.Function and ``spmm``, the entry point dispatch loads
 
-The backward's ``grad_x = A^T grad`` is an SpMM of its own, on the cached transpose:
+The backward's ``grad_x = A^T grad`` is an SpMM of its own, on the cached transpose (unweighted:
+its pattern alone, ``CSR.transposed``, which is the CSR itself when it is symmetric):
 :func:`transposed_product` sends it through the dispatcher, so on CUDA it is timed and
 chosen apart from the forward (``A^T`` has other row lengths: a hub column of ``A`` is a
 hub row of ``A^T``). A forward that was forced to one path keeps that path backwards.
@@ -50,6 +51,14 @@ def transposed_product(csr: CSR, grad: Tensor, edge_weight: Tensor | None, reduc
     Shapes:
         grad ``[n_rows, F]`` or ``[n_rows, H, D]`` -> ``[n_cols, F]`` or ``[n_cols, H, D]``
     """
+    grad = grad.contiguous()
+    if edge_weight is None and (reduce == "sum" or grad.dtype in (torch.float32, torch.float64)):
+        # unweighted: the pattern of A^T alone (A itself when symmetric), no value per entry;
+        # mean scales the gradient's rows first, the same products 1/deg(i) * grad[i] as per-edge values
+        if reduce == "mean":
+            scale = csr.mean_scale(grad.dtype)  # [n_rows]
+            grad = grad * scale.reshape((-1,) + (1,) * (grad.dim() - 1))
+        return dispatch.run("spmm", csr.transposed(), grad, None, "sum", impl=impl, tune=tune)
     csr_t, _ = csr.transpose()
     w_t = transposed_weights(csr, edge_weight, reduce == "mean", grad.dtype)
-    return dispatch.run("spmm", csr_t, grad.contiguous(), w_t, "sum", impl=impl, tune=tune)
+    return dispatch.run("spmm", csr_t, grad, w_t, "sum", impl=impl, tune=tune)

@@ -48,8 +48,11 @@ def sparse_matrix(csr: CSR, values: Tensor) -> Tensor:
 
 def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.dtype) -> Tensor:
     """Effective weight of every edge: ``w[e]``, divided by the row degree for ``reduce="mean"``. ``[nnz]``."""
-    if edge_weight is None:
-        values = csr.cached(("ones", dtype), lambda: torch.ones(csr.nnz, dtype=dtype, device=csr.device))
+    if edge_weight is None:  # one 1 for every entry: a broadcast scalar on the CPU (MKL reads it), no [nnz] array
+        if csr.device.type == "cpu":
+            values = torch.ones((), dtype=dtype).expand(csr.nnz)
+        else:
+            values = csr.cached(("ones", dtype), lambda: torch.ones(csr.nnz, dtype=dtype, device=csr.device))
     else:
         values = edge_weight.to(dtype)
     if reduce == "mean":
