@@ -43,9 +43,18 @@ Decisions:
   undirected edges; ``synthetic-2m-d20`` picks another degree.
 """
 
-from .ogb import write_ogb
-from .registry import default_root, load, names
-from .synthetic import synthetic
-from .validate import validate
+from .root import default_root
 
 __all__ = ["default_root", "load", "names", "synthetic", "validate", "write_ogb"]
+# the loaders import torch_geometric (~5 s of a command's start-up): imported when first used, so that a
+# command that only needs the data root (a cached partition's key) starts without them
+_LAZY = {"load": ".registry", "names": ".registry", "synthetic": ".synthetic", "validate": ".validate",
+         "write_ogb": ".ogb"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
