@@ -25,10 +25,10 @@ Modules, one per format:
     pyg_file.py   a torch.save'd Data (weights_only)
     npy_folder.py a folder of memory-mapped .npy arrays (edge_index [2, E] raw int32/int64, x, y, masks)
                   for graphs beyond memory; write_synthetic generates synthetic-* graphs into it in chunks
-    synthetic.py  degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]``
+    sbm.py        degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]`` (the function `synthetic`)
     split.py      seeded 20-per-class train / 30-per-class val / rest test; K splits (set_splits,
                   add_random_splits: seeds split_seed .. split_seed + K - 1)
-    graph.py      edge cleaning and Data assembly;  validate.py  the contract check
+    graph.py      edge cleaning and Data assembly;  contract.py  validate(): the contract check
 
 Decisions:
 
@@ -48,7 +48,7 @@ from .root import default_root
 __all__ = ["default_root", "load", "names", "synthetic", "validate", "write_ogb"]
 # the loaders import torch_geometric (~5 s of a command's start-up): imported when first used, so that a
 # command that only needs the data root (a cached partition's key) starts without them
-_LAZY = {"load": ".registry", "names": ".registry", "synthetic": ".synthetic", "validate": ".validate",
+_LAZY = {"load": ".registry", "names": ".registry", "synthetic": ".sbm", "validate": ".contract",
          "write_ogb": ".ogb"}
 
 

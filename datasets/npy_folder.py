@@ -277,7 +277,7 @@ def write_synthetic(out: str, num_nodes: int, avg_degree: float = 50, num_classe
 
 def cmd_synth(args) -> int:
     """``gnndist synth NAME --out DIR [--features F] [--seed S]``: a ``synthetic-*`` graph into a ``.npy`` folder."""
-    from .synthetic import parse_name
+    from .sbm import parse_name
 
     parsed = parse_name(args.name.lower())
     if parsed is None:

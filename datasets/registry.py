@@ -11,9 +11,9 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from . import npy_folder, npz, ogb, planetoid, pyg_file, snap, social
-from . import synthetic as synth
+from . import sbm as synth
 from .root import default_root
-from .validate import validate
+from .contract import validate
 
 Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
 

@@ -567,3 +567,15 @@ def test_a_folder_stands_for_the_one_graph_file_in_it(tmp_path):
     jlg(one / "other.jlg", 4, [(1, 2)])
     with pytest.raises(UserError, match=r"holds 2 graphs: pass one of graph.jlg, other.jlg"):
         load(str(one))
+
+
+def test_the_data_root_is_found_without_importing_the_loaders():
+    """A cached partition's key needs only the data root: torch_geometric (~5 s of start-up) stays unimported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gnndist.datasets import default_root; default_root(); "
+            "assert 'torch_geometric' not in sys.modules, 'imported'; from gnndist.datasets import synthetic, validate; "
+            "assert callable(synthetic) and callable(validate)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
