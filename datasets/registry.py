@@ -12,8 +12,8 @@ from gnndist.errors import UserError
 
 from . import npy_folder, npz, ogb, planetoid, pyg_file, snap, social
 from . import sbm as synth
-from .root import default_root
 from .contract import validate
+from .root import default_root
 
 Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
 
