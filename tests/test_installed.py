@@ -131,10 +131,11 @@ def _predict(data: str, ranks: str, what: str) -> list[str]:
 WHATS = ("probs", "logits", "class", "embedding")
 SMOKE = [
     ([["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--out", "p2"],
-      ["train", "p2", "--ranks", "2", "--epochs", "3", "--checkpoint", "ck", "--no-progress", "--json"]],
+      ["train", "p2", "--ranks", "2", "--epochs", "5", "--checkpoint", "ck", "--no-progress", "--json",
+       "--log-file", "log.jsonl"],
+      ["simulate", "cora", "--parts", "2,4"]],
      [["partition", "cora", "--parts", "3", "--out", "p3", "--json"],
       ["info", "p3"],
-      ["simulate", "cora", "--parts", "2,4"],
       ["bench", "peer", "--quick", "--dataset", "cora", "--out", "bench"]]),
     ([*[_predict("cora", "1", what) for what in WHATS],
       ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"],
@@ -168,6 +169,23 @@ def test_the_wheel_holds_every_file_of_the_package(installed):
     assert not missing, f"in the checkout, not in the wheel (setup.cfg packages / package_data): {missing}"
 
 
+SUMMARY_KEYS = ("train_acc", "val_acc", "test_acc", "best_epoch", "epochs", "epoch_time_s", "comm_bytes_per_epoch",
+                "nproc", "strategy")
+
+
+def _check_summary_and_log(summary: dict, log: Path) -> None:
+    """``--json``'s last line and ``--log-file``'s rows of a 5-epoch 2-rank run: every key, bytes that add up."""
+    assert all(key in summary for key in SUMMARY_KEYS), summary
+    assert summary["nproc"] == 2 and summary["epochs"] == 5 and summary["strategy"] == "1d"
+    per_layer = summary["comm_bytes_per_layer"]
+    assert {"layer0", "layer1", "grad_allreduce"} <= set(per_layer)
+    assert per_layer["layer0"]["fwd_sent"] == per_layer["layer0"]["bwd_received"] > 0
+    assert summary["comm_bytes_per_epoch"] == sum(v["fwd_sent"] + v["bwd_sent"] for v in per_layer.values()) > 0
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == list(range(5))
+    assert all(key in rows[0] for key in ("epoch", "loss", "train_acc", "val_acc", "test_acc", "time_s", "comm_bytes"))
+
+
 def test_readme_commands_run_from_the_installed_wheel(installed):
     """Each command exits 0 from a folder outside the checkout, with the wheel's gnndist first on the path."""
     _, site, work, env = installed
@@ -185,13 +203,14 @@ def test_readme_commands_run_from_the_installed_wheel(installed):
             t = time.perf_counter()
             r = subprocess.run([str(exe), *argv], cwd=work, env=env, capture_output=True, text=True, timeout=300)
             done.append((" ".join(argv), round(time.perf_counter() - t, 1), r.returncode, r.stderr))
+            outputs[" ".join(argv[:2])] = r.stdout
             if r.returncode:
                 break
         return done
 
     from concurrent.futures import ThreadPoolExecutor
 
-    times = {}
+    times, outputs = {}, {}
     with ThreadPoolExecutor(2) as pool:
         for phase in SMOKE:
             for cmd, seconds, code, err in [c for lane_done in pool.map(lane, phase) for c in lane_done]:
@@ -205,4 +224,6 @@ def test_readme_commands_run_from_the_installed_wheel(installed):
     assert classes.shape == (2708,) and probs.shape[0] == 2708 and np.allclose(probs.sum(1), 1, atol=1e-4)
     assert (work / "gcn_pyg.pt").exists() and (work / "bench" / "peer.csv").exists()
     assert np.array_equal(probs.argmax(1), classes)  # 3 ranks and 1 rank: the same classes, dataset order
+    _check_summary_and_log(json.loads(outputs["train p2"].strip().splitlines()[-1]), work / "log.jsonl")
+    assert list(Path(env["GNNDIST_PARTITIONS"]).glob("cora-*p1-auto-vol-s0/META.json"))  # cached, --method auto
     print("smoke command seconds:", times)
