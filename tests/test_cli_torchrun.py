@@ -71,8 +71,9 @@ def _env() -> dict:
 
 
 def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
-    """``torchrun --nnodes 2`` as two agents on localhost (c10d rendezvous assigns the node ranks) gives the
-    numbers of ``gnndist train --ranks 2``, epoch by epoch; the command line is the one that used to fail."""
+    """``torchrun --nnodes 2`` as two agents on localhost (c10d rendezvous assigns the node ranks), and beside them
+    ``torchrun --standalone --nproc-per-node 2``, give the numbers of ``gnndist train --ranks 2``, epoch by epoch;
+    the command line is the one that used to fail."""
     flags = ["--epochs", "3", "--json", "--no-progress"]
     port = free_port()
     logs = [tmp_path / f"agent{i}.jsonl" for i in range(2)]
@@ -82,14 +83,19 @@ def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
          "--local-addr", "127.0.0.1", "-m", "gnndist.cli", "train", str(part2), "--log-file", str(log)] + flags,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
         for log in logs]
+    standalone_log = tmp_path / "standalone.jsonl"
+    agents.append(subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gnndist.cli",
+         "train", str(part2), "--log-file", str(standalone_log)] + flags,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True))
     try:
-        outs = [a.communicate(timeout=150) for a in agents]
+        *outs, standalone = [a.communicate(timeout=150) for a in agents]
     finally:
         for a in agents:  # a failed or hung agent leaves no process behind
             if a.poll() is None:
                 os.killpg(a.pid, signal.SIGKILL)
                 a.wait()
-    assert [a.returncode for a in agents] == [0, 0], [err[-2000:] for _, err in outs]
+    assert [a.returncode for a in agents] == [0, 0, 0], [err[-2000:] for _, err in [*outs, standalone]]
     ref_log = tmp_path / "ref.jsonl"
     ref = subprocess.run([sys.executable, "-m", "gnndist.cli", "train", str(part2), "--ranks", "2",
                           "--log-file", str(ref_log)] + flags, capture_output=True, text=True, timeout=150, env=_env())
@@ -106,3 +112,6 @@ def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
     ref_rows = [json.loads(line) for line in ref_log.read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in ref_rows], abs=1e-5)
+    one = json.loads(standalone[0].strip().splitlines()[-1])  # one machine's torchrun: the same run, bit for bit
+    assert one["nproc"] == 2 and one["final_loss"] == want["final_loss"] and one["test_acc"] == want["test_acc"]
+    assert [json.loads(line)["loss"] for line in standalone_log.read_text().splitlines()] == [r["loss"] for r in ref_rows]

@@ -123,6 +123,7 @@ def _tracked_sources() -> set[str]:
 
 # The README's commands on Cora, as a user types them (cwd: a scratch folder outside the checkout), in phases of
 # two lanes that run side by side (a lane's commands in order): what a later phase reads, an earlier one wrote.
+# predict: every --what at 3 ranks; probs and embedding at 1 rank too (the same rows as at 3)
 def _predict(data: str, ranks: str, what: str) -> list[str]:
     return ["predict", data, "--checkpoint", "ck", "--out", f"{data}-{what}.npy", "--ranks", ranks, "--what", what,
             *(["--layer", "0"] if what == "embedding" else []), "--no-progress"]
@@ -132,15 +133,15 @@ WHATS = ("probs", "logits", "class", "embedding")
 SMOKE = [
     ([["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--out", "p2"],
       ["train", "p2", "--ranks", "2", "--epochs", "5", "--checkpoint", "ck", "--no-progress", "--json",
-       "--log-file", "log.jsonl"],
-      ["simulate", "cora", "--parts", "2,4"]],
+       "--log-file", "log.jsonl"]],
      [["partition", "cora", "--parts", "3", "--out", "p3", "--json"],
       ["info", "p3"],
+      ["simulate", "cora", "--parts", "2,4"]]),
+    ([_predict("cora", "1", "probs"), _predict("cora", "1", "embedding"), _predict("p3", "3", "probs"),
+      _predict("p3", "3", "logits"), ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"]],
+     [_predict("p3", "3", "class"), _predict("p3", "3", "embedding"),
+      ["run", "cora", "--ranks", "1", "--epochs", "3", "--no-progress"],
       ["bench", "peer", "--quick", "--dataset", "cora", "--out", "bench"]]),
-    ([*[_predict("cora", "1", what) for what in WHATS],
-      ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"],
-      ["run", "cora", "--ranks", "1", "--epochs", "3", "--no-progress"]],
-     [_predict("p3", "3", what) for what in WHATS]),
 ]
 
 
@@ -219,11 +220,12 @@ def test_readme_commands_run_from_the_installed_wheel(installed):
                 assert "Traceback" not in err, err[-3000:]
     import numpy as np
 
-    classes = np.load(work / "cora-class.npy").reshape(-1)  # [N, 1]
-    probs = np.load(work / "p3-probs.npy")
+    classes = np.load(work / "p3-class.npy").reshape(-1)  # [N, 1]
+    probs = np.load(work / "cora-probs.npy")
     assert classes.shape == (2708,) and probs.shape[0] == 2708 and np.allclose(probs.sum(1), 1, atol=1e-4)
     assert (work / "gcn_pyg.pt").exists() and (work / "bench" / "peer.csv").exists()
-    assert np.array_equal(probs.argmax(1), classes)  # 3 ranks and 1 rank: the same classes, dataset order
+    assert np.array_equal(probs.argmax(1), classes)  # 1 rank and 3 ranks: the same classes, dataset order
+    assert np.allclose(np.load(work / "cora-embedding.npy"), np.load(work / "p3-embedding.npy"), atol=1e-5)
     _check_summary_and_log(json.loads(outputs["train p2"].strip().splitlines()[-1]), work / "log.jsonl")
     assert list(Path(env["GNNDIST_PARTITIONS"]).glob("cora-*p1-auto-vol-s0/META.json"))  # cached, --method auto
     print("smoke command seconds:", times)
