@@ -20,25 +20,25 @@ from gnndist.testing import QUICK_PARTITION, assert_close
 from gnndist.trainer import Trainer
 
 
-@pytest.fixture(scope="module")
-def part1(tmp_path_factory):
-    """A one-part partition of a small synthetic graph (the solo grid loads it)."""
+def _saved(tmp_path_factory, parts: int):
+    """A ``parts``-part partition of one small synthetic graph."""
     from gnndist.datasets import synthetic
 
     data = synthetic(300, avg_degree=6, num_classes=3, num_features=7, seed=5)
-    out = tmp_path_factory.mktemp("floor") / "p1"
-    partition(data, 1, **QUICK_PARTITION).save(out, dataset="floor", progress=False)
+    out = tmp_path_factory.mktemp("floor") / f"p{parts}"
+    partition(data, parts, **QUICK_PARTITION).save(out, dataset="floor", progress=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def part1(tmp_path_factory):
+    """A one-part partition (the solo grid loads it)."""
+    return _saved(tmp_path_factory, 1)
 
 
 @pytest.fixture(scope="module")
 def part2(tmp_path_factory):
-    from gnndist.datasets import synthetic
-
-    data = synthetic(300, avg_degree=6, num_classes=3, num_features=7, seed=5)
-    out = tmp_path_factory.mktemp("floor") / "p2"
-    partition(data, 2, **QUICK_PARTITION).save(out, dataset="floor", progress=False)
-    return out
+    return _saved(tmp_path_factory, 2)
 
 
 def _dense(graph) -> torch.Tensor:
