@@ -147,7 +147,8 @@ class Partition:
         ea = getattr(d, "edge_attr", None)
         per_node = (d.x[:1].numel() * d.x.element_size() + d.y[:1].numel() * d.y.element_size() + 3
                     + 8 + 8 + 8)  # x, y, masks, orig_id, degree, rowptr
-        per_node += sum(3 * getattr(d, m).shape[1] for m in ("train_masks",) if getattr(d, m, None) is not None)
+        if getattr(d, "train_masks", None) is not None:  # train / val / test masks of every stored split
+            per_node += 3 * d.train_masks.shape[1]
         per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)
         return n * per_node + nnz * per_entry
 
@@ -250,6 +251,7 @@ class Job:
     csr: GlobalCSR | None = None  # symmetrise: original ids; renumber: new ids
     assign: np.ndarray | None = None  # [N] part of every node (original ids)
     chosen: str = ""  # the backend that made ``assign``
+    train: np.ndarray | None = None  # [N] 1 for a training node (a balance column and the report's imbalance)
     seconds_assign: float = 0.0
     book: PartitionBook | None = None
     loads: list | None = None  # [P] RankLoad of the 1D halo exchange
@@ -270,12 +272,12 @@ def _assign(job: Job) -> None:
     t0 = time.perf_counter()
     job.extra = {"cost_model": {"network": job.net.name, "widths": list(job.widths)}}
     n = job.csr.num_nodes
+    train = getattr(job.data, "train_mask", None)
+    job.train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
     if job.method == "random":
         job.chosen, job.assign = "random", random_assign(n, job.parts, job.seed)
     else:
-        train = getattr(job.data, "train_mask", None)
-        train = train.numpy().astype(np.int64) if train is not None else np.zeros(n, dtype=np.int64)
-        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": job.csr.degree(), "train": train}
+        columns = {"nodes": np.ones(n, dtype=np.int64), "edges": job.csr.degree(), "train": job.train}
         job.assign, job.chosen, job.setting, job.objective = _choose(job, columns)
     job.seconds_assign = time.perf_counter() - t0
 
@@ -303,8 +305,6 @@ def _quality(job: Job) -> dict:
     random_vol = vol if job.method == "random" else comm_volume(csr, random_assign(n, parts, job.seed), parts)
     n_owned = np.diff(job.book.offsets)
     nnz = np.array([ld.nnz for ld in loads])
-    train = getattr(job.data, "train_mask", None)
-    train = train.numpy().astype(np.float64) if train is not None else np.zeros(n)
     balanced = job.chosen != "random"
     setting = job.setting
     return {
@@ -328,7 +328,7 @@ def _quality(job: Job) -> dict:
         "imbalance": {
             "nodes": _imbalance(n_owned.astype(float)),
             "edges": _imbalance(nnz.astype(float)),
-            "train": _imbalance(np.bincount(assign, weights=train, minlength=parts)),
+            "train": _imbalance(np.bincount(assign, weights=job.train, minlength=parts)),
         },
         "assign_seconds": round(job.seconds_assign, 3),
         **_determinism(job.chosen, job.threads),
