@@ -24,8 +24,9 @@ Modules, one per format:
     social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
     pyg_file.py   a torch.save'd Data (weights_only)
     npy_folder.py a folder of memory-mapped .npy arrays (edge_index [2, E] raw int32/int64, x, y, masks)
-                  for graphs beyond memory; write_synthetic generates synthetic-* graphs into it in chunks
-    sbm.py        degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]`` (the function `synthetic`)
+                  for graphs beyond memory
+    sbm.py        degree-corrected SBM, ``synthetic-<N>[k|m][-d<avg degree>]``: one seeded stream, gathered
+                  in memory (`synthetic`) or written to a .npy folder in chunks (write_synthetic)
     split.py      seeded 20-per-class train / 30-per-class val / rest test; K splits (set_splits,
                   add_random_splits: seeds split_seed .. split_seed + K - 1)
     graph.py      edge cleaning and Data assembly;  contract.py  validate(): the contract check
@@ -40,7 +41,10 @@ Decisions:
 * ``ogbn-papers100M``: unlabelled nodes (NaN in OGB) get ``y = -1``.
 * 1-based labels (BlogCatalog, Flickr) are shifted to 0-based.
 * ``synthetic-<N>`` uses average degree 50: ``synthetic-2m`` has ~2M nodes and ~50M
-  undirected edges; ``synthetic-2m-d20`` picks another degree.
+  undirected edges; ``synthetic-2m-d20`` picks another degree. A name is generated once into
+  ``<root>/synthetic/synthetic-<N>-d<deg>-s<seed>/`` and loads as that ``.npy`` folder: the graph of
+  ``gnndist synth NAME --out DIR`` and of ``synthetic(N, avg_degree=deg, seed=seed)`` (cleaned), and
+  a name partitions at its folder's peak.
 """
 
 from .root import default_root

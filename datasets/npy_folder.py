@@ -13,18 +13,16 @@ Every array is opened with ``np.load(mmap_mode="r")``: nothing is read whole. ``
 never built. ``data.memmaps`` lists the mapped arrays, whose pages a reader may drop once it has
 gathered what it needs (the partition writer does, after each part).
 
-:func:`write_synthetic` generates a ``synthetic-<N>[-d<deg>]`` graph straight into this format in
-chunks (``gnndist synth NAME --out DIR``), so generating a benchmark graph is never the memory peak.
+:func:`gnndist.datasets.sbm.write_synthetic` generates a ``synthetic-<N>[-d<deg>]`` graph straight into
+this format in chunks (``gnndist synth NAME --out DIR``), so generating a benchmark graph is never the
+memory peak; a ``synthetic-*`` name loads through such a folder (:func:`~gnndist.datasets.sbm.named_folder`).
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import os
 import os.path as osp
-import shutil
-import tempfile
 import warnings
 
 import numpy as np
@@ -161,17 +159,7 @@ def _degree(ei: np.ndarray, n: int) -> np.ndarray:
     return deg
 
 
-def _picks(rng, cum: np.ndarray, lo: float, hi: float, k: int, shuffle: bool = False) -> np.ndarray:
-    """``k`` indices drawn with probability ``cum[i] - cum[i - 1]`` inside ``lo <= cum < hi``: sorted, or shuffled."""
-    u = np.cumsum(rng.standard_exponential(k + 1))  # k sorted uniforms: normalised exponential spacings
-    q = lo + (u[:-1] / u[-1]) * (hi - lo)
-    out = np.minimum(np.searchsorted(cum, q, side="right"), len(cum) - 1)
-    if shuffle:
-        rng.shuffle(out)
-    return out
-
-
-class _NpyWriter:
+class NpyWriter:
     """One ``.npy`` file written front to back in chunks (header first), never held whole."""
 
     def __init__(self, path: str, shape: tuple[int, ...], dtype):
@@ -188,111 +176,3 @@ class _NpyWriter:
 
     def close(self) -> None:
         self.f.close()
-
-
-def write_synthetic(out: str, num_nodes: int, avg_degree: float = 50, num_classes: int = 8, num_features: int = 64,
-                    seed: int = 0, p_in: float = 0.8, power: float = 2.5, signal: float = 1.0,
-                    chunk: int = CHUNK, progress=None) -> str:
-    """Generate a degree-corrected SBM graph (as :func:`gnndist.datasets.synthetic`) into a ``.npy`` folder.
-
-    The same model (Pareto node weights, an edge's source drawn by weight, its destination by weight
-    inside the source's class with probability ``p_in``, else anywhere), drawn ``chunk`` edges and rows
-    at a time from one seeded stream, so memory holds a few ``[N]`` arrays and one chunk; the edge
-    list is stored raw (int32 ids, self-loops and duplicates left for the partitioner). A different
-    stream than the in-memory generator: the graphs are alike, not equal. Written to a temporary
-    sibling folder renamed into place when complete.
-
-    Shapes:
-        edge_index ``[2, round(N * avg_degree / 2)]`` int32; x ``[N, F]`` float32; y ``[N]`` int64; masks ``[N]``.
-    """
-    if num_nodes < 2 or num_classes < 1 or num_features < 1 or avg_degree <= 0 or num_nodes >= 2**31:
-        raise UserError("synth: need 2 <= num_nodes < 2^31, num_classes >= 1, num_features >= 1, avg_degree > 0")
-    say = progress or (lambda msg: None)
-    out = osp.abspath(out)
-    parent = osp.dirname(out)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{osp.basename(out)}.tmp-", dir=parent)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    try:
-        rng = np.random.default_rng(seed)
-        n = num_nodes
-        y = rng.integers(0, num_classes, n, dtype=np.int64)  # [N]
-        theta = rng.pareto(power - 1.0, n) + 1.0
-        np.minimum(theta, np.sqrt(n), out=theta)
-        order = np.argsort(y, kind="stable").astype(np.int32)  # class order -> node id
-        cum = np.cumsum(theta[order])  # [N]
-        del theta
-        class_end = np.searchsorted(y[order], np.arange(num_classes), side="right")
-        class_hi = np.where(class_end > 0, cum[np.maximum(class_end - 1, 0)], 0.0)
-        class_lo = np.concatenate([[0.0], class_hi[:-1]])
-        total = cum[-1]
-        m = round(n * avg_degree / 2)
-        ew = _NpyWriter(osp.join(tmp, EDGES), (2, m), np.int32)
-        for e0 in range(0, m, chunk):  # sorted queries (a cache-friendly binary search), shuffled per class run
-            k = min(chunk, m - e0)
-            src = _picks(rng, cum, 0.0, total, k)  # [k] positions in class order, sorted
-            inside = rng.random(k) < p_in
-            dst = np.empty(k, dtype=np.int64)
-            run = np.searchsorted(src, np.concatenate([[0], class_end]))  # class runs of src
-            for c in range(num_classes):
-                sel = np.flatnonzero(inside[run[c] : run[c + 1]]) + run[c]
-                dst[sel] = _picks(rng, cum, class_lo[c], class_hi[c], len(sel), shuffle=True)
-            sel = np.flatnonzero(~inside)
-            dst[sel] = _picks(rng, cum, 0.0, total, len(sel), shuffle=True)
-            ew.write_at(e0, order[src])
-            ew.write_at(m + e0, order[dst])
-            del src, dst, inside, sel
-            say(f"synth edges {min(e0 + k, m):,}/{m:,}")
-        ew.close()
-        del cum, order
-        centroids = rng.standard_normal((num_classes, num_features), dtype=np.float32)
-        xw = _NpyWriter(osp.join(tmp, "x.npy"), (n, num_features), np.float32)
-        rows = max(chunk // num_features, 1)
-        for r0 in range(0, n, rows):
-            x = rng.standard_normal((min(rows, n - r0), num_features), dtype=np.float32)
-            x += signal * centroids[y[r0 : r0 + rows]]
-            xw.write_at(r0 * num_features, x)
-            say(f"synth features {min(r0 + rows, n):,}/{n:,}")
-        xw.close()
-        np.save(osp.join(tmp, "y.npy"), y)
-        for name, mask in zip(MASKS, per_class_split(y, num_classes, seed=seed)):
-            np.save(osp.join(tmp, f"{name}.npy"), mask.numpy())
-        with open(osp.join(tmp, "meta.json"), "w") as f:
-            json.dump({"num_nodes": n, "num_classes": num_classes, "name": osp.basename(out),
-                       "generator": {"model": "dc-sbm", "avg_degree": avg_degree, "seed": seed, "p_in": p_in,
-                                     "power": power, "signal": signal}}, f)
-        if osp.exists(out):
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def cmd_synth(args) -> int:
-    """``gnndist synth NAME --out DIR [--features F] [--seed S]``: a ``synthetic-*`` graph into a ``.npy`` folder."""
-    from .sbm import parse_name
-
-    parsed = parse_name(args.name.lower())
-    if parsed is None:
-        raise UserError(f"synth: {args.name!r} is not synthetic-<N>[k|m|b][-d<avg degree>]")
-    n, deg = parsed
-    last = [0.0]
-
-    def say(msg: str) -> None:
-        import time
-
-        now = time.monotonic()
-        if now - last[0] > 5 or msg.split()[-1].split("/")[0] == msg.split()[-1].split("/")[-1]:
-            print(msg, flush=True)
-            last[0] = now
-
-    out = write_synthetic(args.out, n, deg, num_features=args.features, seed=args.seed, progress=say)
-    print(f"wrote {out}")
-    return 0

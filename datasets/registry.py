@@ -94,6 +94,10 @@ def load(
 ) -> Data:
     """Load a registered dataset, a ``synthetic-<N>`` graph, or a file/folder path.
 
+    A ``synthetic-*`` name is generated once into ``root/synthetic/`` (`sbm.named_folder`) and read
+    as that ``.npy`` folder, like a path to it: memory-mapped, with its raw edge list
+    (``data.raw_edges``), which the partitioner cleans.
+
     Args:
         dataset: a name from `names()`, ``synthetic-<N>[k|m][-d<avg degree>]``, or a path.
         root: where registered datasets live (default `default_root()`).
@@ -102,7 +106,8 @@ def load(
 
     Shapes:
         x: [N, F] float32; y: [N] int64; edge_index: [2, E] int64, symmetric, no
-        self-loops or duplicates, sorted by (row, col); masks: [N] bool.
+        self-loops or duplicates, sorted by (row, col) (a ``.npy`` folder's: raw, int32 or
+        int64); masks: [N] bool.
     """
     root = root or default_root()
     key = dataset.lower()
@@ -117,8 +122,9 @@ def load(
     elif key in REGISTRY:
         data = REGISTRY[key](key, root, seed)
     elif (parsed := synth.parse_name(key)) is not None:
-        n, deg = parsed
-        data = synth.synthetic(n, avg_degree=deg, seed=seed, name=key)
+        folder = synth.named_folder(key, root, seed)
+        data = npy_folder.read_npy_folder(folder, key, seed)
+        data.name = key
     elif osp.exists(dataset):
         fmt, path = resolve(dataset)
         data = FORMATS[fmt](path, _path_name(dataset), seed)

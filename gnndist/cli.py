@@ -208,7 +208,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from gnndist.datasets.npy_folder import cmd_synth as synth
+    from gnndist.datasets.sbm import cmd_synth as synth
 
     return synth(args)
 

@@ -7,9 +7,10 @@ import os
 
 import numpy as np
 import pytest
-from gnndist.datasets import load
-from gnndist.datasets.npy_folder import write_synthetic
+import torch
+from gnndist.datasets import load, synthetic
 from gnndist.datasets.registry import detect_format
+from gnndist.datasets.sbm import write_synthetic
 from gnndist.partition import partition
 
 from gnndist.cli import main
@@ -59,6 +60,24 @@ def test_synthetic_is_generated_into_a_folder_and_partitions(tmp_path, capsys):
     write_synthetic(str(tmp_path / "t"), 2000, 8, num_features=5, seed=3)
     for f in ("edge_index.npy", "x.npy", "y.npy", "train_mask.npy"):  # the same seed: the same graph
         assert (out / f).read_bytes() == (tmp_path / "t" / f).read_bytes()
+
+
+def test_a_name_its_folder_and_synthetic_are_one_graph(tmp_path, monkeypatch):
+    """One generator: ``synthetic-*`` names load through the folder ``gnndist synth`` writes (so they
+    partition at the same peak), and the in-memory `synthetic` is that graph cleaned."""
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "root"))
+    by_name = load("synthetic-1500-d8", seed=2)
+    assert by_name.raw_edges and by_name.name == "synthetic-1500-d8"
+    assert (tmp_path / "root" / "synthetic" / "synthetic-1500-d8-s2" / "meta.json").is_file()
+    write_synthetic(str(tmp_path / "f"), 1500, 8, seed=2)
+    folder, mem = load(str(tmp_path / "f")), synthetic(1500, avg_degree=8, seed=2)
+    assert torch.equal(by_name.x, mem.x) and torch.equal(folder.y, mem.y)
+    assert torch.equal(by_name.train_mask, mem.train_mask) and torch.equal(folder.test_mask, mem.test_mask)
+    sha = [json.loads((partition(d, 3, method="random", progress=False).save(tmp_path / f"p{i}", dataset="s",
+                                                                            progress=False) / "META.json")
+                      .read_text())["sha256"] for i, d in enumerate((by_name, folder, mem))]
+    assert sha[0] == sha[1] == sha[2]
+    assert load("synthetic-1500-d8", seed=2).edge_index.shape == by_name.edge_index.shape  # read again, not redrawn
 
 
 def _bad(tmp_path, cora, case):
