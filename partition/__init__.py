@@ -263,8 +263,8 @@ class Job:
 
 
 def _symmetrise(job: Job) -> None:
-    """The graph as one symmetric CSR without self-loops or duplicates, built in chunks (original ids)."""
-    job.csr = symmetric_csr(job.data.edge_index, int(job.data.num_nodes), job.chunk)
+    """The graph as one symmetric CSR without self-loops or duplicates, built in chunks on every thread (original ids)."""
+    job.csr = symmetric_csr(job.data.edge_index, int(job.data.num_nodes), job.chunk, job.threads)
 
 
 def _assign(job: Job) -> None:

@@ -11,6 +11,8 @@ Ids used here:
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,13 +82,71 @@ def csr_from_edge_index(edge_index: torch.Tensor | np.ndarray, num_nodes: int) -
     return GlobalCSR(csr.rowptr, csr.col.astype(np.int64, copy=False))
 
 
-def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK) -> GlobalCSR:
+def in_order(fn, items, threads: int = 1):
+    """``fn(item)`` for every item, yielded in order, with up to ``threads`` calls running at once.
+
+    For the pipeline's chunked passes: their numpy sorts and gathers release the GIL, so threads use
+    every core, and at most ``threads`` chunks' temporaries are alive at a time.
+    """
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _both_directions(ei, e0: int, chunk: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges ``e0 ..`` in both directions without self-loops, grouped by row: (rows, each row's count,
+    columns). One sort of ``row << 32 | col`` keys (a sort, not an argsort: ~10x faster) where ids fit
+    in 32 bits."""
+    src, dst = np.asarray(ei[0, e0 : e0 + chunk]), np.asarray(ei[1, e0 : e0 + chunk])
+    keep = src != dst
+    r = np.concatenate([src[keep], dst[keep]]).astype(np.int64, copy=False)
+    c = np.concatenate([dst[keep], src[keep]]).astype(np.int64, copy=False)
+    del src, dst, keep
+    if n <= 1 << 31:
+        r <<= 32
+        r |= c
+        del c
+        r.sort()
+        c = (r & 0xFFFFFFFF).astype(id_dtype(n))
+        r >>= 32
+    else:
+        order = np.argsort(r)
+        r, c = r[order], c[order]
+        del order
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
+    return r[first], np.diff(np.r_[first, len(r)]), c
+
+
+def _unique_rows(col: np.ndarray, rowptr: np.ndarray, r0: int, r1: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``r0 .. r1 - 1`` of ``col`` sorted and de-duplicated: (each row's new length, the columns)."""
+    a, b = int(rowptr[r0]), int(rowptr[r1])
+    local = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(rowptr[r0 : r1 + 1]))
+    nn = np.int64(n)
+    keys = local * nn + col[a:b]
+    del local
+    keys.sort()
+    uniq = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, dtype=bool)
+    keys = keys[uniq]
+    rows = keys // nn
+    return np.bincount(rows, minlength=r1 - r0), (keys - rows * nn).astype(col.dtype, copy=False)
+
+
+def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK, threads: int = 1) -> GlobalCSR:
     """Symmetrise, drop self-loops and duplicates, and sort into CSR, in chunks of ``chunk`` edges.
 
     The one array of the size of the graph is the result's ``col`` (int32 ids where they fit, see
     :func:`id_dtype`); ``edge_index`` may be a memory-mapped ``[2, E]`` array of int32 or int64 ids,
     read ``chunk`` edges at a time: (1) range check and degree count, (2) a counting sort of both
-    directions into ``col``, (3) per row chunk, sort and de-duplicate each row in place.
+    directions into ``col``, (3) per row chunk, sort and de-duplicate each row in place. Passes (2)
+    and (3) sort ``threads`` chunks at once (:func:`in_order`); the result does not depend on it.
 
     Shapes:
         edge_index ``[2, E]`` -> rowptr ``[N + 1]`` int64, col ``[nnz]`` int32/int64 (both directions).
@@ -112,37 +172,27 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK) -> GlobalCSR:
         count += np.bincount(src[keep], minlength=n) + np.bincount(dst[keep], minlength=n)
     rowptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(count, out=rowptr[1:])
+    del count
     col = np.empty(int(rowptr[-1]), dtype=id_dtype(n))
     fill = rowptr[:-1].copy()  # [N] next free slot of each row
-    for e0 in range(0, e, chunk):  # (2) counting sort of both directions, stable inside a chunk
-        src, dst = np.asarray(ei[0, e0 : e0 + chunk]), np.asarray(ei[1, e0 : e0 + chunk])
-        keep = src != dst
-        r = np.concatenate([src[keep], dst[keep]]).astype(np.int64, copy=False)
-        c = np.concatenate([dst[keep], src[keep]])
-        del src, dst, keep
-        order = np.argsort(r, kind="stable")
-        r = r[order]
-        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
-        rank = np.arange(len(r), dtype=np.int64) - np.repeat(first, np.diff(np.r_[first, len(r)]))
-        col[fill[r] + rank] = c[order]
-        fill[r[first]] += np.diff(np.r_[first, len(r)])  # rows are distinct here
-        del r, c, order, first, rank
-    # (3) sort and de-duplicate every row, in place (a row only shrinks, and is read before it is written)
+    # (2) counting sort of both directions: each chunk's entries, grouped by row, go to their rows' next slots
+    for rows, counts, c in in_order(lambda e0: _both_directions(ei, e0, chunk, n), range(0, e, chunk), threads):
+        start = np.repeat(fill[rows] - np.r_[0, np.cumsum(counts)[:-1]], counts)
+        start += np.arange(len(c), dtype=np.int64)
+        col[start] = c
+        fill[rows] += counts  # rows are distinct here
+        del rows, counts, c, start
+    del fill
+    # (3) sort and de-duplicate every row, in place: a row only shrinks, and the chunks being read lie
+    # past every entry written so far
     new_deg = np.zeros(n, dtype=np.int64)
     w = 0
-    nn = np.int64(n)
-    for r0, r1 in row_chunks(rowptr, chunk):
-        a, b = int(rowptr[r0]), int(rowptr[r1])
-        local = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(rowptr[r0 : r1 + 1]))
-        keys = local * nn + col[a:b]
-        keys.sort()
-        uniq = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, dtype=bool)
-        keys = keys[uniq]
-        rows = keys // nn
-        new_deg[r0:r1] = np.bincount(rows, minlength=r1 - r0)
-        col[w : w + len(keys)] = keys - rows * nn
-        w += len(keys)
-        del local, keys, uniq, rows
+    spans = list(row_chunks(rowptr, chunk))
+    for (r0, r1), (deg, cols) in zip(spans, in_order(lambda s: _unique_rows(col, rowptr, *s, n), spans, threads)):
+        new_deg[r0:r1] = deg
+        col[w : w + len(cols)] = cols
+        w += len(cols)
+        del deg, cols
     np.cumsum(new_deg, out=rowptr[1:])
     return GlobalCSR(rowptr, col[:w])
 

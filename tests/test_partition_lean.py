@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from gnndist.datasets import load, synthetic
-from gnndist.partition import csr_from_edge_index, partition
+from gnndist.partition import partition
 from gnndist.partition.book import symmetric_csr
 from torch_geometric.data import Data
 
@@ -60,15 +60,18 @@ def test_parts_are_bit_identical_to_the_recorded_checksums(tmp_path, graph, part
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_memory_mapped_ids_give_the_same_csr(tmp_path, dtype):
+    from gnndist.datasets.graph import clean_edges
+
     data = _messy()
-    ref = csr_from_edge_index(data.edge_index, data.num_nodes)
+    clean = clean_edges(data.edge_index[0].numpy(), data.edge_index[1].numpy(), data.num_nodes).numpy()
+    rowptr = np.r_[0, np.cumsum(np.bincount(clean[0], minlength=data.num_nodes))]  # one sort of the whole list
     path = tmp_path / "edge_index.npy"
     np.save(path, data.edge_index.numpy().astype(dtype))
     ei = np.load(path, mmap_mode="r")
-    for chunk in (1, 7, 1 << 30):
-        csr = symmetric_csr(ei, data.num_nodes, chunk)
+    for chunk, threads in ((1, 1), (7, 1), (7, 3), (1 << 30, 2)):
+        csr = symmetric_csr(ei, data.num_nodes, chunk, threads)
         assert csr.col.dtype == np.int32  # 300 nodes: int32 ids
-        assert np.array_equal(csr.rowptr, ref.rowptr) and np.array_equal(csr.col, ref.col)
+        assert np.array_equal(csr.rowptr, rowptr) and np.array_equal(csr.col, clean[1])
 
 
 @pytest.mark.parametrize("bad,msg", [
