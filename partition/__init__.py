@@ -413,7 +413,8 @@ def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
             job.bar.set_postfix_str(f"refine {b} {s.label}")
             weights = np.stack([columns[c] for c, _ in kept], axis=1)
             tol = np.array([t for _, t in kept])
-            assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes)
+            assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes,
+                                          threads=threads)
         loads = rank_loads(csr, assign, parts)
         send = np.array([ld.expand_send for ld in loads], dtype=float)
         tried.append({"method": b, "setting": s, "assign": assign, "refine": stats, "record": {
