@@ -70,8 +70,8 @@ def rank_main(grid, partdir: str, cfg) -> dict:
     """One rank (under ``gnndist.launch``): load the part, train every run of the plan, the summary as a dict."""
     from gnndist.graph import DistGraph
     from gnndist.nn import build_model
-    from gnndist.runs import fit_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import fit_runs
 
     m = cfg.model
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.dist.comm_dtype,
@@ -86,9 +86,9 @@ def run_row(cmd: list[str]) -> dict:
     import dataclasses
 
     import gnndist
-    from gnndist.cache import ensure_partition
     from gnndist.cli import build_parser
     from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.parts.cache import ensure_partition
     from gnndist.presets import dataset_recipe, from_args
 
     args = build_parser().parse_args(cmd[1:])

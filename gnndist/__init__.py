@@ -22,10 +22,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "launch": "gnndist.launcher",
-    "init": "gnndist.grid",
-    "ProcessGrid": "gnndist.grid",
+    "init": "gnndist.dist.grid",
+    "ProcessGrid": "gnndist.dist.grid",
     "DistGraph": "gnndist.graph",
-    "Trainer": "gnndist.trainer",
+    "Trainer": "gnndist.training.trainer",
     "TrainConfig": "gnndist.config",
     "UserError": "gnndist.errors",
 }

@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-from gnndist.cache import ensure_partition, make_partition, partition_dir
 from gnndist.config import (
     DataConfig,
     DistConfig,
@@ -28,6 +27,7 @@ from gnndist.config import (
     build_section,
 )
 from gnndist.errors import RanksFailed, RanksStopped, UserError
+from gnndist.parts.cache import ensure_partition, make_partition, partition_dir
 from gnndist.presets import from_args
 
 
@@ -142,7 +142,7 @@ def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, mo
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from gnndist.datasets import load
-    from gnndist.simulate import format_table, simulate
+    from gnndist.parts.simulate import format_table, simulate
 
     sim = build_section(SimulateConfig, args)  # every flag validated here, one line each
     part = build_section(PartitionConfig, args)
@@ -164,11 +164,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from gnndist.checkpoint import load_model_file
     from gnndist.config import TrainConfig
+    from gnndist.inference.predict import PredictRequest, predict_rank
     from gnndist.launcher import launch, under_torchrun
     from gnndist.partition import read_meta
-    from gnndist.predict import PredictRequest, predict_rank
+    from gnndist.training.checkpoint import load_model_file
 
     req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, args.strategy, args.progress)
     if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
@@ -197,7 +197,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from gnndist.export import export
+    from gnndist.inference.export import export
 
     done = export(args.checkpoint, args.out, args.format, args.force)
     if args.json:
@@ -301,7 +301,7 @@ def _add_run(sub) -> None:
 
 
 def _add_predict(sub) -> None:
-    from gnndist.predict import WHATS
+    from gnndist.inference.predict import WHATS
 
     sq = sub.add_parser("predict", help="apply a trained model to every node; write its output in the dataset's order")
     sq.add_argument("partdir", help="a partition directory (one part per rank), or a dataset (partitioned, cached)")
@@ -326,13 +326,13 @@ def _add_predict(sub) -> None:
 
 
 def _add_export(sub) -> None:
-    from gnndist.export import FORMATS
+    from gnndist.inference.export import FORMATS
 
     se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
                         description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
                                     "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / GIN / "
                                     "GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
-                                    "file's kwargs (see gnndist/export.py)")
+                                    "file's kwargs (see gnndist/inference/export.py)")
     se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
     se.add_argument("--out", required=True, help="the file to write")
     se.add_argument("--format", default="gnndist", choices=FORMATS, help="gnndist (default) or pyg")
@@ -347,7 +347,7 @@ def _add_simulate(sub) -> None:
         description="Partition DATASET into each P of --parts and count, on that partition, the bytes, messages "
                     "and memory of the sparsity-aware layouts (1d; 1.5d for each c of --replication with c | P "
                     "and 1 < c < P; 2d = 1.5d at c = sqrt(P) for a square P) and of CAGNET's sparsity-oblivious "
-                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/simulate.py. "
+                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/parts/simulate.py. "
                     "--json prints the records as one JSON list on the last line. Errors (exit 2): --parts "
                     "not a comma list of integers >= 1 or above the node count, a replication < 2, an "
                     "unknown --network.")

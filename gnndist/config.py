@@ -248,7 +248,7 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        from gnndist.metrics import METRICS
+        from gnndist.training.metrics import METRICS
 
         _need(self.metric == "auto" or self.metric in METRICS,
               f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}")

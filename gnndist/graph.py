@@ -26,15 +26,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import fold, gather
 from gnndist.context import RunContext
-from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
+from gnndist.dist.comm import fold, gather
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
-from gnndist.grid import ProcessGrid
 from gnndist.kernels import CSR, KernelSettings
+from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, hash_dropout, node_keys
 from gnndist.partition.format import drop_pages
 from gnndist.strategies import Halo1D, Strategy, Structure
-from gnndist.timing import bracket
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
 ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS

@@ -107,7 +107,7 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions):
     """
     import torch.distributed as dist
 
-    from gnndist.grid import init
+    from gnndist.dist.grid import init
 
     grid = init(opts.backend, opts.timeout, opts.device, check_collectives=opts.check_collectives)
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
@@ -136,7 +136,7 @@ def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: 
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
         nproc: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
-        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.grid.init`).
+        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.init`).
 
     Raises:
         UserError: one line; :class:`RanksFailed` (its ``code``: 2 user error, 1 bug) when a spawned rank
@@ -145,7 +145,7 @@ def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: 
     opts = GroupOptions(backend, timeout, check_collectives, device)
     if under_torchrun() or nproc == 1:
         return run_here(fn, args, opts)
-    from gnndist.grid import choose_backend
+    from gnndist.dist.grid import choose_backend
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     choose_backend(backend, 0, nproc, gpus)  # --backend nccl without a GPU per rank: one line, now
@@ -153,15 +153,15 @@ def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: 
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.report.Summary`.
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.report.Summary`.
 
     ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
     partition) while the other ranks wait in the process group; a failure there stops every rank.
     After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
     """
     from gnndist.graph import DistGraph
-    from gnndist.runs import fit_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import fit_runs
 
     if prepare is not None:
         together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
@@ -197,7 +197,7 @@ def together(grid, action: Callable[[], object] | None, peer_failed: str):
 
 
 def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.report.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    """Print a :class:`~gnndist.training.report.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
     if cfg.run.json:
         print(json.dumps(summary.to_dict()), flush=True)
         return
@@ -226,8 +226,8 @@ def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None =
     ``prepare`` (under torchrun only): made on rank 0 inside the process group before loading (:func:`train_rank`).
     """
     from gnndist.partition import read_meta
-    from gnndist.runs import plan_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import plan_runs
 
     meta = read_meta(partdir) if prepare is None else None
     if meta is not None:
@@ -357,7 +357,7 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from gnndist.grid import free_port
+    from gnndist.dist.grid import free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="gnndist-launch-"))
     errdir = tmp / "errors"

@@ -49,7 +49,7 @@ def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     grid = None
     try:
-        from gnndist.grid import init
+        from gnndist.dist.grid import init
 
         grid = init("gloo", timeout=120, device="cpu",
                     check_collectives=os.environ.get("GNNDIST_CHECK_COLLECTIVES", "1") != "0")  # CPU ranks: results compare with CPU references
@@ -122,7 +122,7 @@ class _RankPool:
         import sys
         import time
 
-        from gnndist.grid import free_port
+        from gnndist.dist.grid import free_port
 
         port = free_port()
         for q in self.tasks:
@@ -178,7 +178,7 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
     fails, the error names every failing rank with its traceback, and the pool is replaced.
     """
     if world_size == 1:
-        from gnndist.grid import ProcessGrid
+        from gnndist.dist.grid import ProcessGrid
 
         return [fn(ProcessGrid(), *args)]
     import io

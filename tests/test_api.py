@@ -9,11 +9,11 @@ import torch
 
 import gnndist
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import RanksFailed, UserError
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.nn import build_model
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 
 def _cfg(epochs: int = 3) -> TrainConfig:

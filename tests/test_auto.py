@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gnndist.cost import Network, RankLoad
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.strategies import Auto, BlockStrategy
 from gnndist.strategies.auto import TIMED_CALLS, settle
 

@@ -15,8 +15,8 @@ from gnndist.bench import plots
 from gnndist.bench.common import BREAKDOWN, ENV_COLUMNS, Rows, Settings, environment, read_csv, write_csv
 from gnndist.bench.report import BEGIN, END, render, update_readme
 from gnndist.bench.suites import run_suite
+from gnndist.dist.timing import PhaseTimer, bracket
 from gnndist.testing import pooled_launches
-from gnndist.timing import PhaseTimer, bracket
 
 STRONG = ("dataset", "P", "strategy", "epoch_s", "median_epoch_s", *BREAKDOWN, "bytes_per_rank", "bytes_per_rank_max",
           "predicted_bytes_per_rank", "predicted_bytes_per_rank_max", "peak_memory_max_mb", "epochs_timed")
@@ -129,7 +129,7 @@ def test_peer_suite_and_report(tmp_path):
 
 def test_phase_timer_is_exclusive_forward_and_backward(monkeypatch):
     clock = itertools.count()  # every reading advances one "second"
-    monkeypatch.setattr("gnndist.timing.time.perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr("gnndist.dist.timing.time.perf_counter", lambda: float(next(clock)))
     t = PhaseTimer()
     with t.phase("dense"):
         with t.phase("aggregation"):

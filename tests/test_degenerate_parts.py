@@ -12,11 +12,11 @@ import torch
 from gnndist.partition import partition
 
 from gnndist.config import TrainConfig, get_strategy
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import CollectiveDesync, PeerFailed
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.testing import assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 EPOCHS = 2
 MODELS = [("gcn", "none"), ("sage", "none"), ("gin", "batch"), ("gat", "none"), ("gcn2", "none")]

@@ -15,7 +15,7 @@ from torch import nn
 from gnndist.config import TrainConfig, get_strategy
 from gnndist.graph import DistGraph
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 EPOCHS = 6
 CASES = [  # (model, norm, overlap)

@@ -11,10 +11,10 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-import gnndist.grid as grid_mod
+import gnndist.dist.grid as grid_mod
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import ProcessGrid, choose_backend, to_host
 from gnndist.errors import UserError
-from gnndist.grid import ProcessGrid, choose_backend, to_host
 from gnndist.testing import run_distributed
 
 

@@ -13,11 +13,11 @@ from gnndist.kernels import KernelSettings
 from gnndist.partition import partition
 
 from gnndist.config import TrainConfig, get_strategy
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.nn.models import MODELS
 from gnndist.testing import assert_close
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 pytestmark = pytest.mark.triton
 NORMS = {"gin": "batch", "resgcn": "layer", "revgnn": "layer"}  # the norm each model is usually trained with

@@ -13,11 +13,11 @@ from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
 from gnndist.partition.refine import _better, _key, _load_times, refine, unit_costs
 
-from gnndist.cache import partition_dir
 from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
 from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad, epoch_time
 from gnndist.errors import UserError
+from gnndist.parts.cache import partition_dir
 
 
 def _toy():
@@ -233,7 +233,7 @@ def test_cache_key_names_the_non_default_settings():
 def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_path, monkeypatch, capsys):
     """``--partition-network probe``: the constants a ``--strategy auto`` run cached at P ranks drive the
     modelled epoch time (another probe, another cache key); none cached: one line, exit 2."""
-    from gnndist.probe import cache_key, default_cache, write_cached
+    from gnndist.dist.probe import cache_key, default_cache, write_cached
 
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "root"))
     args = ["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--json"]

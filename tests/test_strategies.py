@@ -14,11 +14,11 @@ import torch
 from gnndist.partition import partition
 
 from gnndist.config import TrainConfig, get_strategy
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
-from gnndist.simulate import grid_loads
+from gnndist.parts.simulate import grid_loads
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 WIDTH = 5
 EPOCHS = 5

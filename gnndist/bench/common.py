@@ -186,7 +186,7 @@ def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict
 def timing_columns(summary: dict, warmup: int) -> dict:
     """Median epoch time after ``warmup`` epochs, and the breakdown of the median epoch (rank 0).
 
-    The parts of one epoch are exclusive (:mod:`gnndist.timing`), so they add up to its time
+    The parts of one epoch are exclusive (:mod:`gnndist.dist.timing`), so they add up to its time
     up to the untimed statements between them.
     """
     epochs = summary["epochs_log"][warmup:] or summary["epochs_log"]

@@ -26,8 +26,8 @@ import zlib
 import torch
 from torch import Tensor, nn
 
-from gnndist.dropout import dropout_mask
 from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
+from gnndist.kernels.dropout.reference import dropout_mask
 
 AGGREGATIONS = ("sum", "mean", "max", "softmax")
 _RESERVED = ("index", "edge_weight", "size_i")

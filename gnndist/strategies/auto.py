@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter
 from gnndist.cost import Network, RankLoad, layout_time, network
+from gnndist.dist.comm import ByteCounter
+from gnndist.dist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.partition.layouts import replications
-from gnndist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.strategies.base import BlockStrategy, Strategy
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
@@ -68,7 +68,7 @@ class Auto(Strategy):
 
     Args:
         network: machine constants (:mod:`gnndist.cost`); ``None`` measures them
-            (:func:`~gnndist.probe.probed`: reused from ``cache`` when it holds this machine's).
+            (:func:`~gnndist.dist.probe.probed`: reused from ``cache`` when it holds this machine's).
         overrides: ``alpha`` / ``beta`` values that replace the probe's (``--alpha``, ``--beta``).
         overlap: passed to every candidate.
         cache: the probe's file (``--probe-cache``); ``None``: measure, keep nothing.

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.cost import RankLoad
+from gnndist.dist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.kernels import CSR, KernelSettings, spmm
 from gnndist.kernels.csr import index_dtype
 from gnndist.partition.format import drop_pages
@@ -28,7 +28,7 @@ from gnndist.partition.format import drop_pages
 INDEX_CHUNK = 1 << 20  # entries read at once from a part's (memory-mapped) columns
 
 if TYPE_CHECKING:
-    from gnndist.grid import ProcessGrid
+    from gnndist.dist.grid import ProcessGrid
 
 
 @dataclass(frozen=True)

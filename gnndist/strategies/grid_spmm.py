@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ExchangePlan
+from gnndist.dist.comm import ExchangePlan
 from gnndist.errors import UserError
 from gnndist.strategies.base import Block, BlockStrategy
 

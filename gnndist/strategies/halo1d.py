@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gnndist.comm import ExchangePlan
+from gnndist.dist.comm import ExchangePlan
 from gnndist.kernels import CSR
 from gnndist.strategies.base import Block, BlockStrategy
 

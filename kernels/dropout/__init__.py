@@ -1,1 +1,1 @@
-"""Fused hash dropout (Triton): the mask of ``gnndist.dropout`` computed in the kernel, never stored."""
+"""Fused hash dropout (Triton): the mask of ``gnndist.kernels.dropout.reference`` computed in the kernel, never stored."""

@@ -1,6 +1,6 @@
 """Hash dropout in one pass: hash (node key, column) -> keep bit -> ``x * scale`` or 0.
 
-The bits are those of :func:`gnndist.dropout.cell_bits` (the 32-bit "lowbias32"
+The bits are those of :func:`gnndist.kernels.dropout.reference.cell_bits` (the 32-bit "lowbias32"
 finaliser in wrapping uint32 arithmetic), so a rank on a GPU draws exactly the mask a
 rank on a CPU draws. The torch path evaluates the hash as ~15 elementwise kernels over
 an ``[n, F]`` int32 tensor and keeps a bool mask for the backward; this kernel reads

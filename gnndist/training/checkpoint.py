@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import PeerFailed, UserError
-from gnndist.grid import ProcessGrid
-from gnndist.report import Best
+from gnndist.training.report import Best
 
 log = logging.getLogger("gnndist")
 CHECKPOINT_FORMAT = 2  # 2: "best" holds the run's metric as val/train/test (1: *_acc keys)

@@ -72,7 +72,7 @@ def probed_network(parts: int):
     device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
     import torch
 
-    from gnndist.probe import cache_key, default_cache, read_cached
+    from gnndist.dist.probe import cache_key, default_cache, read_cached
 
     key = cache_key(parts, "cuda" if torch.cuda.is_available() else "cpu")
     net = read_cached(default_cache(), key)
