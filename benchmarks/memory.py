@@ -138,7 +138,7 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5
 def _launch(partdir: str, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     import gnndist
 
-    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, nproc=world, backend="gloo", timeout=1800)
+    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, ranks=world, backend="gloo", timeout=1800)
 
 
 def measure(partdir: Path, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:

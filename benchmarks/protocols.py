@@ -57,13 +57,13 @@ ROWS.update({
 })
 
 
-def command(row: str, root: str, nproc: int, flags: list[str], runs: int | None) -> list[str]:
+def command(row: str, root: str, ranks: int, flags: list[str], runs: int | None) -> list[str]:
     dataset, _, protocol, recipe, *_ = ROWS[row]
     protocol = list(protocol)
     if runs is not None and "--runs" in protocol:
         protocol[protocol.index("--runs") + 1] = str(runs)
     root_flag = [] if dataset == "cora" else ["--root", root]  # Cora is bundled
-    return ["gnndist", "run", dataset, *root_flag, "--ranks", str(nproc), *protocol, *recipe, *flags]
+    return ["gnndist", "run", dataset, *root_flag, "--ranks", str(ranks), *protocol, *recipe, *flags]
 
 
 def rank_main(grid, partdir: str, cfg) -> dict:
@@ -96,9 +96,9 @@ def run_row(cmd: list[str]) -> dict:
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, progress=False))
     recipe = dataset_recipe(args.dataset)
     print(f"  {args.dataset}: {recipe[0] if recipe else 'no family recipe'}; {cfg.model}, {cfg.optim}", flush=True)
-    part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.nproc)
+    part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.ranks)
     partdir = ensure_partition(args.dataset, part, build_section(DataConfig, args), cfg.model)
-    return gnndist.launch(rank_main, str(partdir), cfg, nproc=cfg.dist.nproc, backend="gloo",
+    return gnndist.launch(rank_main, str(partdir), cfg, ranks=cfg.dist.ranks, backend="gloo",
                           timeout=cfg.dist.timeout)
 
 

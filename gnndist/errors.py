@@ -28,9 +28,9 @@ class RanksFailed(UserError):
 class RanksStopped(Exception):
     """The ranks were stopped by a signal to the launcher (``signum``: SIGINT, SIGTERM, ...)."""
 
-    def __init__(self, signum: int, nproc: int):
+    def __init__(self, signum: int, ranks: int):
         import signal
 
         name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        super().__init__(f"{name}; all {nproc} ranks stopped")
+        super().__init__(f"{name}; all {ranks} ranks stopped")
         self.signum = signum

@@ -98,7 +98,7 @@ class DistGraph:
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
-        strat = strategy or Halo1D()  # by name, with options: gnndist.config.get_strategy
+        strat = strategy or Halo1D()  # by name, with options: gnndist.strategies.strategy_from_config
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
         x = t["x"]  # [n_owned, F]
@@ -182,8 +182,9 @@ class DistGraph:
     @property
     def layout1d(self) -> Halo1D:
         """The partition's own 1D layout (per-edge layers use it whatever the run's strategy; built on first use)."""
-        if isinstance(self.strategy, Halo1D):
-            return self.strategy
+        own = self.strategy.halo_layout()
+        if own is not None:
+            return own
 
         def build() -> Halo1D:
             layout = Halo1D()
@@ -198,7 +199,7 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_halo, F]``
         """
-        if self.strategy.name != "1d":
+        if self.strategy.halo_layout() is None:
             layer = tag.split("/")[0]
             self.context.say_once(f"edge:{layer}", f"{layer}: per-edge messages run on the 1d layout")
         return gather(x, self.layout1d.block.expand, self.context.counter, tag)

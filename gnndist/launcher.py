@@ -1,7 +1,7 @@
 """Start the ranks: in this process (one rank, or one rank of ``torchrun``) or ``--ranks N`` local ranks.
 
 :func:`launch` runs any ``fn(grid, *args)`` on every rank (the public API, what ``gnndist
-train`` uses with :func:`train_rank`). ``nproc=N`` starts the ranks through PyTorch's own elastic launcher
+train`` uses with :func:`train_rank`). ``ranks=N`` starts the ranks through PyTorch's own elastic launcher
 (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs), so the
 training code path is the one ``torchrun`` gives, and:
 
@@ -123,18 +123,18 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions):
         grid.destroy()
 
 
-def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: str = "auto",
+def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: str = "auto",
            timeout: float = 600.0, check_collectives: bool = False, device: str = "auto"):
-    """Run ``fn(grid, *args)`` on ``nproc`` local ranks (or on this rank of ``torchrun``); returns rank 0's result.
+    """Run ``fn(grid, *args)`` on ``ranks`` local ranks (or on this rank of ``torchrun``); returns rank 0's result.
 
     The ranks start through PyTorch's elastic launcher (what ``torchrun`` runs), so the code
-    path is the one ``torchrun`` gives; under ``torchrun`` (or with ``nproc=1``) ``fn`` runs in
+    path is the one ``torchrun`` gives; under ``torchrun`` (or with ``ranks=1``) ``fn`` runs in
     this process and every rank returns its own result. ``fn`` and ``args`` must be picklable
     (``fn`` defined at a module's top level; a script's ``main`` guarded by ``if __name__ == "__main__"``).
 
     Args:
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
-        nproc: local ranks to start (``--ranks``); ignored under ``torchrun``.
+        ranks: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
         backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.init`).
 
@@ -143,13 +143,13 @@ def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: 
         failed; :class:`RanksStopped` when a signal stopped them.
     """
     opts = GroupOptions(backend, timeout, check_collectives, device)
-    if under_torchrun() or nproc == 1:
+    if under_torchrun() or ranks == 1:
         return run_here(fn, args, opts)
     from gnndist.dist.grid import choose_backend
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    choose_backend(backend, 0, nproc, gpus)  # --backend nccl without a GPU per rank: one line, now
-    return _elastic(fn, args, nproc, max_restarts, opts)
+    choose_backend(backend, 0, ranks, gpus)  # --backend nccl without a GPU per rank: one line, now
+    return _elastic(fn, args, ranks, max_restarts, opts)
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
@@ -233,12 +233,12 @@ def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None =
     if meta is not None:
         plan_runs(cfg, meta)  # a split or run that cannot be: one line, before any rank starts
     d = cfg.dist
-    if not under_torchrun() and d.nproc > 1:
-        strategy_from_config(d).grid_shape(d.nproc)  # a layout that cannot fit: one line, before any rank starts
-        if meta["parts"] != d.nproc:
-            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.nproc}: they must match")
-        stage(f"starting {d.nproc} ranks", cfg)
-    summary = launch(train_rank, partdir, cfg, prepare, nproc=d.nproc, max_restarts=d.max_restarts, backend=d.backend,
+    if not under_torchrun() and d.ranks > 1:
+        strategy_from_config(d).grid_shape(d.ranks)  # a layout that cannot fit: one line, before any rank starts
+        if meta["parts"] != d.ranks:
+            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.ranks}: they must match")
+        stage(f"starting {d.ranks} ranks", cfg)
+    summary = launch(train_rank, partdir, cfg, prepare, ranks=d.ranks, max_restarts=d.max_restarts, backend=d.backend,
                      timeout=d.timeout, check_collectives=d.check_collectives)
     if int(os.environ.get("RANK", "0")) == 0:
         report(summary, cfg)
@@ -351,8 +351,8 @@ def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
     return f"rank {rank} failed with exit code {f.exitcode} (its output is above)", 1
 
 
-def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: GroupOptions):
-    """Run ``fn(grid, *args)`` on ``nproc`` ranks under the elastic agent; rank 0's result."""
+def _elastic(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts: GroupOptions):
+    """Run ``fn(grid, *args)`` on ``ranks`` ranks under the elastic agent; rank 0's result."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -363,7 +363,7 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
     errdir = tmp / "errors"
     errdir.mkdir()
     lc = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+        min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
         rdzv_configs={"timeout": int(max(opts.timeout, 1))},
         max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
@@ -390,7 +390,7 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
     if tracker_ours:
         _stop_resource_tracker()
     if stopped is not None:
-        raise RanksStopped(stopped, nproc)
+        raise RanksStopped(stopped, ranks)
     if failed is not None:
         raise RanksFailed(*failed)
     return results[0]

@@ -280,10 +280,10 @@ def pooled_launches():
 
     real = launcher._elastic
 
-    def start(fn, args, nproc, max_restarts, opts):
+    def start(fn, args, ranks, max_restarts, opts):
         if max_restarts:
-            return real(fn, args, nproc, max_restarts, opts)
-        return pooled_elastic(fn, args, nproc, opts)
+            return real(fn, args, ranks, max_restarts, opts)
+        return pooled_elastic(fn, args, ranks, opts)
 
     launcher._elastic = start
     try:
@@ -292,7 +292,7 @@ def pooled_launches():
         launcher._elastic = real
 
 
-def pooled_elastic(fn, args: tuple, nproc: int, opts):
+def pooled_elastic(fn, args: tuple, ranks: int, opts):
     """A stand-in for the launcher's elastic start (``gnndist.launcher._elastic``, no restarts) on pooled ranks.
 
     For tests of what the ranks compute, not of how they start (the ``pooled_ranks`` fixture):
@@ -306,7 +306,7 @@ def pooled_elastic(fn, args: tuple, nproc: int, opts):
 
     from gnndist.errors import RanksFailed
 
-    results = _on_pool(_launched_rank_main, fn, nproc, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
+    results = _on_pool(_launched_rank_main, fn, ranks, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
     for rank in sorted(results):  # what the ranks printed, here (a test's capsys sees it)
         _, (_, out, err) = results[rank]
         sys.stdout.write(out)

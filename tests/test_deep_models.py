@@ -14,8 +14,9 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
 from gnndist.graph import DistGraph
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, rel_err, run_distributed
 from gnndist.training.trainer import Trainer
 
@@ -46,7 +47,7 @@ def _cfg(model, norm, recompute=False, dropout=0.3, epochs=EPOCHS, layers=LAYERS
 
 
 def _train(grid, partdir, cfg, strategy="1d", reversible=True):
-    graph = DistGraph.load(partdir, grid, strategy=get_strategy(strategy), comm_dtype=cfg.dist.comm_dtype)
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=strategy)), comm_dtype=cfg.dist.comm_dtype)
     trainer = Trainer(graph, cfg)
     if not reversible:
         trainer.model.reversible = False  # RevGNN as plain autograd: the same function

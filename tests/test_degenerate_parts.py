@@ -11,10 +11,11 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
 from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import CollectiveDesync, PeerFailed
 from gnndist.graph import DistGraph
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import assert_close, run_distributed
 from gnndist.training.trainer import Trainer
 
@@ -63,7 +64,7 @@ def _job(grid, partdir, cases):
     for name, c in cases:
         for model, norm in MODELS:
             kw = {"network": "ib"} if name == "auto" else {}  # a preset: no probe on a loaded machine
-            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c, **kw))
+            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
             trainer = Trainer(graph, _cfg(model, norm, name))
             trainer.fit()
             out[(name, c, model)] = dict(losses=[row["loss"] for row in trainer.history],

@@ -79,18 +79,13 @@ class ProcessGrid:
         return f"gloo on {self.device}"
 
     # ------------------------------------------------------------------ groups
-    def check_replication(self, c: int) -> None:
-        """Raise a one-line error unless ``c`` divides the world size."""
-        if c < 1 or self.world_size % c:
-            raise UserError(f"--replication {c} must divide the number of ranks ({self.world_size})")
-
     def axes(self, c: int) -> dict[str, Axis]:
         """The ``row`` (size ``c``) and ``col`` (size ``P / c``) axes of this rank for replication ``c``.
 
-        Groups are created on first use, by every rank in the same order (all of one kind
-        of axis, then the other), as ``torch.distributed.new_group`` requires.
+        ``c`` divides the world size: the layout that asks has checked it (``Strategy.grid_shape``, the
+        one check, whose error names the flag). Groups are created on first use, by every rank in the
+        same order (all of one kind of axis, then the other), as ``torch.distributed.new_group`` requires.
         """
-        self.check_replication(c)
         if c not in self._axes:
             self._check("new_group", f"row/col c={c}")
             P, q = self.world_size, self.world_size // c

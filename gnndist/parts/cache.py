@@ -45,7 +45,7 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     if sources:
         name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
     obj = part.objective if part.method != "random" else "none"
-    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.partition_seed}"
     if data.split_seed:
         key += f"-split{data.split_seed}"
     if data.random_splits:
@@ -54,11 +54,11 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += "-b" + "+".join(part.constraints)
     if part.method != "random" and not part.refine:
         key += "-norefine"
-    if part.cost_network == "probe":  # the constants decide the partition: a re-probe is another key
+    if part.partition_network == "probe":  # the constants decide the partition: a re-probe is another key
         net = probed_network(part.parts)
         key += "-probe" + hashlib.sha256(repr(sorted(net.as_dict().items())).encode()).hexdigest()[:8]
-    elif part.cost_network != "ib":
-        key += f"-{part.cost_network}"
+    elif part.partition_network != "ib":
+        key += f"-{part.partition_network}"
     if part.auto_budget != PartitionConfig.auto_budget and (part.method == "auto" or part.balance == "auto"):
         key += f"-budget{part.auto_budget:g}"
     model, default = model or ModelConfig(), ModelConfig()
@@ -103,9 +103,9 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
         add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
-    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
+    p = partition(data, part.parts, part.method, part.objective, part.partition_seed, part.constraints,
                   refine=part.refine, widths=widths, auto_budget=part.auto_budget, threads=part.threads,
-                  cost_network=probed_network(part.parts) if part.cost_network == "probe" else part.cost_network)
+                  cost_network=probed_network(part.parts) if part.partition_network == "probe" else part.partition_network)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report

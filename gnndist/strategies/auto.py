@@ -39,7 +39,7 @@ TIMING_BAND = 0.38
 
 def candidates(world: int, overlap: bool = True) -> list[BlockStrategy]:
     """``1d``, ``1.5d`` / ``2d`` for every replication of :func:`gnndist.partition.replications`."""
-    return [Halo1D(overlap) if c == 1 else Grid2D(overlap) if c * c == world else Grid15D(c, overlap)
+    return [Halo1D(overlap) if c == 1 else Grid2D(overlap, c) if c * c == world else Grid15D(c, overlap)
             for c in replications(world)]
 
 

@@ -26,6 +26,9 @@ class Halo1D(BlockStrategy):
     def from_config(cls, dist) -> Halo1D:
         return cls(dist.overlap)
 
+    def halo_layout(self) -> Halo1D:
+        return self
+
     def make_block(self, part, grid) -> Block:
         expand = ExchangePlan(part.send_idx, part.send_counts, part.recv_counts, grid)
         interior, boundary = part.split()

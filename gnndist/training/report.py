@@ -53,7 +53,7 @@ class RunSummary:
     strategies: dict[str, dict]
     per_rank: list[dict]
     breakdown_synchronised: bool
-    nproc: int
+    nproc: int  # the number of ranks, under the name --json has printed since the start
     strategy: str
     model: str
     dataset: str | None

@@ -184,7 +184,7 @@ class Trainer:
         """Train for ``cfg.optim.epochs`` epochs (or until ``--patience``); returns the run's summary."""
         cfg, g = self.cfg, self.graph
         g.context.timer.sync = self.grid.synchronize if cfg.run.profile and self.grid.device.type == "cuda" else None
-        with EpochLog(cfg.run.log, cfg.run.progress, cfg.optim.epochs, self.start_epoch, self.grid) as log:
+        with EpochLog(cfg.run.log_file, cfg.run.progress, cfg.optim.epochs, self.start_epoch, self.grid) as log:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
                 row = self.epoch(epoch)
                 self.select(row)
