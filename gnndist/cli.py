@@ -416,20 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def exit_rank(code: int):
-    """End a rank's process at once, after flushing: its work is done and its group destroyed.
-
-    A normal interpreter exit runs C++ static destructors, and gloo's threads can then abort
-    the process ("terminate called without an active exception", SIGABRT) after a run that
-    succeeded; under torchrun that fails the whole job, intermittently and under load.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    from gnndist.launcher import under_torchrun
+    from gnndist.launcher import exit_rank, under_torchrun
 
     code = main()
     if under_torchrun():  # a rank under torchrun

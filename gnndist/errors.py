@@ -1,4 +1,13 @@
-"""User-facing errors: one clear line, exit code 2, no traceback."""
+"""User-facing errors: one clear line, exit code 2, no traceback; and the one line of any exception."""
+
+
+def first_line(e: BaseException, empty: str | None = None) -> str:
+    """The first line of ``e``'s message: what a one-line report quotes of a foreign error (torch's, gloo's).
+
+    ``empty``: what to say of an exception without a message (default: its type's name).
+    """
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__ if empty is None else empty
 
 
 class UserError(Exception):

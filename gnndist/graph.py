@@ -31,8 +31,9 @@ from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
-from gnndist.kernels import CSR, KernelSettings
-from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, hash_dropout, node_keys
+from gnndist.kernels import CSR, KernelSettings, dropout
+from gnndist.kernels.csr import degree_divisor
+from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
 from gnndist.strategies import Halo1D, Strategy, Structure
 
@@ -112,9 +113,9 @@ class DistGraph:
             halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
             orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
             degree=degree,
-            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home)
+            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home;
+            # spmm(weight="gcn") scales by the owned rows', per-edge layers by both ends': LocalEdges.gcn_weight)
             gcn_scale=(degree.double() + 1.0).rsqrt(),  # [n_owned + n_halo] float64
-            dinv=(degree[:n_owned].double() + 1.0).rsqrt().float(),  # [n_owned] the owned rows', in float32
             edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
             x=x,  # [n_owned, F]: the part's own pages unless normalised
             features_normalized=normalize_features,
@@ -217,10 +218,6 @@ class DistGraph:
         return torch.cat([x, self.halo(x, tag)], dim=0)
 
     # ------------------------------------------------------------------ aggregation
-    def gcn_dinv(self) -> Tensor:
-        """``(d_i + 1)^(-1/2)`` of every owned row: GCN's symmetric normalisation with self-loops. ``[n_owned]``."""
-        return self.dinv
-
     def spmm(self, x: Tensor, weight: str | None = None, reduce: str = "sum", tag: str = "halo") -> Tensor:
         """Aggregate neighbours of every owned row: ``out[i] = reduce_j w_ij x[j]``, with the run's strategy.
 
@@ -237,7 +234,8 @@ class DistGraph:
         """
         self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad)
         if weight == "gcn":
-            dinv = self.dinv.to(x.dtype)[:, None]  # [n_owned, 1]
+            dinv = self.derived("gcn_dinv", lambda: self.gcn_scale[: self.n_owned].float())  # [n_owned] float32
+            dinv = dinv.to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
             # in place on the aggregate (a fresh tensor no backward needs): no further [n, F] buffers
             return self._aggregate(y, tag).add_(y).mul_(dinv)
@@ -245,7 +243,7 @@ class DistGraph:
             raise ValueError(f"unknown weight {weight!r}")
         out = self._aggregate(x, tag)  # [n_owned, F]
         if reduce == "mean":
-            out = out / self.degree[: self.n_owned].clamp(min=1).to(out.dtype)[:, None]
+            out = out / degree_divisor(self.degree[: self.n_owned], out.dtype)[:, None]
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
         return out
@@ -287,7 +285,7 @@ class DistGraph:
             out = torch.zeros_like(x)
             out[rows, cols] = apply_dropout(vals, drop, p)
             return out
-        return hash_dropout(x, keys, p)  # fused on CUDA
+        return dropout(x, keys, p)  # the dispatcher's: one fused Triton pass on CUDA
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """The nonzero pattern of the input features when under half of them are nonzero."""

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from gnndist.config import TrainConfig
-from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError
+from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError, first_line
 
 
 def under_torchrun() -> bool:
@@ -79,7 +79,7 @@ def collective_error(e: BaseException, rank: int, timeout: float) -> PeerFailed 
             op = op or frame.f_code.co_name
         elif op is None and "gnndist" in frame.f_code.co_filename and not frame.f_code.co_filename.endswith("grid.py"):
             caller = name
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = first_line(e)
     text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is typically")[0]  # gloo's source location, advice
     peer_words = ("gloo", "connection", "timed out", "timeout", "peer", "socket", "nccl", "broken pipe")
     if op is None and not any(w in text.lower() for w in peer_words):
@@ -153,7 +153,7 @@ def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: 
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.report.Summary`.
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.summary.Summary`.
 
     ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
     partition) while the other ranks wait in the process group; a failure there stops every rank.
@@ -197,7 +197,7 @@ def together(grid, action: Callable[[], object] | None, peer_failed: str):
 
 
 def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.training.report.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
     if cfg.run.json:
         print(json.dumps(summary.to_dict()), flush=True)
         return
@@ -277,7 +277,7 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
         _error_path(errdir, rank).write_text(json.dumps(record))
         sys.stderr.flush()
         sys.exit(record["code"])
-    atexit.register(_leave_now)  # after the agent has read the result: skip C++ teardown
+    atexit.register(exit_rank)  # after the agent has read the result: skip C++ teardown
     return result if rank == 0 else None
 
 
@@ -287,21 +287,21 @@ def failure_record(e: Exception, rank: int) -> dict:
     if isinstance(e, UserError):
         return {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
     traceback.print_exc()
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+    return {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first_line(e, '')} (traceback above)",
             "secondary": False, "code": 1}
 
 
-def _leave_now() -> None:
-    """End a finished rank at the start of interpreter exit, after flushing.
+def exit_rank(code: int = 0) -> None:
+    """End a rank's process at once, after flushing: its work is done and its group destroyed.
 
-    A normal exit runs C++ static destructors, and gloo's threads can then abort a rank
-    that finished well (SIGABRT, "terminate called without an active exception"), which
-    the agent would report as a failed group.
+    A normal interpreter exit runs C++ static destructors, and gloo's threads can then abort
+    the process ("terminate called without an active exception", SIGABRT) after a run that
+    succeeded; the agent (or torchrun) would report a failed group, intermittently and under load.
+    Registered with ``atexit`` by a spawned rank; called by ``gnndist.cli`` as a rank of torchrun.
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _resource_tracker_running() -> bool:

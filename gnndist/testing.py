@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 
 import torch
+
+from gnndist.kernels.dispatch import triton_installed
 
 
 def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
@@ -37,7 +38,7 @@ HAS_CUDA = torch.cuda.is_available()
 # node balance, a fraction of a second, where the default search (``--method auto --balance auto``) takes
 # seconds per graph. The partitioners' own tests use the defaults.
 QUICK_PARTITION = dict(method="metis", balance="nodes")
-HAS_TRITON = importlib.util.find_spec("triton") is not None
+HAS_TRITON = triton_installed()
 
 
 def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnndist.errors import CollectiveDesync, PeerFailed, UserError
+from gnndist.errors import CollectiveDesync, PeerFailed, UserError, first_line
 
 
 @dataclass
@@ -293,7 +293,7 @@ class CollectiveCheck:
         except (RuntimeError, dist.DistError) as e:
             if op == self.END:
                 raise
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            text = first_line(e)
             raise PeerFailed(f"rank {dist.get_rank()}: {what} from {_caller()} failed: a peer rank died or did not "
                              f"answer within --timeout {self.timeout:g}s (--check-collectives: {text})") from None
         if all(bool((t == every[0]).all()) for t in every):
@@ -452,6 +452,6 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
-                f"(a peer never joined?): {str(e).splitlines()[0]}"
+                f"(a peer never joined?): {first_line(e)}"
             ) from None
     return grid

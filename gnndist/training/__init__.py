@@ -4,5 +4,5 @@
     runs.py         fit_runs: --runs / --split / --splits on one partition, mean ± std
     checkpoint.py   checkpoints: atomic, checksummed, resumed from the newest good one
     metrics.py      evaluation metrics, exact over P ranks
-    report.py       RunSummary / Summary (to_dict() is --json), the per-epoch log
+    summary.py      RunSummary / Summary (to_dict() is --json), the per-epoch log
 """

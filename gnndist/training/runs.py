@@ -2,7 +2,7 @@
 
 :func:`plan_runs` turns ``--runs``, ``--split`` and ``--splits`` into ``(seed, split)`` pairs;
 :func:`fit_runs` trains each with a fresh model and optimiser and returns a
-:class:`~gnndist.training.report.Summary`.
+:class:`~gnndist.training.summary.Summary`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gnndist.config import TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.training import metrics
-from gnndist.training.report import SPLITS, RunRecord, Summary
+from gnndist.training.summary import SPLITS, RunRecord, Summary
 from gnndist.training.trainer import ModelFactory, Trainer
 
 log = logging.getLogger("gnndist")

@@ -3,7 +3,7 @@
 Weights are replicated; the loss is the sum over a rank's training nodes divided by the
 *global* training count; gradients are all-reduced by sum; metrics are exact over every
 rank (:mod:`gnndist.training.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
-log and the summary in :mod:`gnndist.training.report`, several runs in :mod:`gnndist.training.runs`.
+log and the summary in :mod:`gnndist.training.summary`, several runs in :mod:`gnndist.training.runs`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gnndist.nn import build_model
 from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
 from gnndist.training.checkpoint import Checkpoints
-from gnndist.training.report import (
+from gnndist.training.summary import (
     SPLITS,
     Best,
     EpochLog,

@@ -77,3 +77,12 @@ class HashDropout(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (keys,) = ctx.saved_tensors
         return dropout_launch(grad, keys, ctx.p), None, None
+
+
+def dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
+    """The reference's dropout in one pass, the mask recomputed in the backward (nothing stored but the keys).
+
+    Shapes:
+        x ``[n, F]``, keys ``[n]`` int32 -> ``[n, F]``
+    """
+    return HashDropout.apply(x, keys, p)

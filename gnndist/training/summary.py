@@ -1,4 +1,4 @@
-"""What a run reports: the per-epoch log (JSON lines, progress bar), the run's typed summary and its parts.
+"""What a run leaves: the per-epoch log (JSON lines, progress bar), the run's typed summary and its parts.
 
 :class:`RunSummary` is one training run (:meth:`gnndist.training.trainer.Trainer.fit`); :class:`Summary`
 is every run of :func:`gnndist.training.runs.fit_runs` with mean ± std. Both serialise with
