@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "launch": "gnndist.launcher",
-    "init": "gnndist.dist.grid",
+    "init": "gnndist.launcher",
     "ProcessGrid": "gnndist.dist.grid",
     "DistGraph": "gnndist.graph",
     "Trainer": "gnndist.training.trainer",

@@ -117,7 +117,7 @@ def _dataset_of(partdir, read_meta) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launcher import stage, train, under_torchrun
+    from gnndist.launcher import place, stage, train
     from gnndist.strategies import strategy_from_config
 
     cfg = _train_config(args, args.dataset)
@@ -125,10 +125,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":  # the partition holds one random split per run
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.ranks
+    here = place()
+    world = here.world if here.launched else cfg.dist.ranks
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
     strategy_from_config(cfg.dist).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
-    if under_torchrun():  # rank 0 partitions inside the process group; the others wait for it there
+    if here.launched:  # rank 0 partitions inside the process group; the others wait for it there
         prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json)
         return train(str(partition_dir(args.dataset, part, dcfg, cfg.model)), cfg, prepare=prepare)
     return train(str(ensure_partition(args.dataset, part, dcfg, cfg.model, say=lambda msg: stage(msg, cfg))), cfg)
@@ -167,18 +168,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from gnndist.config import TrainConfig
     from gnndist.inference.predict import PredictRequest, predict_rank
-    from gnndist.launcher import launch, under_torchrun
+    from gnndist.launcher import launch, place
     from gnndist.partition import read_meta
     from gnndist.training.checkpoint import load_model_file
 
     d = build_section(DistConfig, args)
     req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress)
-    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
-        req.check()  # one line, before any rank starts
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else d.ranks
+    here = place()
+    if here.rank == 0:  # one rank alone, rank 0 of torchrun: one line, before any rank starts
+        req.check()
+    world = here.world if here.launched else d.ranks
     partdir = Path(args.partdir)
     if not (partdir / "META.json").is_file():  # a dataset: its cached partition into one part per rank
-        if under_torchrun():
+        if here.launched:
             raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one (gnndist partition)")
         model = TrainConfig.from_dict(load_model_file(args.checkpoint)[1]).model  # the model it is partitioned for
         partdir = ensure_partition(args.partdir, PartitionConfig(parts=world), build_section(DataConfig, args), model,
@@ -187,7 +189,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if parts != world:
         raise UserError(f"{partdir} has {parts} parts but there are {world} ranks: use --ranks {parts}")
     summary = launch(predict_rank, str(partdir), req, ranks=d.ranks, backend=d.backend, timeout=d.timeout)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if here.rank == 0:
         if _json(args):
             print(json.dumps(summary), flush=True)
         else:

@@ -16,6 +16,10 @@ training code path is the one ``torchrun`` gives, and:
 
 Failures reach the caller as exceptions: a :class:`~gnndist.errors.UserError` (one line), or
 :class:`RanksFailed` / :class:`RanksStopped` with the line and exit code the CLI prints.
+
+The rank environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) is read here alone,
+:func:`place`, and ``GNNDIST_CHECK_COLLECTIVES`` by :func:`collectives_checked`; what starts the
+local ranks can be swapped for a while (:func:`ranks_started_by`: the test pool does).
 """
 
 from __future__ import annotations
@@ -33,24 +37,51 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import Place, ProcessGrid, join_group
 from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError, first_line
+
+
+def place(env: Mapping[str, str] = os.environ) -> Place:
+    """Where this process stands in its job, from the rank environment torchrun (or ``--ranks``) sets: the one
+    reader of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_*`` and ``TORCHELASTIC_*``."""
+    world = int(env.get("WORLD_SIZE", "1"))
+    return Place(int(env.get("RANK", "0")), world, int(env.get("LOCAL_RANK", "0")),
+                 int(env.get("LOCAL_WORLD_SIZE", str(world))), env.get("MASTER_ADDR"), env.get("MASTER_PORT"),
+                 env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                 int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0), "RANK" in env and "WORLD_SIZE" in env)
+
+
+def collectives_checked(env: Mapping[str, str] = os.environ) -> bool:
+    """``GNNDIST_CHECK_COLLECTIVES=1``: every group this process forms checks its collectives, as
+    ``--check-collectives`` does (the suite sets it for every rank it starts, the CLI's too); default off."""
+    return env.get("GNNDIST_CHECK_COLLECTIVES", "0") not in ("", "0")
 
 
 def under_torchrun() -> bool:
     """True when the launcher (torchrun or a spawned rank) already set the rank environment."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return place().launched
 
 
 def restart_count() -> int:
     """How many times the elastic agent (``torchrun`` or ``--ranks``) restarted this group."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return place().restart
+
+
+def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
+         check_collectives: bool = False) -> ProcessGrid:
+    """This process's :class:`~gnndist.dist.grid.ProcessGrid`, from the environment (torchrun or ``--ranks``;
+    none: one rank): :func:`~gnndist.dist.grid.join_group` of :func:`place`, checking collectives also when
+    ``GNNDIST_CHECK_COLLECTIVES=1``. The arguments are :func:`~gnndist.dist.grid.join_group`'s."""
+    return join_group(place(), backend, timeout, device, check_collectives or collectives_checked())
 
 
 def _supported(cls, **kwargs) -> dict:
@@ -107,9 +138,7 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions):
     """
     import torch.distributed as dist
 
-    from gnndist.dist.grid import init
-
-    grid = init(opts.backend, opts.timeout, opts.device, check_collectives=opts.check_collectives)
+    grid = join_group(place(), opts.backend, opts.timeout, opts.device, opts.check_collectives)
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
     try:
@@ -136,20 +165,37 @@ def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: 
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
         ranks: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
-        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.init`).
+        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.join_group`).
 
     Raises:
         UserError: one line; :class:`RanksFailed` (its ``code``: 2 user error, 1 bug) when a spawned rank
         failed; :class:`RanksStopped` when a signal stopped them.
     """
-    opts = GroupOptions(backend, timeout, check_collectives, device)
+    opts = GroupOptions(backend, timeout, check_collectives or collectives_checked(), device)
     if under_torchrun() or ranks == 1:
         return run_here(fn, args, opts)
     from gnndist.dist.grid import choose_backend
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     choose_backend(backend, 0, ranks, gpus)  # --backend nccl without a GPU per rank: one line, now
-    return _elastic(fn, args, ranks, max_restarts, opts)
+    return (_STARTER.get() or elastic_start)(fn, args, ranks, max_restarts, opts)
+
+
+# starts local ranks: start(fn, args, ranks, max_restarts, opts) -> rank 0's result
+Starter = Callable[[Callable, tuple, int, int, GroupOptions], object]
+_STARTER: ContextVar[Starter | None] = ContextVar("gnndist_starter", default=None)  # None: elastic_start
+
+
+@contextmanager
+def ranks_started_by(start: Starter) -> Iterator[None]:
+    """Within it, :func:`launch` starts its local ranks with ``start(fn, args, ranks, max_restarts, opts)``
+    instead of :func:`elastic_start` (which ``start`` may still call, e.g. for a launch with restarts): the seam
+    the test pool uses (:func:`gnndist.testing.pooled_launches`). The previous starter is back on exit."""
+    token = _STARTER.set(start)
+    try:
+        yield
+    finally:
+        _STARTER.reset(token)
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
@@ -240,7 +286,7 @@ def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None =
         stage(f"starting {d.ranks} ranks", cfg)
     summary = launch(train_rank, partdir, cfg, prepare, ranks=d.ranks, max_restarts=d.max_restarts, backend=d.backend,
                      timeout=d.timeout, check_collectives=d.check_collectives)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if place().rank == 0:
         report(summary, cfg)
     return 0
 
@@ -269,7 +315,7 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    rank = int(os.environ["RANK"])
+    rank = place().rank
     try:
         result = run_here(fn, args, opts)
     except Exception as e:
@@ -314,7 +360,7 @@ def _resource_tracker_running() -> bool:
 def _stop_resource_tracker() -> None:
     """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher.
 
-    Only the launcher's own (see :func:`_elastic`): a helper the caller had already started tracks the
+    Only the launcher's own (see :func:`elastic_start`): a helper the caller had already started tracks the
     caller's semaphores and shared memory, which stopping it would unlink. Not while this process has
     other multiprocessing children (the caller's own workers): they hold the helper's pipe, so it would
     not end, and waiting for it would hang.
@@ -329,30 +375,39 @@ def _stop_resource_tracker() -> None:
         stop()
 
 
+def root_cause(records: list[dict], killed: tuple[int, int] | None = None) -> tuple[str, int] | None:
+    """The line and exit code of a failed group from its ranks' :func:`failure_record` s: the earliest own error,
+    else ``killed`` (``(rank, signal)`` of the first rank a signal killed), else the earliest peer's error; None
+    when there is nothing to say."""
+    errors = sorted((r["time"], r["message"], r.get("code", 2)) for r in records if not r["secondary"])
+    if errors:
+        return errors[0][1], errors[0][2]
+    if killed is not None:
+        rank, sig = killed
+        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
+    peers = sorted((r["time"], r["message"]) for r in records)
+    if peers:
+        return peers[0][1], 2
+    return None
+
+
 def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
-    """The line and exit code for a failed group: the earliest own error, else a killed rank, else a peer's error."""
+    """:func:`root_cause` of the records the ranks of the last attempt wrote to ``errdir`` and the agent's failures."""
     records = []
     for path in errdir.glob("attempt*-rank*.json"):
         attempt, rank = (int(s) for s in path.stem.removeprefix("attempt").split("-rank"))
-        records.append((attempt, json.loads(path.read_text()), rank))
-    last = max((a for a, _, _ in records), default=0)
-    errors = sorted((r["time"], r["message"], r.get("code", 2)) for a, r, _ in records
-                    if a == last and not r["secondary"])
-    if errors:
-        return errors[0][1], errors[0][2]
+        records.append((attempt, json.loads(path.read_text())))
+    last = max((a for a, _ in records), default=0)
     killed = sorted((f.timestamp, rank, -f.exitcode) for rank, f in failures.items() if (f.exitcode or 0) < 0)
-    if killed:
-        _, rank, sig = killed[0]
-        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
-    peers = sorted((r["time"], r["message"]) for a, r, _ in records if a == last)
-    if peers:
-        return peers[0][1], 2
+    found = root_cause([r for a, r in records if a == last], killed[0][1:] if killed else None)
+    if found is not None:
+        return found
     rank, f = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
     return f"rank {rank} failed with exit code {f.exitcode} (its output is above)", 1
 
 
-def _elastic(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts: GroupOptions):
-    """Run ``fn(grid, *args)`` on ``ranks`` ranks under the elastic agent; rank 0's result."""
+def elastic_start(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts: GroupOptions):
+    """Run ``fn(grid, *args)`` on ``ranks`` local ranks under PyTorch's elastic agent; rank 0's result."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

@@ -22,7 +22,12 @@ def partition_cache() -> Path:
     """
     from gnndist.datasets import default_root
 
-    return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
+    return Path(_user_cache() or Path(default_root()) / "partitions")
+
+
+def _user_cache() -> str | None:
+    """``$GNNDIST_PARTITIONS``, the user's folder of cached partitions, where it is set (read here alone)."""
+    return os.environ.get("GNNDIST_PARTITIONS") or None
 
 
 def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: ModelConfig | None = None) -> Path:
@@ -40,7 +45,7 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     name = Path(dataset).name if is_path else dataset
     root = os.path.realpath(data.root or default_root())
     sources = [os.path.realpath(dataset)] if is_path else []
-    if root != os.path.realpath(default_root()) or os.environ.get("GNNDIST_PARTITIONS"):
+    if root != os.path.realpath(default_root()) or _user_cache():
         sources.append(root)
     if sources:
         name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
