@@ -91,14 +91,14 @@ def run_pyg(data, hp: dict, seed: int, epochs: int, layers: int = 2) -> dict:
 
 
 # ---------------------------------------------------------------------- gnndist on P ranks
-def run_gnndist(data, ds: str, hp: dict, seed: int, epochs: int, nproc: int, tmp: Path) -> dict:
-    """Partition ``data`` into ``nproc`` parts and train with ``gnndist train --ranks``."""
+def run_gnndist(data, ds: str, hp: dict, seed: int, epochs: int, ranks: int, tmp: Path) -> dict:
+    """Partition ``data`` into ``ranks`` parts and train with ``gnndist train --ranks``."""
     from gnndist.partition import partition
 
-    partdir = tmp / f"{ds}-split{seed}-p{nproc}"
+    partdir = tmp / f"{ds}-split{seed}-p{ranks}"
     if not (partdir / "META.json").is_file():
-        partition(data, nproc).save(partdir, dataset=DATASETS[ds])
-    cmd = [sys.executable, "-m", "gnndist.cli", "train", str(partdir), "--ranks", str(nproc), "--json",
+        partition(data, ranks).save(partdir, dataset=DATASETS[ds])
+    cmd = [sys.executable, "-m", "gnndist.cli", "train", str(partdir), "--ranks", str(ranks), "--json",
            "--no-progress", "--seed", str(seed), "--epochs", str(epochs), "--hidden", str(hp["hidden"]),
            "--dropout", str(hp["dropout"]), "--lr", str(hp["lr"]), "--weight-decay", str(hp["weight_decay"]),
            "--normalize-features" if hp["normalize_features"] else "--no-normalize-features"]
@@ -110,9 +110,9 @@ def run_gnndist(data, ds: str, hp: dict, seed: int, epochs: int, nproc: int, tmp
     return {**summary, "seconds": time.perf_counter() - t0}
 
 
-def run_cli_cora(seed: int, epochs: int, nproc: int, tmp: Path) -> dict:
+def run_cli_cora(seed: int, epochs: int, ranks: int, tmp: Path) -> dict:
     """``gnndist run cora --ranks P`` with its defaults (the README's main job)."""
-    cmd = [sys.executable, "-m", "gnndist.cli", "run", "cora", "--ranks", str(nproc), "--json", "--no-progress",
+    cmd = [sys.executable, "-m", "gnndist.cli", "run", "cora", "--ranks", str(ranks), "--json", "--no-progress",
            "--seed", str(seed), "--epochs", str(epochs)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "GNNDIST_DATA": str(tmp)})
     if proc.returncode != 0:

@@ -21,7 +21,7 @@ from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
 
 from gnndist.bench.common import Settings, loadavg, timing_columns, train
-from gnndist.probe import cache_key, default_cache, read_cached
+from gnndist.dist.probe import cache_key, default_cache, read_cached
 
 
 def main() -> None:

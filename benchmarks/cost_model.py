@@ -17,8 +17,8 @@ import statistics
 from pathlib import Path
 
 from gnndist.bench.common import read_csv, write_csv
+from gnndist.bench.page import model
 from gnndist.bench.plots import model_calibration
-from gnndist.bench.report import model
 from gnndist.bench.suites import remodel
 from gnndist.cost import LAYER_FIXED, STEP_FIXED
 

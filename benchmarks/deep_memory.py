@@ -1,6 +1,6 @@
 """Peak training memory of deep models against their depth: RevGNN 4 vs 64 blocks, ResGCN+ 28 layers with and without ``--recompute``.
 
-Each configuration runs in a fresh process on one rank (``gnndist.grid.init``: the GPU when
+Each configuration runs in a fresh process on one rank (``gnndist.init``: the GPU when
 there is one, else the CPU). After the part is loaded and the ``Trainer`` (model, Adam) is
 built, the process records its resident memory (``base``, VmRSS), resets the high-water mark
 (``/proc/self/clear_refs``) and runs ``--epochs`` training steps; ``step`` is VmHWM - base:
@@ -45,8 +45,8 @@ def one(partdir: str, model: str, layers: int, recompute: bool, hidden: int, epo
 
     from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
-    from gnndist.grid import init
-    from gnndist.trainer import Trainer
+    from gnndist.launcher import init
+    from gnndist.training.trainer import Trainer
 
     grid = init("auto")
     cfg = TrainConfig()

@@ -113,7 +113,7 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5
 
     from gnndist.config import ModelConfig, RunConfig, TrainConfig
     from gnndist.graph import DistGraph
-    from gnndist.trainer import Trainer
+    from gnndist.training.trainer import Trainer
 
     torch.set_num_threads(1)  # same threads per rank at every P (memory does not depend on it)
     warm = torch.zeros(1, requires_grad=True)  # Adam's first use imports ~170 MB (torch._dynamo): not ours
@@ -138,7 +138,7 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5
 def _launch(partdir: str, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
     import gnndist
 
-    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, nproc=world, backend="gloo", timeout=1800)
+    return gnndist.launch(rank_main, partdir, hidden, epochs, dropout, ranks=world, backend="gloo", timeout=1800)
 
 
 def measure(partdir: Path, world: int, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:

@@ -57,21 +57,21 @@ ROWS.update({
 })
 
 
-def command(row: str, root: str, nproc: int, flags: list[str], runs: int | None) -> list[str]:
+def command(row: str, root: str, ranks: int, flags: list[str], runs: int | None) -> list[str]:
     dataset, _, protocol, recipe, *_ = ROWS[row]
     protocol = list(protocol)
     if runs is not None and "--runs" in protocol:
         protocol[protocol.index("--runs") + 1] = str(runs)
     root_flag = [] if dataset == "cora" else ["--root", root]  # Cora is bundled
-    return ["gnndist", "run", dataset, *root_flag, "--ranks", str(nproc), *protocol, *recipe, *flags]
+    return ["gnndist", "run", dataset, *root_flag, "--ranks", str(ranks), *protocol, *recipe, *flags]
 
 
 def rank_main(grid, partdir: str, cfg) -> dict:
     """One rank (under ``gnndist.launch``): load the part, train every run of the plan, the summary as a dict."""
     from gnndist.graph import DistGraph
     from gnndist.nn import build_model
-    from gnndist.runs import fit_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import fit_runs
 
     m = cfg.model
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.dist.comm_dtype,
@@ -86,9 +86,9 @@ def run_row(cmd: list[str]) -> dict:
     import dataclasses
 
     import gnndist
-    from gnndist.cache import ensure_partition
     from gnndist.cli import build_parser
     from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.parts.cache import ensure_partition
     from gnndist.presets import dataset_recipe, from_args
 
     args = build_parser().parse_args(cmd[1:])
@@ -96,9 +96,9 @@ def run_row(cmd: list[str]) -> dict:
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, progress=False))
     recipe = dataset_recipe(args.dataset)
     print(f"  {args.dataset}: {recipe[0] if recipe else 'no family recipe'}; {cfg.model}, {cfg.optim}", flush=True)
-    part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.nproc)
+    part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.ranks)
     partdir = ensure_partition(args.dataset, part, build_section(DataConfig, args), cfg.model)
-    return gnndist.launch(rank_main, str(partdir), cfg, nproc=cfg.dist.nproc, backend="gloo",
+    return gnndist.launch(rank_main, str(partdir), cfg, ranks=cfg.dist.ranks, backend="gloo",
                           timeout=cfg.dist.timeout)
 
 

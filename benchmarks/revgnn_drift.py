@@ -34,7 +34,7 @@ The README's deep-model figures (GCNII, ResGCN+, RevGNN; ``--layers 16``, 20 epo
       .venv/bin/python benchmarks/revgnn_drift.py --logs $M-1p2t.jsonl $M-1p1t.jsonl $M-p2.jsonl $M-p3.jsonl
     done
 
-(a rank's threads are its share of the cores it may run on, ``gnndist.grid.split_threads``:
+(a rank's threads are its share of the cores it may run on, ``gnndist.dist.grid.split_threads``:
 ``taskset -c 0`` gives one process one thread; P ranks on 2 cores have one each.)
 """
 
@@ -62,7 +62,7 @@ def _config(dataset: str, model: str, layers: int, epochs: int, dropout: float |
 
 def _partdir(dataset: str, world: int, cfg, part, dcfg) -> str:
     """The partition ``gnndist run`` caches for ``world`` ranks (made here when it is not there yet)."""
-    from gnndist.cache import make_partition, partition_dir
+    from gnndist.parts.cache import make_partition, partition_dir
 
     part = dataclasses.replace(part, parts=world)
     target = partition_dir(dataset, part, dcfg, cfg.model)
@@ -75,7 +75,7 @@ def _losses(grid, partdir: str, cfg_dict: dict, reversible: bool) -> list[float]
     """One rank's training: the per-epoch global losses."""
     from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
-    from gnndist.trainer import Trainer
+    from gnndist.training.trainer import Trainer
 
     cfg = TrainConfig.from_dict(cfg_dict)
     trainer = Trainer(DistGraph.load(partdir, grid), cfg)

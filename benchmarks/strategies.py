@@ -21,11 +21,11 @@ import subprocess
 import sys
 
 
-def strategies(nproc: int) -> list[list[str]]:
+def strategies(ranks: int) -> list[list[str]]:
     out = [["--strategy", "1d"]]
-    out += [["--strategy", "1.5d", "--replication", str(c)] for c in range(2, nproc) if nproc % c == 0]
-    s = int(round(nproc**0.5))
-    if s * s == nproc and nproc >= 4:
+    out += [["--strategy", "1.5d", "--replication", str(c)] for c in range(2, ranks) if ranks % c == 0]
+    s = int(round(ranks**0.5))
+    if s * s == ranks and ranks >= 4:
         out.append(["--strategy", "2d"])
     out.append(["--strategy", "auto"])
     return out

@@ -121,7 +121,7 @@ def load(
         data = FORMATS[format](dataset, _path_name(dataset), seed)
     elif key in REGISTRY:
         data = REGISTRY[key](key, root, seed)
-    elif (parsed := synth.parse_name(key)) is not None:
+    elif synth.parse_name(key) is not None:
         folder = synth.named_folder(key, root, seed)
         data = npy_folder.read_npy_folder(folder, key, seed)
         data.name = key

@@ -55,8 +55,8 @@ def train(grid, partdir: str, epochs: int) -> dict:
     return {"test_acc": summary.best.test, "losses": [row["loss"] for row in summary.history], "rows": rows}
 
 
-def run(nproc: int, epochs: int) -> tuple[dict, torch.Tensor]:
-    """Partition Cora into ``nproc`` parts and train on as many ranks; logits in dataset order."""
+def run(ranks: int, epochs: int) -> tuple[dict, torch.Tensor]:
+    """Partition Cora into ``ranks`` parts and train on as many ranks; logits in dataset order."""
     from gnndist.datasets import load
     from gnndist.partition import partition
 
@@ -64,8 +64,8 @@ def run(nproc: int, epochs: int) -> tuple[dict, torch.Tensor]:
 
     data = load("cora")
     with tempfile.TemporaryDirectory() as partdir:
-        partition(data, nproc, progress=False).save(partdir, dataset="cora", progress=False)
-        result = gnndist.launch(train, partdir, epochs, nproc=nproc)
+        partition(data, ranks, progress=False).save(partdir, dataset="cora", progress=False)
+        result = gnndist.launch(train, partdir, epochs, ranks=ranks)
     logits = torch.empty(data.num_nodes, result["rows"][0][1].shape[1])
     for ids, rows in result["rows"]:
         logits[ids.long()] = rows

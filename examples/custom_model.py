@@ -43,14 +43,14 @@ def train(grid, partdir: str, epochs: int):
 # ----------------------------------------------------------------------
 
 
-def run(nproc: int, epochs: int) -> tuple[list[float], float]:
-    """Partition Cora into ``nproc`` parts and train on as many ranks."""
+def run(ranks: int, epochs: int) -> tuple[list[float], float]:
+    """Partition Cora into ``ranks`` parts and train on as many ranks."""
     from gnndist.datasets import load
     from gnndist.partition import partition
 
     with tempfile.TemporaryDirectory() as partdir:
-        partition(load("cora"), nproc, progress=False).save(partdir, dataset="cora", progress=False)
-        return gnndist.launch(train, partdir, epochs, nproc=nproc)
+        partition(load("cora"), ranks, progress=False).save(partdir, dataset="cora", progress=False)
+        return gnndist.launch(train, partdir, epochs, ranks=ranks)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@
         trainer = gnndist.Trainer(graph, gnndist.TrainConfig(), model=MyModel)  # MyModel(in, out)
         return trainer.fit()                                       # a RunSummary, exact for any P
 
-    summary = gnndist.launch(train, "parts/cora-p4", nproc=4)      # or one rank of torchrun
+    summary = gnndist.launch(train, "parts/cora-p4", ranks=4)      # or one rank of torchrun
 
 Subpackages: ``gnndist.partition`` (METIS, plans, on-disk format), ``gnndist.kernels``
 (aggregation ops), ``gnndist.datasets`` (loaders, synthetic graphs), ``gnndist.nn``
@@ -22,10 +22,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "launch": "gnndist.launcher",
-    "init": "gnndist.grid",
-    "ProcessGrid": "gnndist.grid",
+    "init": "gnndist.launcher",
+    "ProcessGrid": "gnndist.dist.grid",
     "DistGraph": "gnndist.graph",
-    "Trainer": "gnndist.trainer",
+    "Trainer": "gnndist.training.trainer",
     "TrainConfig": "gnndist.config",
     "UserError": "gnndist.errors",
 }

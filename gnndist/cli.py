@@ -16,18 +16,19 @@ import sys
 import time
 from pathlib import Path
 
-from gnndist.cache import ensure_partition, make_partition, partition_dir
 from gnndist.config import (
     DataConfig,
     DistConfig,
     ModelConfig,
     PartitionConfig,
+    RunConfig,
     SimulateConfig,
     add_section,
     add_train_args,
     build_section,
 )
 from gnndist.errors import RanksFailed, RanksStopped, UserError
+from gnndist.parts.cache import ensure_partition, make_partition, partition_dir
 from gnndist.presets import from_args
 
 
@@ -37,7 +38,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     part = build_section(PartitionConfig, args)
     model = build_section(ModelConfig, args)  # --hidden, --layers: the model the partition is for
     out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out, model)
-    if args.json:
+    if _json(args):
         print(json.dumps({**report, "dir": str(out)}))
     else:
         print(format_report(report))
@@ -51,7 +52,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     meta = read_meta(args.partdir)
     checked = verify_partition(args.partdir, meta) if args.verify else None  # a bad file: one line, exit 2
-    if args.json:
+    if _json(args):
         print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"],
                           "verified": checked is not None}))
     else:
@@ -116,7 +117,7 @@ def _dataset_of(partdir, read_meta) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launcher import stage, train, under_torchrun
+    from gnndist.launcher import place, stage, train
     from gnndist.strategies import strategy_from_config
 
     cfg = _train_config(args, args.dataset)
@@ -124,10 +125,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":  # the partition holds one random split per run
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.dist.nproc
+    here = place()
+    world = here.world if here.launched else cfg.dist.ranks
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
     strategy_from_config(cfg.dist).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
-    if under_torchrun():  # rank 0 partitions inside the process group; the others wait for it there
+    if here.launched:  # rank 0 partitions inside the process group; the others wait for it there
         prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json)
         return train(str(partition_dir(args.dataset, part, dcfg, cfg.model)), cfg, prepare=prepare)
     return train(str(ensure_partition(args.dataset, part, dcfg, cfg.model, say=lambda msg: stage(msg, cfg))), cfg)
@@ -142,7 +144,7 @@ def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, mo
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from gnndist.datasets import load
-    from gnndist.simulate import format_table, simulate
+    from gnndist.parts.simulate import format_table, simulate
 
     sim = build_section(SimulateConfig, args)  # every flag validated here, one line each
     part = build_section(PartitionConfig, args)
@@ -151,8 +153,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     net = sim.net
     records = simulate(data, sim.part_counts, sim.feature_dim, sim.layers, sim.replications, net, part.method,
-                       part.objective, part.seed, part.constraints)
-    if args.json:
+                       part.objective, part.partition_seed, part.constraints)
+    if _json(args):
         print(json.dumps(records))
     else:
         name = getattr(data, "name", None) or Path(args.dataset).name
@@ -164,20 +166,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from gnndist.checkpoint import load_model_file
     from gnndist.config import TrainConfig
-    from gnndist.launcher import launch, under_torchrun
+    from gnndist.inference.predict import PredictRequest, predict_rank
+    from gnndist.launcher import launch, place
     from gnndist.partition import read_meta
-    from gnndist.predict import PredictRequest, predict_rank
+    from gnndist.training.checkpoint import load_model_file
 
-    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, args.strategy, args.progress)
-    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
-        req.check()  # one line, before any rank starts
     d = build_section(DistConfig, args)
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else d.nproc
+    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress)
+    here = place()
+    if here.rank == 0:  # one rank alone, rank 0 of torchrun: one line, before any rank starts
+        req.check()
+    world = here.world if here.launched else d.ranks
     partdir = Path(args.partdir)
     if not (partdir / "META.json").is_file():  # a dataset: its cached partition into one part per rank
-        if under_torchrun():
+        if here.launched:
             raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one (gnndist partition)")
         model = TrainConfig.from_dict(load_model_file(args.checkpoint)[1]).model  # the model it is partitioned for
         partdir = ensure_partition(args.partdir, PartitionConfig(parts=world), build_section(DataConfig, args), model,
@@ -185,9 +188,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     parts = read_meta(partdir)["parts"]
     if parts != world:
         raise UserError(f"{partdir} has {parts} parts but there are {world} ranks: use --ranks {parts}")
-    summary = launch(predict_rank, str(partdir), req, nproc=d.nproc, backend=d.backend, timeout=d.timeout)
-    if int(os.environ.get("RANK", "0")) == 0:
-        if args.json:
+    summary = launch(predict_rank, str(partdir), req, ranks=d.ranks, backend=d.backend, timeout=d.timeout)
+    if here.rank == 0:
+        if _json(args):
             print(json.dumps(summary), flush=True)
         else:
             n, c = summary["shape"]
@@ -197,10 +200,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from gnndist.export import export
+    from gnndist.inference.export import export
 
     done = export(args.checkpoint, args.out, args.format, args.force)
-    if args.json:
+    if _json(args):
         print(json.dumps(done), flush=True)
     else:
         print(f"wrote {done['model']} ({done['parameters']:,} parameters) to {done['out']} as {done['format']}")
@@ -249,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_json(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--json`` (:attr:`RunConfig.json`) on a command that is not a training, with what it prints there."""
+    add_section(parser, RunConfig, only=("json",), help={"json": help})
+
+
+def _json(args: argparse.Namespace) -> bool:
+    """The value of ``--json`` (:func:`_add_json`)."""
+    return build_section(RunConfig, args).json
+
+
 def _add_partition(sub) -> None:
     sp = sub.add_parser("partition", help="partition a dataset and save the parts")
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
@@ -258,7 +271,7 @@ def _add_partition(sub) -> None:
     sp.add_argument("--out", default=None, help="output directory (default: the cache, $GNNDIST_PARTITIONS/KEY, "
                                                 "else DATA_ROOT/partitions/KEY: $GNNDIST_DATA, else ~/.cache/gnndist; "
                                                 "never under --root)")
-    sp.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
+    _add_json(sp, "print the report as one JSON object on the last line")
     sp.set_defaults(func=cmd_partition)
 
 
@@ -274,7 +287,7 @@ def _add_synth(sub) -> None:
 def _add_info(sub) -> None:
     si = sub.add_parser("info", help="check a saved partition's files and print its report")
     si.add_argument("partdir", help="a partition directory (META.json + part-K/), as written by `gnndist partition`")
-    si.add_argument("--json", action="store_true", help="print the report as one JSON object (with \"verified\")")
+    _add_json(si, "print the report as one JSON object (with \"verified\")")
     si.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                     help="check every part file's sha256 against META.json first: a missing or corrupt file "
                          "is an error, exit 2 (default: on; --no-verify reads META.json only)")
@@ -301,7 +314,7 @@ def _add_run(sub) -> None:
 
 
 def _add_predict(sub) -> None:
-    from gnndist.predict import WHATS
+    from gnndist.inference.predict import LAYOUTS, WHATS
 
     sq = sub.add_parser("predict", help="apply a trained model to every node; write its output in the dataset's order")
     sq.add_argument("partdir", help="a partition directory (one part per rank), or a dataset (partitioned, cached)")
@@ -314,30 +327,29 @@ def _add_predict(sub) -> None:
                          "--layer K (0-based)")
     sq.add_argument("--layer", type=int, default=None, help="with --what embedding: the layer whose output to write")
     sq.add_argument("--force", action="store_true", help="replace an existing --out")
-    sq.add_argument("--strategy", default="1d", choices=("1d", "2d"), help="aggregation layout (default 1d)")
-    sq.add_argument("--json", action="store_true", help="print the summary (with the metric recomputed from the "
-                                                         "written rows) as one JSON object")
+    _add_json(sq, "print the summary (with the metric recomputed from the written rows) as one JSON object")
     sq.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                     help="rank 0 shows each stage (reading, every layer, writing): a bar on a terminal, else one line "
                          "per stage that took 2 s or more (default: on)")
-    add_section(sq, DistConfig, only=("nproc", "timeout", "backend"))
+    add_section(sq, DistConfig, only=("ranks", "strategy", "timeout", "backend"), help={"strategy": "aggregation layout"},
+                choices={"strategy": LAYOUTS})
     add_section(sq, DataConfig)
     sq.set_defaults(func=cmd_predict)
 
 
 def _add_export(sub) -> None:
-    from gnndist.export import FORMATS
+    from gnndist.inference.export import FORMATS
 
     se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
                         description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
                                     "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / GIN / "
                                     "GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
-                                    "file's kwargs (see gnndist/export.py)")
+                                    "file's kwargs (see gnndist/inference/export.py)")
     se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
     se.add_argument("--out", required=True, help="the file to write")
     se.add_argument("--format", default="gnndist", choices=FORMATS, help="gnndist (default) or pyg")
     se.add_argument("--force", action="store_true", help="replace an existing --out")
-    se.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    _add_json(se, "print what was written as one JSON object")
     se.set_defaults(func=cmd_export)
 
 
@@ -347,7 +359,7 @@ def _add_simulate(sub) -> None:
         description="Partition DATASET into each P of --parts and count, on that partition, the bytes, messages "
                     "and memory of the sparsity-aware layouts (1d; 1.5d for each c of --replication with c | P "
                     "and 1 < c < P; 2d = 1.5d at c = sqrt(P) for a square P) and of CAGNET's sparsity-oblivious "
-                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/simulate.py. "
+                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/parts/simulate.py. "
                     "--json prints the records as one JSON list on the last line. Errors (exit 2): --parts "
                     "not a comma list of integers >= 1 or above the node count, a replication < 2, an "
                     "unknown --network.")
@@ -355,7 +367,7 @@ def _add_simulate(sub) -> None:
     add_section(sm, SimulateConfig)
     add_section(sm, PartitionConfig, skip=("parts",))  # SimulateConfig's --parts: a list
     add_section(sm, DataConfig)
-    sm.add_argument("--json", action="store_true", help="print the records as one JSON list on the last line")
+    _add_json(sm, "print the records as one JSON list on the last line")
     sm.set_defaults(func=cmd_simulate)
 
 
@@ -406,20 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def exit_rank(code: int):
-    """End a rank's process at once, after flushing: its work is done and its group destroyed.
-
-    A normal interpreter exit runs C++ static destructors, and gloo's threads can then abort
-    the process ("terminate called without an active exception", SIGABRT) after a run that
-    succeeded; under torchrun that fails the whole job, intermittently and under load.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    from gnndist.launcher import under_torchrun
+    from gnndist.launcher import exit_rank, under_torchrun
 
     code = main()
     if under_torchrun():  # a rank under torchrun

@@ -12,16 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gnndist.cost import NETWORKS
 from gnndist.errors import UserError
 
 if TYPE_CHECKING:
     from gnndist.kernels.settings import KernelSettings
 
 
-def opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
-    """A config field with its CLI help; ``flag`` overrides the derived ``--name`` (one spelling: no aliases,
+def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
+    """A config field with its CLI help; its flag is its name, ``--name-with-dashes`` (one spelling: no aliases,
     each torchrun-safe, ``tests/test_cli_torchrun.py``)."""
-    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+    return field(default=default, metadata={"help": help, "choices": choices})
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -61,16 +62,15 @@ class PartitionConfig:
                       ("auto", "metis", "kaminpar", "hypergraph", "random"))
     objective: str = opt("vol", "METIS objective: communication volume or edge cut (--balance auto uses cut "
                          "above 2^25 adjacency entries, ~3.7x faster there)", ("vol", "cut"))
-    seed: int = opt(0, "partitioner seed", flag="--partition-seed")
+    partition_seed: int = opt(0, "partitioner seed")
     balance: str = opt("auto", "balance: auto (the setting of least halo volume, unless another is modelled faster by more "
                        "than the cost model's error), or constraints "
                        "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
                        "hypergraph take one)")
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
-    cost_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a preset, or "
+    partition_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a preset, or "
                             "probe (this machine's constants at --parts ranks, as a --strategy auto run at that "
-                            "many ranks measured and cached them)", ("nvlink", "ib", "ethernet", "probe"),
-                            flag="--partition-network")
+                            "many ranks measured and cached them)", (*NETWORKS, "probe"))
     threads: int = opt(0, "partitioner threads (KaMinPar, Mt-KaHyPar): 0 = every core of this process; KaMinPar "
                        "above 1 thread may give other parts run to run (the report says whether the parts repeat)")
     auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
@@ -98,7 +98,7 @@ class SimulateConfig:
     feature_dim: int = opt(128, "width F of every layer")
     layers: int = opt(2, "SpMMs per epoch (the model's layers)")
     replication: str = opt("2,4,8", "comma-separated candidate c of the 1.5d layouts")
-    network: str = opt("ib", "cost-model preset: nvlink, ib or ethernet")
+    network: str = opt("ib", f"cost-model preset: {', '.join(NETWORKS)}")
     alpha: float | None = opt(None, "override the preset's seconds per message")
     beta: float | None = opt(None, "override the preset's bytes per second")
 
@@ -114,13 +114,13 @@ class SimulateConfig:
 
 @dataclass
 class DistConfig:
-    nproc: int = opt(1, "local ranks to spawn (ignored under torchrun)", flag="--ranks")
+    ranks: int = opt(1, "local ranks to spawn (ignored under torchrun)")
     strategy: str = opt("1d", "distributed aggregation: 1d halo exchange, 1.5d (with --replication), 2d "
                         "(square rank count), auto (per layer, by the cost model)", ("1d", "1.5d", "2d", "auto"))
     replication: int | None = opt(None, "replication c of --strategy 1.5d (divides the rank count)")
     network: str = opt("probe", "cost-model constants of --strategy auto and of the run's modelled epoch: measured "
                        "here, or a preset",
-                       ("probe", "nvlink", "ib", "ethernet"))
+                       ("probe", *NETWORKS))
     alpha: float | None = opt(None, "cost model: seconds per message, overriding --network's")
     beta: float | None = opt(None, "cost model: bytes per second per rank, overriding --network's")
     reprobe: bool = opt(False, "--network probe: measure the constants again, even when this machine's are cached")
@@ -137,7 +137,7 @@ class DistConfig:
                             "they resume from the newest checkpoint (under torchrun: its --max-restarts)")
 
     def __post_init__(self) -> None:
-        _need(self.nproc >= 1, f"--ranks must be >= 1, got {self.nproc}")
+        _need(self.ranks >= 1, f"--ranks must be >= 1, got {self.ranks}")
         _need(self.timeout > 0, f"--timeout must be > 0, got {self.timeout}")
         _need(self.max_restarts >= 0, f"--max-restarts must be >= 0, got {self.max_restarts}")
         _need(self.alpha is None or self.alpha >= 0, f"--alpha must be >= 0, got {self.alpha}")
@@ -153,17 +153,6 @@ class DistConfig:
                                          f"{self.replication}")
             _need(self.strategy == "1.5d", f"--replication is for --strategy 1.5d, not {self.strategy}")
             _need(self.replication >= 2, f"--replication must be >= 2, got {self.replication} (1 is --strategy 1d)")
-
-
-def get_strategy(name: str, **options):
-    """The (unbuilt) strategy registered under ``name`` (:data:`gnndist.strategies.STRATEGIES`), with
-    ``--strategy``'s options (``replication``, ``overlap``, ``network``, ``alpha``, ``beta``) validated as
-    the flags are (:class:`DistConfig`)."""
-    from gnndist.strategies import STRATEGIES, strategy_from_config  # below the config: imported where used
-
-    if name not in STRATEGIES:
-        raise UserError(f"unknown --strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}")
-    return strategy_from_config(DistConfig(strategy=name, **options))
 
 
 @dataclass
@@ -219,7 +208,7 @@ class KernelConfig:
 @dataclass
 class RunConfig:
     seed: int = opt(0, "training seed (weights and dropout masks)")
-    log: str | None = opt(None, "write one JSON line per epoch to this file", flag="--log-file")
+    log_file: str | None = opt(None, "write one JSON line per epoch to this file")
     json: bool = opt(False, "print a JSON summary as the last line of standard output")
     checkpoint: str | None = opt(None, "directory of checkpoints (model, optimiser, epoch, best, RNG) and best.pt")
     checkpoint_every: int = opt(1, "epochs between checkpoints")
@@ -248,7 +237,7 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        from gnndist.metrics import METRICS
+        from gnndist.training.metrics import METRICS
 
         _need(self.metric == "auto" or self.metric in METRICS,
               f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}")
@@ -278,40 +267,47 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        """The config of :meth:`to_dict` (keys that are not sections, e.g. a checkpoint's widths, are ignored)."""
-        return cls(**{name: TRAIN_SECTIONS[name](**sub) for name, sub in d.items() if name in TRAIN_SECTIONS})
+        """The config of :meth:`to_dict` (keys that are not sections, e.g. a checkpoint's widths, are ignored;
+        a checkpoint written before the fields took their flags' names holds :data:`FORMER_NAMES`)."""
+        return cls(**{name: TRAIN_SECTIONS[name](**{FORMER_NAMES.get(name, {}).get(k, k): v for k, v in sub.items()})
+                      for name, sub in d.items() if name in TRAIN_SECTIONS})
 
 
-def _flag(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+def flag_of(f: dataclasses.Field) -> str:
+    """The flag of a config field: its name, ``--name-with-dashes``."""
+    return "--" + f.name.replace("_", "-")
 
 
 def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = (),
-                suppress: bool = False, only: tuple[str, ...] | None = None) -> None:
+                suppress: bool = False, only: tuple[str, ...] | None = None, help: dict[str, str] | None = None,
+                choices: dict[str, tuple] | None = None) -> None:
     """Add one flag per field of a section dataclass (defaults, help and choices from the field).
 
     ``skip`` leaves fields out (a subcommand with a flag of its own); ``only`` keeps just those.
-    With ``suppress``, a flag the user does not pass leaves no attribute, so that model
-    presets can fill it (:func:`gnndist.presets.compose`).
+    ``help`` and ``choices`` (by field name) say what a field means to one subcommand (``--json``'s output,
+    the layouts ``predict`` runs). With ``suppress``, a flag the user does not pass leaves no attribute, so
+    that model presets can fill it (:func:`gnndist.presets.compose`).
     """
     group = parser.add_argument_group(section.__name__.removesuffix("Config").lower())
     for f in dataclasses.fields(section):
         if f.name in skip or (only is not None and f.name not in only):
             continue
-        kw: dict[str, Any] = {"dest": f"{section.__name__}.{f.name}", "help": f.metadata.get("help", "")}
+        kw: dict[str, Any] = {"dest": f"{section.__name__}.{f.name}",
+                              "help": (help or {}).get(f.name, f.metadata.get("help", ""))}
         default = f.default
+        allowed = (choices or {}).get(f.name, f.metadata.get("choices"))
         if isinstance(default, bool):
             kw["action"] = argparse.BooleanOptionalAction
             kw["default"] = default
         else:
             tp = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-            kw.update(type=tp, default=default, metavar=None if f.metadata.get("choices") else f.name.upper())
-            if f.metadata.get("choices"):
-                kw["choices"] = f.metadata["choices"]
+            kw.update(type=tp, default=default, metavar=None if allowed else f.name.upper())
+            if allowed:
+                kw["choices"] = allowed
         kw["help"] += f" (default: {default})" if default not in (None, False) else ""
         if suppress:
             kw["default"] = argparse.SUPPRESS
-        group.add_argument(_flag(f), **kw)
+        group.add_argument(flag_of(f), **kw)
 
 
 def build_section(section: type, args: argparse.Namespace):
@@ -320,6 +316,9 @@ def build_section(section: type, args: argparse.Namespace):
     kw = {f.name: ns[f"{section.__name__}.{f.name}"] for f in dataclasses.fields(section) if f"{section.__name__}.{f.name}" in ns}
     return section(**kw)
 
+
+# section -> {a field's name in checkpoints written before issue 37: its name now, its flag's}
+FORMER_NAMES = {"dist": {"nproc": "ranks"}, "run": {"log": "log_file"}}
 
 Preset = Callable[["TrainConfig"], "TrainConfig"]  # a function returning a config (gnndist.presets)
 

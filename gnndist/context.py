@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gnndist.comm import ByteCounter
-from gnndist.timing import PhaseTimer
+from gnndist.dist.comm import ByteCounter
+from gnndist.dist.timing import PhaseTimer
 
 log = logging.getLogger("gnndist")
 

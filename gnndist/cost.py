@@ -29,7 +29,7 @@ its slowest rank (its exchanges synchronise the ranks)::
         + step_overhead * (STEP_FIXED + LAYER_FIXED * layers)
 
 The presets have ``gamma_elem = step_overhead = 0``: their times are those of the formulas
-above; the probe (:mod:`gnndist.probe`) measures all of them.
+above; the probe (:mod:`gnndist.dist.probe`) measures all of them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""User-facing errors: one clear line, exit code 2, no traceback."""
+"""User-facing errors: one clear line, exit code 2, no traceback; and the one line of any exception."""
+
+
+def first_line(e: BaseException, empty: str | None = None) -> str:
+    """The first line of ``e``'s message: what a one-line report quotes of a foreign error (torch's, gloo's).
+
+    ``empty``: what to say of an exception without a message (default: its type's name).
+    """
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__ if empty is None else empty
 
 
 class UserError(Exception):
@@ -28,9 +37,9 @@ class RanksFailed(UserError):
 class RanksStopped(Exception):
     """The ranks were stopped by a signal to the launcher (``signum``: SIGINT, SIGTERM, ...)."""
 
-    def __init__(self, signum: int, nproc: int):
+    def __init__(self, signum: int, ranks: int):
         import signal
 
         name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        super().__init__(f"{name}; all {nproc} ranks stopped")
+        super().__init__(f"{name}; all {ranks} ranks stopped")
         self.signum = signum

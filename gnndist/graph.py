@@ -26,15 +26,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import fold, gather
 from gnndist.context import RunContext
-from gnndist.dropout import apply_dropout, cell_bits, hash_dropout, node_keys
+from gnndist.dist.comm import fold, gather
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
-from gnndist.grid import ProcessGrid
-from gnndist.kernels import CSR, KernelSettings
+from gnndist.kernels import CSR, KernelSettings, dropout
+from gnndist.kernels.csr import degree_divisor
+from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
 from gnndist.strategies import Halo1D, Strategy, Structure
-from gnndist.timing import bracket
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
 ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
@@ -98,7 +99,7 @@ class DistGraph:
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
-        strat = strategy or Halo1D()  # by name, with options: gnndist.config.get_strategy
+        strat = strategy or Halo1D()  # by name, with options: gnndist.strategies.strategy_from_config
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
         x = t["x"]  # [n_owned, F]
@@ -112,9 +113,9 @@ class DistGraph:
             halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
             orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
             degree=degree,
-            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home)
+            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home;
+            # spmm(weight="gcn") scales by the owned rows', per-edge layers by both ends': LocalEdges.gcn_weight)
             gcn_scale=(degree.double() + 1.0).rsqrt(),  # [n_owned + n_halo] float64
-            dinv=(degree[:n_owned].double() + 1.0).rsqrt().float(),  # [n_owned] the owned rows', in float32
             edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
             x=x,  # [n_owned, F]: the part's own pages unless normalised
             features_normalized=normalize_features,
@@ -182,8 +183,9 @@ class DistGraph:
     @property
     def layout1d(self) -> Halo1D:
         """The partition's own 1D layout (per-edge layers use it whatever the run's strategy; built on first use)."""
-        if isinstance(self.strategy, Halo1D):
-            return self.strategy
+        own = self.strategy.halo_layout()
+        if own is not None:
+            return own
 
         def build() -> Halo1D:
             layout = Halo1D()
@@ -198,7 +200,7 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_halo, F]``
         """
-        if self.strategy.name != "1d":
+        if self.strategy.halo_layout() is None:
             layer = tag.split("/")[0]
             self.context.say_once(f"edge:{layer}", f"{layer}: per-edge messages run on the 1d layout")
         return gather(x, self.layout1d.block.expand, self.context.counter, tag)
@@ -216,10 +218,6 @@ class DistGraph:
         return torch.cat([x, self.halo(x, tag)], dim=0)
 
     # ------------------------------------------------------------------ aggregation
-    def gcn_dinv(self) -> Tensor:
-        """``(d_i + 1)^(-1/2)`` of every owned row: GCN's symmetric normalisation with self-loops. ``[n_owned]``."""
-        return self.dinv
-
     def spmm(self, x: Tensor, weight: str | None = None, reduce: str = "sum", tag: str = "halo") -> Tensor:
         """Aggregate neighbours of every owned row: ``out[i] = reduce_j w_ij x[j]``, with the run's strategy.
 
@@ -236,7 +234,8 @@ class DistGraph:
         """
         self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad)
         if weight == "gcn":
-            dinv = self.dinv.to(x.dtype)[:, None]  # [n_owned, 1]
+            dinv = self.derived("gcn_dinv", lambda: self.gcn_scale[: self.n_owned].float())  # [n_owned] float32
+            dinv = dinv.to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
             # in place on the aggregate (a fresh tensor no backward needs): no further [n, F] buffers
             return self._aggregate(y, tag).add_(y).mul_(dinv)
@@ -244,7 +243,7 @@ class DistGraph:
             raise ValueError(f"unknown weight {weight!r}")
         out = self._aggregate(x, tag)  # [n_owned, F]
         if reduce == "mean":
-            out = out / self.degree[: self.n_owned].clamp(min=1).to(out.dtype)[:, None]
+            out = out / degree_divisor(self.degree[: self.n_owned], out.dtype)[:, None]
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
         return out
@@ -286,7 +285,7 @@ class DistGraph:
             out = torch.zeros_like(x)
             out[rows, cols] = apply_dropout(vals, drop, p)
             return out
-        return hash_dropout(x, keys, p)  # fused on CUDA
+        return dropout(x, keys, p)  # the dispatcher's: one fused Triton pass on CUDA
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """The nonzero pattern of the input features when under half of them are nonzero."""

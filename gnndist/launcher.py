@@ -1,7 +1,7 @@
 """Start the ranks: in this process (one rank, or one rank of ``torchrun``) or ``--ranks N`` local ranks.
 
 :func:`launch` runs any ``fn(grid, *args)`` on every rank (the public API, what ``gnndist
-train`` uses with :func:`train_rank`). ``nproc=N`` starts the ranks through PyTorch's own elastic launcher
+train`` uses with :func:`train_rank`). ``ranks=N`` starts the ranks through PyTorch's own elastic launcher
 (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs), so the
 training code path is the one ``torchrun`` gives, and:
 
@@ -16,6 +16,10 @@ training code path is the one ``torchrun`` gives, and:
 
 Failures reach the caller as exceptions: a :class:`~gnndist.errors.UserError` (one line), or
 :class:`RanksFailed` / :class:`RanksStopped` with the line and exit code the CLI prints.
+
+The rank environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) is read here alone,
+:func:`place`, and ``GNNDIST_CHECK_COLLECTIVES`` by :func:`collectives_checked`; what starts the
+local ranks can be swapped for a while (:func:`ranks_started_by`: the test pool does).
 """
 
 from __future__ import annotations
@@ -33,24 +37,51 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from gnndist.config import TrainConfig
-from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError
+from gnndist.dist.grid import Place, ProcessGrid, join_group
+from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError, first_line
+
+
+def place(env: Mapping[str, str] = os.environ) -> Place:
+    """Where this process stands in its job, from the rank environment torchrun (or ``--ranks``) sets: the one
+    reader of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_*`` and ``TORCHELASTIC_*``."""
+    world = int(env.get("WORLD_SIZE", "1"))
+    return Place(int(env.get("RANK", "0")), world, int(env.get("LOCAL_RANK", "0")),
+                 int(env.get("LOCAL_WORLD_SIZE", str(world))), env.get("MASTER_ADDR"), env.get("MASTER_PORT"),
+                 env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                 int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0), "RANK" in env and "WORLD_SIZE" in env)
+
+
+def collectives_checked(env: Mapping[str, str] = os.environ) -> bool:
+    """``GNNDIST_CHECK_COLLECTIVES=1``: every group this process forms checks its collectives, as
+    ``--check-collectives`` does (the suite sets it for every rank it starts, the CLI's too); default off."""
+    return env.get("GNNDIST_CHECK_COLLECTIVES", "0") not in ("", "0")
 
 
 def under_torchrun() -> bool:
     """True when the launcher (torchrun or a spawned rank) already set the rank environment."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return place().launched
 
 
 def restart_count() -> int:
     """How many times the elastic agent (``torchrun`` or ``--ranks``) restarted this group."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return place().restart
+
+
+def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
+         check_collectives: bool = False) -> ProcessGrid:
+    """This process's :class:`~gnndist.dist.grid.ProcessGrid`, from the environment (torchrun or ``--ranks``;
+    none: one rank): :func:`~gnndist.dist.grid.join_group` of :func:`place`, checking collectives also when
+    ``GNNDIST_CHECK_COLLECTIVES=1``. The arguments are :func:`~gnndist.dist.grid.join_group`'s."""
+    return join_group(place(), backend, timeout, device, check_collectives or collectives_checked())
 
 
 def _supported(cls, **kwargs) -> dict:
@@ -79,7 +110,7 @@ def collective_error(e: BaseException, rank: int, timeout: float) -> PeerFailed 
             op = op or frame.f_code.co_name
         elif op is None and "gnndist" in frame.f_code.co_filename and not frame.f_code.co_filename.endswith("grid.py"):
             caller = name
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = first_line(e)
     text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is typically")[0]  # gloo's source location, advice
     peer_words = ("gloo", "connection", "timed out", "timeout", "peer", "socket", "nccl", "broken pipe")
     if op is None and not any(w in text.lower() for w in peer_words):
@@ -107,9 +138,7 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions):
     """
     import torch.distributed as dist
 
-    from gnndist.grid import init
-
-    grid = init(opts.backend, opts.timeout, opts.device, check_collectives=opts.check_collectives)
+    grid = join_group(place(), opts.backend, opts.timeout, opts.device, opts.check_collectives)
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
     try:
@@ -123,45 +152,62 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions):
         grid.destroy()
 
 
-def launch(fn: Callable, *args, nproc: int = 1, max_restarts: int = 0, backend: str = "auto",
+def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: str = "auto",
            timeout: float = 600.0, check_collectives: bool = False, device: str = "auto"):
-    """Run ``fn(grid, *args)`` on ``nproc`` local ranks (or on this rank of ``torchrun``); returns rank 0's result.
+    """Run ``fn(grid, *args)`` on ``ranks`` local ranks (or on this rank of ``torchrun``); returns rank 0's result.
 
     The ranks start through PyTorch's elastic launcher (what ``torchrun`` runs), so the code
-    path is the one ``torchrun`` gives; under ``torchrun`` (or with ``nproc=1``) ``fn`` runs in
+    path is the one ``torchrun`` gives; under ``torchrun`` (or with ``ranks=1``) ``fn`` runs in
     this process and every rank returns its own result. ``fn`` and ``args`` must be picklable
     (``fn`` defined at a module's top level; a script's ``main`` guarded by ``if __name__ == "__main__"``).
 
     Args:
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
-        nproc: local ranks to start (``--ranks``); ignored under ``torchrun``.
+        ranks: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
-        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.grid.init`).
+        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.join_group`).
 
     Raises:
         UserError: one line; :class:`RanksFailed` (its ``code``: 2 user error, 1 bug) when a spawned rank
         failed; :class:`RanksStopped` when a signal stopped them.
     """
-    opts = GroupOptions(backend, timeout, check_collectives, device)
-    if under_torchrun() or nproc == 1:
+    opts = GroupOptions(backend, timeout, check_collectives or collectives_checked(), device)
+    if under_torchrun() or ranks == 1:
         return run_here(fn, args, opts)
-    from gnndist.grid import choose_backend
+    from gnndist.dist.grid import choose_backend
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    choose_backend(backend, 0, nproc, gpus)  # --backend nccl without a GPU per rank: one line, now
-    return _elastic(fn, args, nproc, max_restarts, opts)
+    choose_backend(backend, 0, ranks, gpus)  # --backend nccl without a GPU per rank: one line, now
+    return (_STARTER.get() or elastic_start)(fn, args, ranks, max_restarts, opts)
+
+
+# starts local ranks: start(fn, args, ranks, max_restarts, opts) -> rank 0's result
+Starter = Callable[[Callable, tuple, int, int, GroupOptions], object]
+_STARTER: ContextVar[Starter | None] = ContextVar("gnndist_starter", default=None)  # None: elastic_start
+
+
+@contextmanager
+def ranks_started_by(start: Starter) -> Iterator[None]:
+    """Within it, :func:`launch` starts its local ranks with ``start(fn, args, ranks, max_restarts, opts)``
+    instead of :func:`elastic_start` (which ``start`` may still call, e.g. for a launch with restarts): the seam
+    the test pool uses (:func:`gnndist.testing.pooled_launches`). The previous starter is back on exit."""
+    token = _STARTER.set(start)
+    try:
+        yield
+    finally:
+        _STARTER.reset(token)
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.report.Summary`.
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.summary.Summary`.
 
     ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
     partition) while the other ranks wait in the process group; a failure there stops every rank.
     After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
     """
     from gnndist.graph import DistGraph
-    from gnndist.runs import fit_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import fit_runs
 
     if prepare is not None:
         together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
@@ -197,7 +243,7 @@ def together(grid, action: Callable[[], object] | None, peer_failed: str):
 
 
 def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.report.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
     if cfg.run.json:
         print(json.dumps(summary.to_dict()), flush=True)
         return
@@ -226,21 +272,21 @@ def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None =
     ``prepare`` (under torchrun only): made on rank 0 inside the process group before loading (:func:`train_rank`).
     """
     from gnndist.partition import read_meta
-    from gnndist.runs import plan_runs
     from gnndist.strategies import strategy_from_config
+    from gnndist.training.runs import plan_runs
 
     meta = read_meta(partdir) if prepare is None else None
     if meta is not None:
         plan_runs(cfg, meta)  # a split or run that cannot be: one line, before any rank starts
     d = cfg.dist
-    if not under_torchrun() and d.nproc > 1:
-        strategy_from_config(d).grid_shape(d.nproc)  # a layout that cannot fit: one line, before any rank starts
-        if meta["parts"] != d.nproc:
-            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.nproc}: they must match")
-        stage(f"starting {d.nproc} ranks", cfg)
-    summary = launch(train_rank, partdir, cfg, prepare, nproc=d.nproc, max_restarts=d.max_restarts, backend=d.backend,
+    if not under_torchrun() and d.ranks > 1:
+        strategy_from_config(d).grid_shape(d.ranks)  # a layout that cannot fit: one line, before any rank starts
+        if meta["parts"] != d.ranks:
+            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.ranks}: they must match")
+        stage(f"starting {d.ranks} ranks", cfg)
+    summary = launch(train_rank, partdir, cfg, prepare, ranks=d.ranks, max_restarts=d.max_restarts, backend=d.backend,
                      timeout=d.timeout, check_collectives=d.check_collectives)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if place().rank == 0:
         report(summary, cfg)
     return 0
 
@@ -269,7 +315,7 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    rank = int(os.environ["RANK"])
+    rank = place().rank
     try:
         result = run_here(fn, args, opts)
     except Exception as e:
@@ -277,7 +323,7 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
         _error_path(errdir, rank).write_text(json.dumps(record))
         sys.stderr.flush()
         sys.exit(record["code"])
-    atexit.register(_leave_now)  # after the agent has read the result: skip C++ teardown
+    atexit.register(exit_rank)  # after the agent has read the result: skip C++ teardown
     return result if rank == 0 else None
 
 
@@ -287,21 +333,21 @@ def failure_record(e: Exception, rank: int) -> dict:
     if isinstance(e, UserError):
         return {"time": time.time(), "message": str(e), "secondary": isinstance(e, PeerFailed), "code": 2}
     traceback.print_exc()
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first} (traceback above)",
+    return {"time": time.time(), "message": f"rank {rank}: {type(e).__name__}: {first_line(e, '')} (traceback above)",
             "secondary": False, "code": 1}
 
 
-def _leave_now() -> None:
-    """End a finished rank at the start of interpreter exit, after flushing.
+def exit_rank(code: int = 0) -> None:
+    """End a rank's process at once, after flushing: its work is done and its group destroyed.
 
-    A normal exit runs C++ static destructors, and gloo's threads can then abort a rank
-    that finished well (SIGABRT, "terminate called without an active exception"), which
-    the agent would report as a failed group.
+    A normal interpreter exit runs C++ static destructors, and gloo's threads can then abort
+    the process ("terminate called without an active exception", SIGABRT) after a run that
+    succeeded; the agent (or torchrun) would report a failed group, intermittently and under load.
+    Registered with ``atexit`` by a spawned rank; called by ``gnndist.cli`` as a rank of torchrun.
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _resource_tracker_running() -> bool:
@@ -314,7 +360,7 @@ def _resource_tracker_running() -> bool:
 def _stop_resource_tracker() -> None:
     """Stop and reap multiprocessing's helper process now, rather than leave it to outlive the launcher.
 
-    Only the launcher's own (see :func:`_elastic`): a helper the caller had already started tracks the
+    Only the launcher's own (see :func:`elastic_start`): a helper the caller had already started tracks the
     caller's semaphores and shared memory, which stopping it would unlink. Not while this process has
     other multiprocessing children (the caller's own workers): they hold the helper's pipe, so it would
     not end, and waiting for it would hang.
@@ -329,41 +375,50 @@ def _stop_resource_tracker() -> None:
         stop()
 
 
+def root_cause(records: list[dict], killed: tuple[int, int] | None = None) -> tuple[str, int] | None:
+    """The line and exit code of a failed group from its ranks' :func:`failure_record` s: the earliest own error,
+    else ``killed`` (``(rank, signal)`` of the first rank a signal killed), else the earliest peer's error; None
+    when there is nothing to say."""
+    errors = sorted((r["time"], r["message"], r.get("code", 2)) for r in records if not r["secondary"])
+    if errors:
+        return errors[0][1], errors[0][2]
+    if killed is not None:
+        rank, sig = killed
+        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
+    peers = sorted((r["time"], r["message"]) for r in records)
+    if peers:
+        return peers[0][1], 2
+    return None
+
+
 def _root_cause(errdir: Path, failures: dict) -> tuple[str, int]:
-    """The line and exit code for a failed group: the earliest own error, else a killed rank, else a peer's error."""
+    """:func:`root_cause` of the records the ranks of the last attempt wrote to ``errdir`` and the agent's failures."""
     records = []
     for path in errdir.glob("attempt*-rank*.json"):
         attempt, rank = (int(s) for s in path.stem.removeprefix("attempt").split("-rank"))
-        records.append((attempt, json.loads(path.read_text()), rank))
-    last = max((a for a, _, _ in records), default=0)
-    errors = sorted((r["time"], r["message"], r.get("code", 2)) for a, r, _ in records
-                    if a == last and not r["secondary"])
-    if errors:
-        return errors[0][1], errors[0][2]
+        records.append((attempt, json.loads(path.read_text())))
+    last = max((a for a, _ in records), default=0)
     killed = sorted((f.timestamp, rank, -f.exitcode) for rank, f in failures.items() if (f.exitcode or 0) < 0)
-    if killed:
-        _, rank, sig = killed[0]
-        return f"rank {rank} was killed by {signal.Signals(sig).name}", 1
-    peers = sorted((r["time"], r["message"]) for a, r, _ in records if a == last)
-    if peers:
-        return peers[0][1], 2
+    found = root_cause([r for a, r in records if a == last], killed[0][1:] if killed else None)
+    if found is not None:
+        return found
     rank, f = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
     return f"rank {rank} failed with exit code {f.exitcode} (its output is above)", 1
 
 
-def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: GroupOptions):
-    """Run ``fn(grid, *args)`` on ``nproc`` ranks under the elastic agent; rank 0's result."""
+def elastic_start(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts: GroupOptions):
+    """Run ``fn(grid, *args)`` on ``ranks`` local ranks under PyTorch's elastic agent; rank 0's result."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from gnndist.grid import free_port
+    from gnndist.dist.grid import free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="gnndist-launch-"))
     errdir = tmp / "errors"
     errdir.mkdir()
     lc = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+        min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
         rdzv_configs={"timeout": int(max(opts.timeout, 1))},
         max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
@@ -390,7 +445,7 @@ def _elastic(fn: Callable, args: tuple, nproc: int, max_restarts: int, opts: Gro
     if tracker_ours:
         _stop_resource_tracker()
     if stopped is not None:
-        raise RanksStopped(stopped, nproc)
+        raise RanksStopped(stopped, ranks)
     if failed is not None:
         raise RanksFailed(*failed)
     return results[0]

@@ -2,8 +2,9 @@
 
     cfg = compose(given_flags(args), dataset="amazon-photo")  # defaults < recipe < model preset < flags
 
-A preset is a :data:`Preset` ``(TrainConfig) -> TrainConfig``: the model's are registered with
-the model (:func:`gnndist.nn.register_model`), a dataset family's in :data:`DATASET_RECIPES`.
+A preset is a :data:`Preset` ``(TrainConfig) -> TrainConfig``: a model's is registered with the model
+(:func:`gnndist.nn.register_model`, the one registry: :data:`gnndist.nn.models.PRESETS`, where the built-in
+models' are too), a dataset family's in :data:`DATASET_RECIPES`.
 """
 
 from __future__ import annotations
@@ -35,32 +36,6 @@ def heterophily(cfg: TrainConfig) -> TrainConfig:
     return with_fields(cfg, model={"arch": "residual", "layers": 5, "hidden": 512, "dropout": 0.2, "norm": "layer",
                                    "normalize_features": False},
                        optim={"lr": 3e-5, "weight_decay": 0.0, "epochs": 1000}, eval={"splits": "all"})
-
-
-def gat_preset(cfg: TrainConfig) -> TrainConfig:
-    """GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005."""
-    return with_fields(cfg, model={"hidden": 64, "dropout": 0.6}, optim={"lr": 0.005})
-
-
-def gcn2_preset(cfg: TrainConfig) -> TrainConfig:
-    """GCNII's Cora recipe (Chen et al. 2020): 64 layers of 64, dropout 0.6, 1000 epochs."""
-    return with_fields(cfg, model={"layers": 64, "hidden": 64, "dropout": 0.6},
-                       optim={"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000})
-
-
-def deep_residual_preset(cfg: TrainConfig) -> TrainConfig:
-    """ResGCN+ and RevGNN on Coauthor-size graphs: 7 layers of 64, dropout 0.2, layer norm, lr 0.005.
-
-    Layer norm: batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to
-    reach the ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile.
-    """
-    return with_fields(cfg, model={"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
-                       optim={"lr": 0.005, "weight_decay": 5e-4})
-
-
-# the built-in models' presets; a model registered with preset= (gnndist.nn.register_model) adds its own
-MODEL_PRESETS: dict[str, Preset] = {"gat": gat_preset, "gcn2": gcn2_preset, "resgcn": deep_residual_preset,
-                                    "revgnn": deep_residual_preset}
 
 
 # dataset family: (a pattern of the dataset's name, why, its recipe), first match wins
@@ -114,6 +89,6 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> Tra
     if "split" in given.get("eval", {}) and "splits" not in given["eval"]:  # --split K over a recipe's --splits all
         given = {**given, "eval": {**given["eval"], "splits": "one"}}
     if given.get("model", {}).get("arch", cfg.model.arch) == "plain":  # a model's preset is its own architecture's
-        preset = PRESETS.get(name) or MODEL_PRESETS.get(name)
+        preset = PRESETS.get(name)
         cfg = preset(cfg) if preset is not None else cfg
     return with_fields(cfg, **{sec: fields for sec, fields in given.items() if sec in TRAIN_SECTIONS and fields})

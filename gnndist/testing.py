@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 
 import torch
+
+from gnndist.kernels.dispatch import triton_installed
 
 
 def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
@@ -37,7 +38,7 @@ HAS_CUDA = torch.cuda.is_available()
 # node balance, a fraction of a second, where the default search (``--method auto --balance auto``) takes
 # seconds per graph. The partitioners' own tests use the defaults.
 QUICK_PARTITION = dict(method="metis", balance="nodes")
-HAS_TRITON = importlib.util.find_spec("triton") is not None
+HAS_TRITON = triton_installed()
 
 
 def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
@@ -49,10 +50,9 @@ def _rank_main(fn, rank: int, world: int, port: int, queue, args) -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     grid = None
     try:
-        from gnndist.grid import init
+        from gnndist.launcher import init
 
-        grid = init("gloo", timeout=120, device="cpu",
-                    check_collectives=os.environ.get("GNNDIST_CHECK_COLLECTIVES", "1") != "0")  # CPU ranks: results compare with CPU references
+        grid = init("gloo", timeout=120, device="cpu")  # CPU ranks: results compare with CPU references
         result = fn(grid, *args)
         buf = io.BytesIO()  # plain bytes: tensors must not travel as shared memory of a dying process
         torch.save(result, buf)
@@ -122,7 +122,7 @@ class _RankPool:
         import sys
         import time
 
-        from gnndist.grid import free_port
+        from gnndist.dist.grid import free_port
 
         port = free_port()
         for q in self.tasks:
@@ -178,7 +178,7 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
     fails, the error names every failing rank with its traceback, and the pool is replaced.
     """
     if world_size == 1:
-        from gnndist.grid import ProcessGrid
+        from gnndist.dist.grid import ProcessGrid
 
         return [fn(ProcessGrid(), *args)]
     import io
@@ -266,8 +266,7 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
             torch.save(result if rank == 0 else None, buf)
             ok, payload = True, buf.getvalue()
         except Exception as e:  # as the launcher's own rank reports it
-            r = failure_record(e, rank)
-            ok, payload = False, (r["time"], r["message"], r["secondary"], r["code"])
+            ok, payload = False, failure_record(e, rank)
         out, err = texts()
     queue.put((rank, ok, (payload, out, err)))
 
@@ -276,24 +275,19 @@ def _launched_rank_main(fn, rank: int, world: int, port: int, queue, args) -> No
 def pooled_launches():
     """Within it, :func:`gnndist.launch` starts its ranks on pooled processes (:func:`pooled_elastic`);
     a launch with restarts still goes through the elastic agent."""
-    from gnndist import launcher
+    from gnndist.launcher import elastic_start, ranks_started_by
 
-    real = launcher._elastic
-
-    def start(fn, args, nproc, max_restarts, opts):
+    def start(fn, args, ranks, max_restarts, opts):
         if max_restarts:
-            return real(fn, args, nproc, max_restarts, opts)
-        return pooled_elastic(fn, args, nproc, opts)
+            return elastic_start(fn, args, ranks, max_restarts, opts)
+        return pooled_elastic(fn, args, ranks, opts)
 
-    launcher._elastic = start
-    try:
+    with ranks_started_by(start):
         yield
-    finally:
-        launcher._elastic = real
 
 
-def pooled_elastic(fn, args: tuple, nproc: int, opts):
-    """A stand-in for the launcher's elastic start (``gnndist.launcher._elastic``, no restarts) on pooled ranks.
+def pooled_elastic(fn, args: tuple, ranks: int, opts):
+    """A stand-in for the launcher's elastic start (:func:`gnndist.launcher.elastic_start`, no restarts) on pooled ranks.
 
     For tests of what the ranks compute, not of how they start (the ``pooled_ranks`` fixture):
     the same rank body (:func:`gnndist.launcher.run_here`), the same
@@ -305,18 +299,17 @@ def pooled_elastic(fn, args: tuple, nproc: int, opts):
     import sys
 
     from gnndist.errors import RanksFailed
+    from gnndist.launcher import root_cause
 
-    results = _on_pool(_launched_rank_main, fn, nproc, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
+    results = _on_pool(_launched_rank_main, fn, ranks, (args, opts), timeout=max(opts.timeout, 1) + 60, grace=2.0)
     for rank in sorted(results):  # what the ranks printed, here (a test's capsys sees it)
         _, (_, out, err) = results[rank]
         sys.stdout.write(out)
         sys.stderr.write(err)
     results = {rank: (ok, payload) for rank, (ok, (payload, _, _)) in results.items()}
-    failed = sorted(v for ok, v in results.values() if not ok)
+    failed = [record for ok, record in results.values() if not ok]  # the launcher's failure records
     if failed:
-        own = [f for f in failed if not f[2]]
-        _, message, _, code = (own or failed)[0]
-        raise RanksFailed(message, code if own else 2)
+        raise RanksFailed(*root_cause(failed))
     return torch.load(io.BytesIO(results[0][1]), weights_only=False)
 
 

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from .dispatch import interpreting
+
 
 @dataclass
 class Case:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="substring of the case names to compile")
     ap.add_argument("--quick", action="store_true", help="the SpMM at one width only")
     args = ap.parse_args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         print("unset TRITON_INTERPRET: the kernels must be decorated for compilation", file=sys.stderr)
         return 2
     failed = 0

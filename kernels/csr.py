@@ -140,7 +140,7 @@ class CSR:
         Shapes:
             ``[n_rows]``, or ``[nnz]`` with ``per_edge``
         """
-        divisor = self.in_degree().clamp(min=1).to(dtype)  # [n_rows]
+        divisor = degree_divisor(self.in_degree(), dtype)  # [n_rows]
         return divisor[self.row] if per_edge else divisor
 
     def mean_scale(self, dtype: torch.dtype, per_edge: bool = False) -> Tensor:
@@ -209,6 +209,15 @@ class CSR:
     def __repr__(self) -> str:
         return (f"CSR(n_rows={self.n_rows}, num_cols={self.num_cols}, nnz={self.nnz}, "
                 f"dtype={self.col.dtype}, device={self.device})")
+
+
+def degree_divisor(degree: Tensor, dtype: torch.dtype) -> Tensor:
+    """``max(degree, 1)`` as ``dtype``: what a mean over a row's neighbours divides by (a row without any gives 0).
+
+    The one home of the mean's scaling: :meth:`CSR.mean_divisor` (the kernels, with the CSR's own degrees),
+    ``DistGraph.spmm(reduce="mean")`` (global degrees) and the per-edge ``mean`` of ``MessagePassing`` use it.
+    """
+    return degree.clamp(min=1).to(dtype)
 
 
 def index_dtype(nnz: int, *sizes: int) -> torch.dtype:

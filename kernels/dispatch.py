@@ -2,7 +2,7 @@
 
 Every op has implementations in ``kernels/<op>/<impl>.py``; each module exposes the op
 function and may expose ``why_not(*args) -> str | None``, the reason it cannot run
-these inputs. The dispatcher tries the implementations in the device's order and
+these inputs. The first argument, whose device decides, is the CSR (``dropout``: its input rows). The dispatcher tries the implementations in the device's order and
 calls the first that fits; if none does, it raises one error listing every reason.
 
     cuda: triton, sparse, reference
@@ -28,6 +28,7 @@ keeps it in its backward (:func:`pinned`), and an unforced one its ``tune`` (:fu
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import logging
@@ -47,6 +48,7 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "sddmm": ("triton", "reference"),
     "segment_softmax": ("triton", "reference"),
     "segment_max": ("triton", "reference"),
+    "dropout": ("triton", "reference"),
 }
 KNOWN = ("triton", "sparse", "reference")
 MEASURED = ("spmm",)  # ops whose paths are chosen by timing them on first use ...
@@ -65,13 +67,19 @@ class NoKernelError(UserError):
 
 
 def interpreting() -> bool:
-    """True when ``TRITON_INTERPRET`` asks Triton to run kernels on the CPU."""
+    """True when ``TRITON_INTERPRET`` asks Triton to run kernels on the CPU (Triton's own variable, parsed here only)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.cache
+def triton_installed() -> bool:
+    """Whether the ``triton`` package is installed (checked once; the one place that asks)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def _triton_why_not(device: torch.device) -> str | None:
     """Reasons shared by every Triton kernel: package, device, interpreter."""
-    if importlib.util.find_spec("triton") is None:
+    if not triton_installed():
         return "package not installed"
     if device.type == "cuda":
         return None

@@ -84,6 +84,24 @@ def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Ten
     return dispatch.run("segment_softmax", csr, scores, impl=impl)
 
 
+def dropout(x: Tensor, keys: Tensor, p: float, *, impl: str | None = None) -> Tensor:
+    """Partition-invariant dropout: cell ``(i, j)`` of ``x`` is dropped where ``cell_bits(keys[i], j) < p * 2**31``
+    (:mod:`gnndist.kernels.dropout.reference`), the others scaled by ``1 / (1 - p)``; the same bits on any device.
+
+    Args:
+        x: the rows to drop from.
+        keys: each row's 32-bit key (``reference.node_keys`` of its dataset id, seed, epoch and key).
+        p: the dropout probability, in ``[0, 1)``.
+        impl: force one implementation (``"triton"``, ``"reference"``); None (default): Triton on CUDA.
+
+    Shapes:
+        x ``[n, F]``, keys ``[n]`` int32 -> ``[n, F]``
+    """
+    if keys.shape[0] != x.shape[0]:
+        raise ValueError(f"keys has {keys.shape[0]} rows, expected {x.shape[0]} (the rows of x)")
+    return dispatch.run("dropout", x, keys, p, impl=impl)
+
+
 def segment_max(csr: CSR, x: Tensor, *, impl: str | None = None) -> Tensor:
     """Max of ``x[col e]`` over each row's edges; rows without edges give 0.
 

@@ -9,11 +9,11 @@ import torch
 
 import gnndist
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import RanksFailed, UserError
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.nn import build_model
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 
 def _cfg(epochs: int = 3) -> TrainConfig:
@@ -78,18 +78,18 @@ def test_launch_runs_a_function_on_every_rank(monkeypatch):
     own = ctx.Process(target=done.wait, args=(120,))  # the caller's own worker, alive through the launch
     own.start()
     try:  # (the launcher must not wait for multiprocessing's helper, which that worker keeps alive)
-        assert gnndist.launch(_sum_ranks, 10, nproc=2, timeout=60) == (2, 21.0)  # rank 0's result: 10 + 11
+        assert gnndist.launch(_sum_ranks, 10, ranks=2, timeout=60) == (2, 21.0)  # rank 0's result: 10 + 11
     finally:
         done.set()
         own.join(10)
         del done  # its semaphore goes now, not at the helper's stop after the next launch
-    assert gnndist.launch(_sum_ranks, 10, nproc=1) == (1, 10.0)  # one rank: in this process
+    assert gnndist.launch(_sum_ranks, 10, ranks=1) == (1, 10.0)  # one rank: in this process
     from multiprocessing import resource_tracker
 
     keep = ctx.Lock()  # the caller's semaphore, tracked by the caller's helper: a launch leaves both alone
     helper = resource_tracker._resource_tracker._pid
     with pytest.raises(RanksFailed, match="rank 1 refuses") as e:
-        gnndist.launch(_fail_on_rank1, nproc=2, timeout=20)
+        gnndist.launch(_fail_on_rank1, ranks=2, timeout=20)
     assert e.value.code == 2
     assert resource_tracker._resource_tracker._pid == helper and helper is not None
     os.kill(helper, 0)  # still running: it would have unlinked `keep` on stopping

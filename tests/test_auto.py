@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from gnndist.cost import Network, RankLoad
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.strategies import Auto, BlockStrategy
-from gnndist.strategies.auto import TIMED_CALLS, settle
+from gnndist.strategies.auto import TIMED_CALLS, decide, decision_line, decision_report, settle
 
 NET = Network("hand", alpha=1e-5, beta=1e9, gamma_sparse=1e-9, gamma_dense=1e-11, overhead=1e-5)
 
@@ -31,6 +31,36 @@ def test_settle_times_only_the_candidates_within_the_error():
 
     assert settle([1.0, 1.5, 2.0], 0.25, never) == (0, {})
     assert settle([1.0], 0.25, never) == (0, {})
+
+
+def test_decide_is_pure_no_process_no_file():
+    """The decision alone: every rank's counts and a width in, the layout out; timing only the near candidates,
+    an earlier decision kept when it names a candidate. No process group, no file, no layout built."""
+    heavy = [RankLoad(expand_send=900, expand_recv=900, messages=3, nnz=50, rows=5)] * 2  # 2 ranks
+    light = [RankLoad(expand_send=3, expand_recv=3, messages=1, nnz=50, rows=5)] * 2
+    names = ["1d", "2d(2x2)"]
+
+    def never(k: int) -> float:
+        raise AssertionError("a clear winner is not timed")
+
+    d = decide([heavy, light], names, 16, True, NET, 4, 0.25, None, never)
+    assert (d.best, d.measured, d.remembered) == (1, {}, False) and d.modelled[1] < d.modelled[0]
+    forward = decide([heavy, light], names, 16, False, NET, 4, 0.25, None, never)  # no backward: half the time
+    assert forward.modelled == [t * 0.5 for t in d.modelled]
+
+    timed = decide([light, light], names, 16, True, NET, 4, 0.25, None, {0: 2.0, 1: 1.0}.get)  # modelled alike
+    assert (timed.best, timed.measured, timed.remembered) == (1, {0: 2.0, 1: 1.0}, False)
+
+    kept = {"keep": "1d", "measured": {"1d": 0.5, "2d(2x2)": 0.7}}
+    again = decide([light, light], names, 16, True, NET, 4, 0.25, kept, never)
+    assert (again.best, again.measured, again.remembered) == (0, {0: 0.5, 1: 0.7}, True)
+    stale = decide([heavy, light], names, 16, True, NET, 4, 0.25, {"keep": "1.5d(c=2)", "measured": {}}, never)
+    assert (stale.best, stale.remembered) == (1, False)  # a decision naming no candidate is ignored
+
+    report = decision_report(timed, names, [light, light], 16, 4, BlockStrategy(), NET)
+    assert report["candidates"]["1d"]["measured_time_s"] == 2.0 and report["network"] == NET.as_dict()
+    line = decision_line("layer0", 16, "2d(2x2)", report, timed, names, 0.25)
+    assert line.startswith("auto: layer0 (F=16) -> 2d(2x2)  [1d ") and "within the timing band (25 %)" in line
 
 
 class Clock:

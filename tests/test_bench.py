@@ -13,10 +13,10 @@ import torch
 
 from gnndist.bench import plots
 from gnndist.bench.common import BREAKDOWN, ENV_COLUMNS, Rows, Settings, environment, read_csv, write_csv
-from gnndist.bench.report import BEGIN, END, render, update_readme
+from gnndist.bench.page import BEGIN, END, render, update_readme
 from gnndist.bench.suites import run_suite
+from gnndist.dist.timing import PhaseTimer, bracket
 from gnndist.testing import pooled_launches
-from gnndist.timing import PhaseTimer, bracket
 
 STRONG = ("dataset", "P", "strategy", "epoch_s", "median_epoch_s", *BREAKDOWN, "bytes_per_rank", "bytes_per_rank_max",
           "predicted_bytes_per_rank", "predicted_bytes_per_rank_max", "peak_memory_max_mb", "epochs_timed")
@@ -129,7 +129,7 @@ def test_peer_suite_and_report(tmp_path):
 
 def test_phase_timer_is_exclusive_forward_and_backward(monkeypatch):
     clock = itertools.count()  # every reading advances one "second"
-    monkeypatch.setattr("gnndist.timing.time.perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr("gnndist.dist.timing.time.perf_counter", lambda: float(next(clock)))
     t = PhaseTimer()
     with t.phase("dense"):
         with t.phase("aggregation"):
@@ -149,7 +149,7 @@ def test_phase_timer_is_exclusive_forward_and_backward(monkeypatch):
 
 def test_model_table_errors_and_auto_margins():
     """The calibration summary: median and worst |modelled / measured - 1|, auto against the fastest fixed layout."""
-    from gnndist.bench.report import calibration_summary, model
+    from gnndist.bench.page import calibration_summary, model
 
     base = {"dataset": "g", "model": "gcn", "hidden": 16, "P": 4, "replication": 1, "loadavg_1m": 1.0}
     rows = [{**base, "strategy": "1d", "layers_chosen": "1d,1d", "epoch_s": 0.2, "model_epoch_s": 0.3, "model_ratio": 1.5},

@@ -14,7 +14,7 @@ from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
 from gnndist.cli import main
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 GNNDIST = [sys.executable, "-m", "gnndist.cli"]
 
@@ -112,7 +112,7 @@ def test_ogb_evaluator_matches_counts(tmp_path):
     cfg.run.progress = False
     plain = Trainer(DistGraph(arrays, meta), cfg)
     ogb = Trainer(DistGraph(arrays, {**meta, "dataset": "ogbn-arxiv"}), cfg)
-    assert plain.metric == ogb.metric == "acc"  # OGB's metric for ogbn-arxiv, computed by gnndist.metrics
+    assert plain.metric == ogb.metric == "acc"  # OGB's metric for ogbn-arxiv, computed by gnndist.training.metrics
     ogb.model.load_state_dict(plain.model.state_dict())
     assert ogb.evaluate() == pytest.approx(plain.evaluate(), abs=1e-12)
 
@@ -165,8 +165,8 @@ def test_split_seed_reaches_the_loader_and_the_cache_key(tmp_path, capsys):
         capsys.readouterr()
         masks.append(sorted(load_part_orig_train(out)))
     assert masks[0] != masks[1] and len(masks[0]) == len(masks[1]) == 160
-    from gnndist.cache import partition_dir
     from gnndist.config import DataConfig, PartitionConfig
+    from gnndist.parts.cache import partition_dir
 
     keys = {partition_dir("amazon-photo", PartitionConfig(parts=2), DataConfig(split_seed=s)).name for s in (0, 1)}
     assert len(keys) == 2

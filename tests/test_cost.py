@@ -106,10 +106,10 @@ def test_epoch_time_is_the_gcn_step():
 @pytest.mark.parametrize("model,hidden", [("gcn", 4), ("gcn", 16), ("sage", 4), ("sage", 16)])
 def test_model_layers_are_what_the_layers_run(part1, model, hidden):
     """The SpMM widths and directions model_layers describes are those a training step records."""
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.grid import ProcessGrid
     from gnndist.nn import build_model
-    from gnndist.trainer import output_width
+    from gnndist.training.trainer import output_width
 
     g = DistGraph.load(part1, ProcessGrid())
     f_in, f_out = g.x.shape[1], output_width(g)  # 6 features, 3 classes

@@ -14,10 +14,11 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
 from gnndist.graph import DistGraph
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, rel_err, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 EPOCHS = 3
 LAYERS = 6
@@ -46,7 +47,7 @@ def _cfg(model, norm, recompute=False, dropout=0.3, epochs=EPOCHS, layers=LAYERS
 
 
 def _train(grid, partdir, cfg, strategy="1d", reversible=True):
-    graph = DistGraph.load(partdir, grid, strategy=get_strategy(strategy), comm_dtype=cfg.dist.comm_dtype)
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=strategy)), comm_dtype=cfg.dist.comm_dtype)
     trainer = Trainer(graph, cfg)
     if not reversible:
         trainer.model.reversible = False  # RevGNN as plain autograd: the same function
@@ -298,7 +299,7 @@ def _deep_revgnn(one_part, reversible, layers=24, epochs=3):
 
     Returns the per-step losses, the last step's gradients and its trace (block input states).
     """
-    from gnndist.grid import ProcessGrid
+    from gnndist.dist.grid import ProcessGrid
 
     graph = DistGraph.load(one_part, ProcessGrid())
     trainer = Trainer(graph, _cfg("revgnn", "none", epochs=epochs, layers=layers))
@@ -330,8 +331,8 @@ def test_revgnn_deep_reconstruction_is_exact_and_equals_stored_activations(one_p
 @pytest.mark.parametrize("reversible", [True, False], ids=["reversible", "stored"])
 def test_revgnn_fixed_point_overflow_stops_training_with_a_warning(one_part, caplog, reversible):
     """A state beyond the fixed-point range is no silent wrap-around: NaN output, a warning, the NaN guard stops."""
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.errors import UserError
-    from gnndist.grid import ProcessGrid
     from gnndist.nn.rev_gnn import RANGE
 
     trainer = Trainer(DistGraph.load(one_part, ProcessGrid()), _cfg("revgnn", "none", layers=2))

@@ -11,12 +11,13 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import CollectiveDesync, PeerFailed
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 EPOCHS = 2
 MODELS = [("gcn", "none"), ("sage", "none"), ("gin", "batch"), ("gat", "none"), ("gcn2", "none")]
@@ -63,7 +64,7 @@ def _job(grid, partdir, cases):
     for name, c in cases:
         for model, norm in MODELS:
             kw = {"network": "ib"} if name == "auto" else {}  # a preset: no probe on a loaded machine
-            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c, **kw))
+            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
             trainer = Trainer(graph, _cfg(model, norm, name))
             trainer.fit()
             out[(name, c, model)] = dict(losses=[row["loss"] for row in trainer.history],

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from gnndist.partition import partition
 from torch import nn
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
 from gnndist.graph import DistGraph
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 EPOCHS = 6
 CASES = [  # (model, norm, overlap)
@@ -49,7 +50,7 @@ def _rank_job(grid, partdir):
     """Every case on this rank: losses of EPOCHS epochs with dropout, then one step's grads without."""
     out = {}
     for model, norm, overlap in CASES:
-        graph = DistGraph.load(partdir, grid, strategy=get_strategy("1d", overlap=overlap))
+        graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy="1d", overlap=overlap)))
         trainer = Trainer(graph, _cfg(model, norm, overlap=overlap))
         trainer.fit()
         losses = [row["loss"] for row in trainer.history]

@@ -11,10 +11,11 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-import gnndist.grid as grid_mod
+import gnndist.dist.grid as grid_mod
+from gnndist import launcher
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import ProcessGrid, choose_backend, to_host
 from gnndist.errors import UserError
-from gnndist.grid import ProcessGrid, choose_backend, to_host
 from gnndist.testing import run_distributed
 
 
@@ -68,7 +69,7 @@ def machine(monkeypatch):
 
 def test_init_one_gpu_two_ranks_gloo_staged(machine):
     calls = machine(gpus=1, rank=1, world=2)
-    grid = grid_mod.init()
+    grid = launcher.init()
     assert (grid.backend, grid.device, grid.staged) == ("gloo", torch.device("cuda", 0), True)
     assert calls["backend"] == "gloo" and "device_id" not in calls
     assert grid.describe() == "gloo, tensors staged through host memory (2 ranks share 1 GPU)"
@@ -76,7 +77,7 @@ def test_init_one_gpu_two_ranks_gloo_staged(machine):
 
 def test_init_gpu_per_rank_nccl_with_device_id(machine):
     calls = machine(gpus=4, rank=3, world=4)
-    grid = grid_mod.init()
+    grid = launcher.init()
     assert (grid.backend, grid.device, grid.staged) == ("nccl", torch.device("cuda", 3), False)
     assert calls["backend"] == "nccl" and calls["device_id"] == torch.device("cuda", 3)
     assert grid.describe() == "nccl on cuda:3 (one GPU per local rank)"
@@ -84,7 +85,7 @@ def test_init_gpu_per_rank_nccl_with_device_id(machine):
 
 def test_init_cpu_gloo(machine):
     calls = machine(gpus=0, rank=0, world=2)
-    grid = grid_mod.init()
+    grid = launcher.init()
     assert (grid.backend, grid.device, grid.staged) == ("gloo", torch.device("cpu"), False)
     assert "device_id" not in calls and grid.describe() == "gloo on cpu"
 
@@ -92,7 +93,7 @@ def test_init_cpu_gloo(machine):
 def test_init_nccl_without_enough_gpus(machine):
     machine(gpus=1, rank=0, world=2)
     with pytest.raises(UserError, match=r"needs one GPU per rank \(2 ranks on this machine, 1 GPUs\)"):
-        grid_mod.init("nccl")
+        launcher.init("nccl")
 
 
 # ---------------------------------------------------------------------- staging

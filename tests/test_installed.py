@@ -89,7 +89,7 @@ def test_ranks_do_not_see_the_checkout():
     """The suite's pooled ranks and a real launch (the elastic agent's spawned ranks) import as users do."""
     import gnndist
 
-    for where in (*run_distributed(_where, 2), gnndist.launch(_where, nproc=2, timeout=60)):
+    for where in (*run_distributed(_where, 2), gnndist.launch(_where, ranks=2, timeout=60)):
         _assert_outside(where)
         assert where["safe"] == "1"  # processes the ranks start add no working directory to their path
 

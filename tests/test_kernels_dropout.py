@@ -6,8 +6,7 @@ DEVICE = use_interpreter()  # before any Triton kernel is imported
 
 import pytest
 import torch
-
-from gnndist.dropout import apply_dropout, cell_bits, node_keys
+from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 
 
 @pytest.mark.triton

@@ -12,12 +12,13 @@ from gnndist.datasets import synthetic
 from gnndist.kernels import KernelSettings
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.nn.models import MODELS
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import assert_close
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 pytestmark = pytest.mark.triton
 NORMS = {"gin": "batch", "resgcn": "layer", "revgnn": "layer"}  # the norm each model is usually trained with
@@ -44,7 +45,7 @@ def _cfg(model: str, dropout: float) -> TrainConfig:
 def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     """Two epochs with dropout; then, from a fresh model, one step's gradients without (kernels: ``kernel``)."""
     # not overlapped: the layers get the kernel's own output (overlapped, it is a sum of two), in place or not
-    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=get_strategy("1d", overlap=False), kernel=kernel),
+    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1d", overlap=False)), kernel=kernel),
                       _cfg(model, 0.5))
     trainer.fit()
     losses = torch.tensor([r["loss"] for r in trainer.history], dtype=torch.float64)  # [2]

@@ -13,11 +13,11 @@ from gnndist.kernels import CSR, spmm
 from gnndist.partition import partition, read_part
 
 from gnndist.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.strategies.base import split_columns
 from gnndist.testing import QUICK_PARTITION, assert_close
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 
 def _saved(tmp_path_factory, parts: int):
@@ -147,7 +147,7 @@ def test_summary_has_every_rank_peak_memory(part1):
 def test_simulate_predicts_every_rank_peak_of_the_layout():
     from gnndist.datasets import synthetic
 
-    from gnndist.simulate import INDEX_BYTES, INTERPRETER_BYTES, grid_loads, simulate_partition, training_peak
+    from gnndist.parts.simulate import INDEX_BYTES, INTERPRETER_BYTES, grid_loads, simulate_partition, training_peak
 
     data = synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2)
     p = partition(data, 4, **QUICK_PARTITION)

@@ -13,12 +13,12 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist import metrics
 from gnndist.cli import main
 from gnndist.config import TrainConfig
 from gnndist.graph import DistGraph
 from gnndist.testing import QUICK_PARTITION, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training import metrics
+from gnndist.training.trainer import Trainer
 
 PROTEINS_TASKS = 112  # OGB's evaluator for ogbn-proteins checks the label count
 
@@ -148,7 +148,7 @@ def test_shipped_split_k_selects_the_masks_of_the_file(tmp_path):
             assert np.array_equal(got[i], masks[i][k]), (k, i)
     cfg = TrainConfig()
     cfg.eval.splits = "all"
-    from gnndist.runs import plan_runs
+    from gnndist.training.runs import plan_runs
 
     assert plan_runs(cfg, meta) == [(0, 0), (1, 1), (2, 2)]
     cfg.eval.splits, cfg.eval.split, cfg.eval.runs = "one", 2, 2
@@ -198,8 +198,8 @@ def test_splits_all_and_random_through_run(tmp_path, capsys, monkeypatch):
     from gnndist.datasets.split import per_class_split
     from gnndist.partition import load as load_part
 
-    from gnndist.cache import partition_dir
     from gnndist.config import DataConfig, PartitionConfig
+    from gnndist.parts.cache import partition_dir
 
     target = partition_dir("synthetic-200", PartitionConfig(),
                            DataConfig(root=str(tmp_path / "root"), split_seed=4, random_splits=2))

@@ -13,8 +13,8 @@ from gnndist.partition import csr_from_edge_index, partition
 from torch import Tensor
 
 import gnndist.nn as gnn
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.testing import assert_close
 
 

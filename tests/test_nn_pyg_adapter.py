@@ -13,9 +13,9 @@ from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index, partition
 
 import gnndist.nn as gnn
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
 from gnndist.testing import QUICK_PARTITION, assert_close
 
 

@@ -13,11 +13,11 @@ from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
 from gnndist.partition.refine import _better, _key, _load_times, refine, unit_costs
 
-from gnndist.cache import partition_dir
 from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
 from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad, epoch_time
 from gnndist.errors import UserError
+from gnndist.parts.cache import partition_dir
 
 
 def _toy():
@@ -227,13 +227,13 @@ def test_cache_key_names_the_non_default_settings():
     assert key() == "cora-p2-auto-vol-s0"
     assert key(balance="nodes,edges:1.2") == "cora-p2-auto-vol-s0-bnodes+edges:1.2"
     assert key(refine=False) == "cora-p2-auto-vol-s0-norefine"
-    assert key(cost_network="ethernet") == "cora-p2-auto-vol-s0-ethernet"
+    assert key(partition_network="ethernet") == "cora-p2-auto-vol-s0-ethernet"
 
 
 def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_path, monkeypatch, capsys):
     """``--partition-network probe``: the constants a ``--strategy auto`` run cached at P ranks drive the
     modelled epoch time (another probe, another cache key); none cached: one line, exit 2."""
-    from gnndist.probe import cache_key, default_cache, write_cached
+    from gnndist.dist.probe import cache_key, default_cache, write_cached
 
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "root"))
     args = ["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--json"]
@@ -243,7 +243,7 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the device a run there takes
     write_cached(default_cache(), cache_key(2, device), slow, 0.1)
     ib_key = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
-    probe_key = partition_dir("cora", PartitionConfig(parts=2, cost_network="probe"), DataConfig()).name
+    probe_key = partition_dir("cora", PartitionConfig(parts=2, partition_network="probe"), DataConfig()).name
     assert probe_key.startswith(ib_key + "-probe") and probe_key != ib_key + "-probe"
     reports = {}
     for net in ("ib", "probe"):
@@ -251,7 +251,7 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
         reports[net] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert reports["probe"]["modelled_epoch_s"] > 100 * reports["ib"]["modelled_epoch_s"]
     write_cached(default_cache(), cache_key(2, device), replace(slow, alpha=2e-3), 0.1)
-    assert partition_dir("cora", PartitionConfig(parts=2, cost_network="probe"), DataConfig()).name != probe_key
+    assert partition_dir("cora", PartitionConfig(parts=2, partition_network="probe"), DataConfig()).name != probe_key
 
 
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):

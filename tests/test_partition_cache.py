@@ -9,9 +9,9 @@ import pytest
 from gnndist.datasets.planetoid import bundled_dir
 from gnndist.partition import read_meta
 
-from gnndist.cache import make_partition, partition_cache, partition_dir
 from gnndist.cli import main
 from gnndist.config import DataConfig, ModelConfig, PartitionConfig
+from gnndist.parts.cache import make_partition, partition_cache, partition_dir
 
 CORA_F, CORA_CLASSES = 1433, 7
 

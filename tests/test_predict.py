@@ -245,11 +245,11 @@ def test_every_model_gives_each_layer_representation(part1):
     """forward_at(K) for every built-in model (its convs or blocks) and a custom model naming its own layers."""
     from torch import nn
 
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.grid import ProcessGrid
+    from gnndist.inference.predict import forward_at, representation_layers
     from gnndist.nn import GCNConv, build_model
     from gnndist.nn.models import EDGE_MODELS, MODELS
-    from gnndist.predict import forward_at, representation_layers
 
     graph = DistGraph.load(part1, ProcessGrid())
     for name in sorted(set(MODELS) - EDGE_MODELS):
@@ -304,9 +304,9 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
 def test_predict_gives_the_trainers_own_final_evaluation_logits(part1, tmp_path):
     """The last checkpoint, applied by predict, gives the logits the trainer's final evaluation scored."""
     from gnndist.config import OptimConfig, RunConfig, TrainConfig
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.grid import ProcessGrid
-    from gnndist.trainer import Trainer
+    from gnndist.training.trainer import Trainer
 
     ck, out = tmp_path / "ck", tmp_path / "logits.npy"
     cfg = TrainConfig(optim=OptimConfig(epochs=2), run=RunConfig(progress=False, checkpoint=str(ck)))

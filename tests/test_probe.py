@@ -1,4 +1,4 @@
-"""The probe (``gnndist.probe``): rounds until two agree (a fake clock), and its cache: reused, re-probed with
+"""The probe (``gnndist.dist.probe``): rounds until two agree (a fake clock), and its cache: reused, re-probed with
 ``--reprobe`` or at another world size, bypassed by ``--network`` presets."""
 
 import itertools
@@ -8,12 +8,12 @@ import pytest
 import torch
 from gnndist.kernels import CSR
 
-from gnndist import probe as probe_mod
 from gnndist.config import DistConfig
 from gnndist.cost import Network
+from gnndist.dist import probe as probe_mod
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.probe import cache_key, probe, probed, read_cached, write_cached
 from gnndist.errors import UserError
-from gnndist.grid import ProcessGrid
-from gnndist.probe import cache_key, probe, probed, read_cached, write_cached
 from gnndist.strategies import Auto
 
 FAKE = Network("probe", 1e-5, 1e9, 1e-9, 1e-11, 2e-5, 1e-9, 1e-3)

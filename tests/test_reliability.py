@@ -19,9 +19,9 @@ from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
 from gnndist.cli import main
-from gnndist.grid import free_port
+from gnndist.dist.grid import free_port
 from gnndist.testing import QUICK_PARTITION
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 GNNDIST = [sys.executable, "-m", "gnndist.cli"]
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

@@ -11,7 +11,7 @@ from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.nn import build_model
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 MODELS = ["gcn", "sage", "gat", "gin"]
 EPOCHS = 2
@@ -151,7 +151,7 @@ def test_residual_recompute_gives_the_same_gradients(tmp_path):
     from gnndist.datasets import synthetic
     from gnndist.partition import partition
 
-    from gnndist.grid import ProcessGrid
+    from gnndist.dist.grid import ProcessGrid
 
     data = synthetic(60, avg_degree=4, num_classes=2, num_features=5, seed=1)
     partition(data, 1).save(tmp_path, dataset="toy")
@@ -169,7 +169,7 @@ def test_residual_recompute_gives_the_same_gradients(tmp_path):
 
 def test_the_trainer_builds_the_residual_model_of_the_config(part1):
     """``--arch residual`` reaches the model the trainer (and so ``gnndist train``) builds."""
-    from gnndist.grid import ProcessGrid
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.nn.residual_gnn import ResidualGNN
 
     cfg = TrainConfig()

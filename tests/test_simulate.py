@@ -10,7 +10,7 @@ from gnndist.partition import partition
 from gnndist.partition.book import csr_from_edge_index, halo_volumes
 
 from gnndist.cli import main
-from gnndist.simulate import RECORD_KEYS, grid_exchange, grid_loads, layouts, simulate_partition
+from gnndist.parts.simulate import RECORD_KEYS, grid_exchange, grid_loads, layouts, simulate_partition
 
 F, LAYERS = 16, 2
 

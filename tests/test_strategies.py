@@ -13,12 +13,13 @@ import pytest
 import torch
 from gnndist.partition import partition
 
-from gnndist.config import TrainConfig, get_strategy
+from gnndist.config import DistConfig, TrainConfig
+from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.grid import ProcessGrid
-from gnndist.simulate import grid_loads
+from gnndist.parts.simulate import grid_loads
+from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
-from gnndist.trainer import Trainer
+from gnndist.training.trainer import Trainer
 
 WIDTH = 5
 EPOCHS = 5
@@ -54,7 +55,7 @@ def _spmm_job(grid, partdir, cases):
     for name, c in cases:
         res = {}
         for overlap in (True, False):  # the overlapped and the one-shot forward
-            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c, overlap=overlap))
+            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c, overlap=overlap)))
             ids = graph.orig_id[: graph.n_owned]
             for mode in ("sum", "gcn", "mean"):
                 x = _features(ids, WIDTH, 0.37).requires_grad_()
@@ -151,13 +152,13 @@ def _train_job(grid, partdir, cases):
     out = {}
     for name, c in cases:
         for model, norm in MODELS:
-            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
+            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
             trainer = Trainer(graph, _cfg(model, norm))
             summary = trainer.fit().to_dict()
             losses = [row["loss"] for row in trainer.history]
             metrics = {k: summary[k] for k in ("train_acc", "val_acc", "test_acc")}
 
-            graph = DistGraph.load(partdir, grid, strategy=get_strategy(name, replication=c))
+            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
             trainer = Trainer(graph, _cfg(model, norm, dropout=0.0))
             trainer.model.train()
             logits = trainer.model(graph, graph.x)
@@ -212,34 +213,34 @@ def test_one_process_refuses_replication():
     arrays = next(p.part_arrays())
     meta = {"N": data.num_nodes, "classes": 4, "offsets": p.book.offsets.tolist(), "parts": 1}
     with pytest.raises(Exception, match="--replication 2 must divide"):
-        DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("1.5d", replication=2))
+        DistGraph(arrays, meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1.5d", replication=2)))
     with pytest.raises(Exception, match="square number of ranks"):
-        DistGraph(arrays, meta, ProcessGrid(), strategy=get_strategy("2d"))
-    g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy=get_strategy("1d"))
+        DistGraph(arrays, meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="2d")))
+    g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1d")))
     assert g.strategy.name == "1d"
 
 
-@pytest.mark.parametrize("nproc,argv,message", [
+@pytest.mark.parametrize("ranks,argv,message", [
     (2, ["--strategy", "2d"], "square number of ranks"),
     (2, ["--strategy", "1.5d"], "needs --replication"),
     (2, ["--strategy", "1.5d", "--replication", "3"], "must divide the number of ranks"),
     (2, ["--strategy", "1d", "--replication", "2"], "--replication is for"),
     (4, ["--strategy", "2d", "--replication", "4"], "drop --replication"),
 ], ids=["2d-non-square", "1.5d-no-c", "c-not-dividing", "c-with-1d", "2d-wrong-c"])
-def test_layout_that_does_not_fit_is_one_line(tmp_path, nproc, argv, message, capsys):
+def test_layout_that_does_not_fit_is_one_line(tmp_path, ranks, argv, message, capsys):
     """Checked before any rank starts (the layout is checked before the part count)."""
     from gnndist.cli import main
 
     d = tmp_path / "p2"
     partition(_data(), 2, progress=False).save(d, dataset="toy", progress=False)
-    assert main(["train", str(d), "--epochs", "1", "--no-progress", "--ranks", str(nproc), *argv]) == 2
+    assert main(["train", str(d), "--epochs", "1", "--no-progress", "--ranks", str(ranks), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
 
-@pytest.mark.parametrize("stored,nproc,layouts", [(True, 4, {"1d", "2d(2x2)"}), (False, 4, {"1d", "2d(2x2)"})],
+@pytest.mark.parametrize("stored,ranks,layouts", [(True, 4, {"1d", "2d(2x2)"}), (False, 4, {"1d", "2d(2x2)"})],
                          ids=["layouts-in-meta", "1d-only-partition"])
-def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, nproc, layouts, monkeypatch, capsys,
+def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, ranks, layouts, monkeypatch, capsys,
                                                   pooled_ranks):
     """``--strategy auto --json``: one strategy per layer, predicted bytes equal the measured ones.
 
@@ -250,15 +251,15 @@ def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, nproc, layou
 
     from gnndist.cli import main
 
-    d = tmp_path / f"p{nproc}"
-    partition(_data(), nproc, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
+    d = tmp_path / f"p{ranks}"
+    partition(_data(), ranks, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
     meta = json.loads((d / "META.json").read_text())
     assert set(meta["layouts"]) == {"1", "2"}  # 1d and the 2 x 2 grid
     if not stored:
         del meta["layouts"]
         (d / "META.json").write_text(json.dumps(meta))
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path))  # auto's timed decisions are kept there
-    assert main(["train", str(d), "--ranks", str(nproc), "--epochs", "2", "--strategy", "auto", "--network",
+    assert main(["train", str(d), "--ranks", str(ranks), "--epochs", "2", "--strategy", "auto", "--network",
                  "ethernet", "--json", "--no-progress"]) == 0
     out, err = capsys.readouterr()
     summary = json.loads(out.strip().splitlines()[-1])

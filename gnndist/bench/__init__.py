@@ -8,7 +8,7 @@ gnndist versions, git commit and the 1-minute load average) and ``DIR/<suite>_*.
 ``DIR/run.json`` records the command. Timings: ``--warmup`` epochs, then the median over
 the rest (>= 5), the device synchronised before every clock reading. Suites:
 :mod:`gnndist.bench.suites`; figures: :mod:`gnndist.bench.plots`; the results page:
-:mod:`gnndist.bench.report`. On a cluster, ``--launcher`` runs every training job through
+:mod:`gnndist.bench.page`. On a cluster, ``--launcher`` runs every training job through
 ``torchrun``/``srun`` (see ``docs/benchmarks.md``).
 """
 
@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from gnndist.bench.report import render, update_readme
+    from gnndist.bench.page import render, update_readme
 
     if not args.results or not Path(args.results).is_dir():
         raise UserError(f"gnndist bench report needs a results folder, got {args.results!r}")

@@ -150,8 +150,8 @@ def _parse(v: str):
 
 
 # ---------------------------------------------------------------------- training runs
-def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict:
-    """``gnndist train PARTDIR`` on ``nproc`` ranks (``--ranks``, or ``s.launcher``): summary + per-epoch log.
+def train(partdir: Path, ranks: int, s: Settings, flags: list[str] = ()) -> dict:
+    """``gnndist train PARTDIR`` on ``ranks`` ranks (``--ranks``, or ``s.launcher``): summary + per-epoch log.
 
     Returns the ``--json`` summary with ``epochs_log`` (the per-epoch rows of ``--log-file``).
     """
@@ -163,14 +163,14 @@ def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict
         args = ["train", str(partdir), "--epochs", str(s.epochs), "--model", s.model, "--hidden", str(s.hidden),
                 "--layers", str(s.layers), "--json", "--no-progress", "--profile", "--log-file", str(log), *flags]
         if s.launcher:
-            per_node = min(s.per_node or nproc, nproc)
-            nnodes = -(-nproc // per_node)
+            per_node = min(s.per_node or ranks, ranks)
+            nnodes = -(-ranks // per_node)
             argfile = log.with_suffix(".args.json")  # the launcher's parser never sees gnndist's flags
             argfile.write_text(json.dumps(args))
-            cmd = shlex.split(s.launcher.format(nproc=nproc, nnodes=nnodes, per_node=per_node))
+            cmd = shlex.split(s.launcher.format(nproc=ranks, nnodes=nnodes, per_node=per_node))
             cmd += ["-m", "gnndist.bench.rank", str(argfile)]
         else:
-            cmd = [sys.executable, "-m", "gnndist.cli", *args, "--ranks", str(nproc)]
+            cmd = [sys.executable, "-m", "gnndist.cli", *args, "--ranks", str(ranks)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -186,7 +186,7 @@ def train(partdir: Path, nproc: int, s: Settings, flags: list[str] = ()) -> dict
 def timing_columns(summary: dict, warmup: int) -> dict:
     """Median epoch time after ``warmup`` epochs, and the breakdown of the median epoch (rank 0).
 
-    The parts of one epoch are exclusive (:mod:`gnndist.timing`), so they add up to its time
+    The parts of one epoch are exclusive (:mod:`gnndist.dist.timing`), so they add up to its time
     up to the untimed statements between them.
     """
     epochs = summary["epochs_log"][warmup:] or summary["epochs_log"]

@@ -49,14 +49,14 @@ def synchronize(device: torch.device) -> None:
 
 def gnndist_trainer(partdir, hidden: int, layers: int, device: torch.device, normalize: bool = True,
                     kernel: str = "auto"):
-    """A :class:`~gnndist.trainer.Trainer` of a GCN on the 1-part partition in ``partdir``, on ``device``,
+    """A :class:`~gnndist.training.trainer.Trainer` of a GCN on the 1-part partition in ``partdir``, on ``device``,
     with the ``kernel`` path (``auto``: the dispatcher's) (its ``train_step`` is what the peer comparison times)."""
     from gnndist.config import ModelConfig, RunConfig, TrainConfig
+    from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.grid import ProcessGrid
     from gnndist.kernels import KernelSettings
     from gnndist.partition import load as load_part
-    from gnndist.trainer import Trainer
+    from gnndist.training.trainer import Trainer
 
     arrays, meta = load_part(partdir, 0)
     g = DistGraph(arrays, meta, ProcessGrid(device=device), normalize_features=normalize,

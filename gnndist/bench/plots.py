@@ -86,7 +86,7 @@ def breakdown(rows: list[dict]):
 
 
 def bytes_per_rank(rows: list[dict]):
-    """SpMM bytes sent per rank per epoch vs P (mean over ranks), measured and as gnndist.simulate predicts."""
+    """SpMM bytes sent per rank per epoch vs P (mean over ranks), measured and as gnndist.parts.simulate predicts."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     by = defaultdict(list)

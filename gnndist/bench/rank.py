@@ -7,8 +7,8 @@ option parser (``torchrun``'s abbreviations would take ``--log``) never sees gnn
 import json
 import sys
 
-from gnndist.cli import exit_rank, main
-from gnndist.launcher import under_torchrun
+from gnndist.cli import main
+from gnndist.launcher import exit_rank, under_torchrun
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:

@@ -1,8 +1,8 @@
 """The suites of ``gnndist bench``: each returns its rows (one per measurement) for the CSV.
 
     strong     fixed graph, P in --parts, every layout that fits P: median epoch time, its split into
-               aggregation / dense / comm / other (synchronised exclusive timers, gnndist.timing),
-               SpMM bytes per rank (measured, and gnndist.simulate's prediction), peak memory per rank
+               aggregation / dense / comm / other (synchronised exclusive timers, gnndist.dist.timing),
+               SpMM bytes per rank (measured, and gnndist.parts.simulate's prediction), peak memory per rank
     weak       synthetic graphs of --nodes-per-rank x P nodes (fixed nodes and edges per rank), 1d
     partition  METIS (vol, cut, one balance constraint each) vs random across part counts: time to
                partition, volume, cut, max send / mean, imbalance; epoch time and peak memory per
@@ -56,10 +56,10 @@ def _graph_columns(data) -> dict:
 
 
 def used_layouts(p, summary: dict) -> dict[str, tuple]:
-    """Per layer (tag, in order): ``(layout, info)``, the :func:`gnndist.simulate.layouts` entry of the layout
+    """Per layer (tag, in order): ``(layout, info)``, the :func:`gnndist.parts.simulate.layouts` entry of the layout
     the run used for it (per layer under ``auto``) at the layer's width, on the same partition ``p``, and
     the run's report of that layer (``summary["strategies"][tag]``)."""
-    from gnndist.simulate import layouts
+    from gnndist.parts.simulate import layouts
 
     cache: dict[int, list] = {}
     out = {}
@@ -75,13 +75,13 @@ def used_layouts(p, summary: dict) -> dict[str, tuple]:
 
 
 def predicted_bytes(p, summary: dict) -> tuple[float, float]:
-    """Mean and max over ranks of the SpMM bytes sent per epoch that :func:`gnndist.simulate.layouts` predicts.
+    """Mean and max over ranks of the SpMM bytes sent per epoch that :func:`gnndist.parts.simulate.layouts` predicts.
 
     One forward + backward SpMM per layer, at the layer's width and with the layout the run used
     (per layer under ``auto``), on the same partition ``p``; the forward alone for a layer whose
     SpMM had no backward (a first GCN layer that aggregates the features before its linear map).
     """
-    from gnndist.simulate import ELEM
+    from gnndist.parts.simulate import ELEM
 
     sent = np.zeros(p.book.parts)
     for lay, info in used_layouts(p, summary).values():
@@ -96,7 +96,7 @@ def run_network(summary: dict, P: int, device: str):
     """The cost model's constants of a run: those ``auto`` reported, else this machine's probe at ``P`` ranks
     (the cache every run of this bench shares, ``$GNNDIST_DATA/probe.json``); ``None`` when neither exists."""
     from gnndist.cost import Network
-    from gnndist.probe import cache_key, default_cache, read_cached
+    from gnndist.dist.probe import cache_key, default_cache, read_cached
 
     for info in summary["strategies"].values():
         if info.get("network"):
@@ -119,7 +119,7 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
         return blank
     widths = list(model_widths_of(data, hidden, layers))
     if data.y.dim() == 1 and widths[-1] == 2:
-        widths[-1] = 1  # a binary task: one logit (gnndist.trainer.output_width)
+        widths[-1] = 1  # a binary task: one logit (gnndist.training.trainer.output_width)
     density = float((data.x != 0).sum().item()) / max(data.x.numel(), 1)
     used = used_layouts(p, summary)
     t = cost.run_time(model, tuple(widths), [lay.loads for lay, _ in used.values()], net, density)
@@ -338,9 +338,9 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
 
     from gnndist import cost
     from gnndist.cost import RankLoad
+    from gnndist.dist.probe import read_cached
     from gnndist.partition import read_meta
     from gnndist.partition.balance import model_widths
-    from gnndist.probe import read_cached
 
     out = []
     for r in rows:

@@ -26,8 +26,9 @@ import zlib
 import torch
 from torch import Tensor, nn
 
-from gnndist.dropout import dropout_mask
 from gnndist.kernels import CSR, sddmm, segment_max, segment_softmax, spmm
+from gnndist.kernels.csr import degree_divisor
+from gnndist.kernels.dropout.reference import dropout_mask
 
 AGGREGATIONS = ("sum", "mean", "max", "softmax")
 _RESERVED = ("index", "edge_weight", "size_i")
@@ -144,7 +145,7 @@ def _aggregate_edges(msg: Tensor, edges: LocalEdges, aggr: str, t: Tensor | floa
         return msg.new_zeros((n_owned,) + tuple(msg.shape[1:])).scatter_reduce(0, idx, msg, "amax", include_self=False)
     out = _scatter_sum(msg, index, n_owned)  # [n_owned, *]
     if aggr == "mean":
-        out = out / _expand(edges.count().clamp(min=1).to(out.dtype), out)
+        out = out / _expand(degree_divisor(edges.count(), out.dtype), out)
     return out
 
 

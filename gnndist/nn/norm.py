@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from gnndist.comm import AllReduceSum
+from gnndist.dist.comm import AllReduceSum
 
 
 class DistBatchNorm(nn.Module):

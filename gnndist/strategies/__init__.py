@@ -12,6 +12,7 @@ strategy is exact against one process.
 
 from __future__ import annotations
 
+from gnndist.errors import UserError
 from gnndist.strategies.auto import Auto
 from gnndist.strategies.base import Block, BlockStrategy, Strategy, Structure
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
@@ -21,7 +22,10 @@ STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Halo1D, Grid15D, Gr
 
 
 def strategy_from_config(dist) -> Strategy:
-    """The (unbuilt) strategy of ``--strategy`` with the options of ``dist`` it uses."""
+    """The (unbuilt) strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`,
+    validated as the flags are) it uses: the one way a strategy is made from its name."""
+    if dist.strategy not in STRATEGIES:
+        raise UserError(f"unknown --strategy {dist.strategy!r}; available: {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[dist.strategy].from_config(dist)
 
 

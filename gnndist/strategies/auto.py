@@ -15,16 +15,18 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter
 from gnndist.cost import Network, RankLoad, layout_time, network
+from gnndist.dist.comm import ByteCounter
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.partition.layouts import replications
-from gnndist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
 from gnndist.strategies.base import BlockStrategy, Strategy
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
@@ -39,7 +41,7 @@ TIMING_BAND = 0.38
 
 def candidates(world: int, overlap: bool = True) -> list[BlockStrategy]:
     """``1d``, ``1.5d`` / ``2d`` for every replication of :func:`gnndist.partition.replications`."""
-    return [Halo1D(overlap) if c == 1 else Grid2D(overlap) if c * c == world else Grid15D(c, overlap)
+    return [Halo1D(overlap) if c == 1 else Grid2D(overlap, c) if c * c == world else Grid15D(c, overlap)
             for c in replications(world)]
 
 
@@ -57,6 +59,60 @@ def settle(modelled: list[float], error: float, measure: Callable[[int], float])
     return min(near, key=lambda k: (measured[k], modelled[k], k)), measured
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A layer's layout: the index kept, every candidate's modelled seconds, the seconds measured (by index), and
+    whether the measured ones come from an earlier run's decision (``remembered``)."""
+
+    best: int
+    modelled: list[float]
+    measured: dict[int, float]
+    remembered: bool = False
+
+
+def decide(loads: list[list[RankLoad]], names: list[str], width: int, backward: bool, net: Network, elem: int,
+           error: float, kept: dict | None, measure: Callable[[int], float]) -> Decision:
+    """The layout of one layer, from every rank's counts of each candidate (``loads``), the layer's ``width`` and
+    whether its SpMM runs backward: pure, given ``measure(k)`` (the timing of candidate ``k``, asked only for the
+    candidates :func:`settle` cannot tell apart) and ``kept`` (an earlier run's decision, ``{"keep", "measured"}``
+    by name; one naming no candidate is ignored)."""
+    modelled = [layout_time(ld, width, net, elem) * (1.0 if backward else 0.5) for ld in loads]
+    if kept is not None and kept["keep"] in names:
+        measured = {names.index(n): t for n, t in kept["measured"].items() if n in names}
+        return Decision(names.index(kept["keep"]), modelled, measured, remembered=True)
+    best, measured = settle(modelled, error, measure)
+    return Decision(best, modelled, measured)
+
+
+def decision_report(decision: Decision, names: list[str], loads: list[list[RankLoad]], width: int, elem: int,
+                    strategy: BlockStrategy, net: Network) -> dict:
+    """What :meth:`Auto.choices` says of one layer: the layout kept and every candidate's modelled time, largest
+    bytes per rank and measured time (where it was timed)."""
+    per = {}
+    for name, ld, t in zip(names, loads, decision.modelled):
+        b = [x.bytes(width, elem) for x in ld]
+        per[name] = {"model_time_s": t, "max_bytes_per_rank": max(max(v["fwd_sent"] + v["bwd_sent"],
+                     v["fwd_received"] + v["bwd_received"]) for v in b)}
+    for k, t in decision.measured.items():
+        per[names[k]]["measured_time_s"] = t
+    return {"strategy": strategy.name, "replication": strategy.replication, "width": width, "candidates": per,
+            "network": net.as_dict()}
+
+
+def decision_line(tag: str, width: int, chosen: str, report: dict, decision: Decision, names: list[str],
+                  error: float) -> str:
+    """The line rank 0 logs for a layer's decision: every candidate's bytes and modelled time, and the timed ones."""
+    per = report["candidates"]
+    alts = ", ".join(f"{k} {v['max_bytes_per_rank']:,} B/rank {v['model_time_s'] * 1e3:.3f} ms" for k, v in per.items())
+    timed = ""
+    if decision.measured:  # said once, on the layer's line
+        how = "as timed in an earlier run" if decision.remembered else f"the median of {TIMED_CALLS} SpMMs each"
+        timed = (f"; {' and '.join(names[k] for k in decision.measured)} within the timing band "
+                 f"({100 * error:.0f} %), {how}: "
+                 + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in decision.measured.items()))
+    return f"auto: {tag} (F={width}) -> {chosen}  [{alts}; network {report['network']['name']}{timed}]"
+
+
 class Auto(Strategy):
     """Gives each layer (``tag``) the candidate layout with the least modelled time for its width.
 
@@ -68,7 +124,7 @@ class Auto(Strategy):
 
     Args:
         network: machine constants (:mod:`gnndist.cost`); ``None`` measures them
-            (:func:`~gnndist.probe.probed`: reused from ``cache`` when it holds this machine's).
+            (:func:`~gnndist.dist.probe.probed`: reused from ``cache`` when it holds this machine's).
         overrides: ``alpha`` / ``beta`` values that replace the probe's (``--alpha``, ``--beta``).
         overlap: passed to every candidate.
         cache: the probe's file (``--probe-cache``); ``None``: measure, keep nothing.
@@ -89,7 +145,11 @@ class Auto(Strategy):
         self.options: list[BlockStrategy] = []
         self.loads: list[list[RankLoad]] = []
         self.chosen: dict[str, BlockStrategy] = {}
-        self.report: dict[str, dict] = {}
+        self.decisions: dict[str, dict] = {}  # per layer, what choices() says (decision_report)
+        # set by build: what a candidate's own build takes, the grid, and the bytes per element sent
+        self._args: tuple | None = None
+        self.grid: ProcessGrid | None = None
+        self.elem = 4
 
     @classmethod
     def from_config(cls, dist) -> Auto:
@@ -99,7 +159,6 @@ class Auto(Strategy):
 
     def build(self, part, grid, counter, kernel=None, wire: torch.dtype | None = None) -> None:
         self._args = (part, grid, counter, kernel, wire)
-        self.is_main = grid.is_main
         self.elem = wire.itemsize if wire is not None else 4  # bytes per element sent
         self.options = candidates(grid.world_size, self.overlap)
         shapes = [str(s.grid_shape(grid.world_size)) for s in self.options]  # each candidate's replication
@@ -128,9 +187,7 @@ class Auto(Strategy):
         """Seconds of one SpMM of candidate ``k`` at ``width`` (forward, and backward when the layer's has one):
         the median over :data:`TIMED_CALLS` calls after an untimed one of the slowest rank's time (collective);
         its bytes go to a scratch counter."""
-        s, grid = self.options[k], self.grid
-        if not s.built:
-            s.build(*self._args)  # collective: every rank measures the same candidates
+        s, grid = self._built(k), self.grid
         own, s.counter = s.counter, ByteCounter()
         try:
             x = torch.ones(s.block.n_owned, width, device=grid.device, requires_grad=backward)
@@ -149,45 +206,34 @@ class Auto(Strategy):
         t = torch.tensor(seconds[1:], dtype=torch.float64, device=grid.device)
         return float(grid.all_reduce_(t, op="max").median().item())
 
+    def _kept(self, key: str | None) -> dict | None:
+        """An earlier run's decision under ``key``, read by rank 0 and given to every rank (collective)."""
+        kept = read_decision(self.cache, key) if key and not self.reprobe and self.grid.is_main else None
+        return self.grid.all_gather_object(kept)[0]  # rank 0's file decides for every rank
+
+    def _built(self, k: int) -> BlockStrategy:
+        """Candidate ``k``, built on first use (collective: every rank asks for the same candidates)."""
+        if not self.options[k].built:
+            self.options[k].build(*self._args)
+        return self.options[k]
+
     def choose(self, tag: str, width: int, backward: bool = True) -> BlockStrategy:
-        """The layout of layer ``tag`` (decided on its first call, from its width and whether its SpMM runs backward)."""
+        """The layout of layer ``tag`` (decided on its first call, from its width and whether its SpMM runs backward):
+        :func:`decide`, with the collective timing of :meth:`_measure` and an earlier run's decision; then the
+        report (:meth:`choices`) and rank 0's line."""
         if tag not in self.chosen:
-            times = [layout_time(ld, width, self.network, self.elem) * (1.0 if backward else 0.5) for ld in self.loads]
-            key = self._decision_key(width, backward) if self.cache is not None else None
-            kept = read_decision(self.cache, key) if key and not self.reprobe and self.grid.is_main else None
-            kept = self.grid.all_gather_object(kept)[0]  # rank 0's file decides for every rank
             names = [s.describe() for s in self.options]
-            kept = kept if kept is not None and kept["keep"] in names else None
-            if kept is not None:
-                best, measured = names.index(kept["keep"]), {names.index(n): t for n, t in kept["measured"].items()
-                                                              if n in names}
-            else:
-                best, measured = settle(times, self.error, lambda k: self._measure(k, width, backward))
-                if measured and key and self.grid.is_main:
-                    write_decision(self.cache, key, names[best], {names[k]: t for k, t in measured.items()})
-            if not self.options[best].built:
-                self.options[best].build(*self._args)  # collective: every rank chose the same
-            self.chosen[tag] = self.options[best]
-            per = {}
-            for s, ld, t in zip(self.options, self.loads, times):
-                b = [x.bytes(width, self.elem) for x in ld]
-                per[s.describe()] = {"model_time_s": t, "max_bytes_per_rank": max(max(v["fwd_sent"] + v["bwd_sent"],
-                                     v["fwd_received"] + v["bwd_received"]) for v in b)}
-            for k, t in measured.items():
-                per[names[k]]["measured_time_s"] = t
-            self.report[tag] = {"strategy": self.options[best].name, "replication": self.options[best].replication,
-                                "width": width, "candidates": per, "network": self.network.as_dict()}
-            if self.is_main:
-                alts = ", ".join(f"{k} {v['max_bytes_per_rank']:,} B/rank {v['model_time_s'] * 1e3:.3f} ms"
-                                 for k, v in per.items())
-                timed = ""
-                if measured:  # said once, on the layer's line
-                    how = "as timed in an earlier run" if kept is not None else f"the median of {TIMED_CALLS} SpMMs each"
-                    timed = (f"; {' and '.join(names[k] for k in measured)} within the timing band "
-                             f"({100 * self.error:.0f} %), {how}: "
-                             + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in measured.items()))
-                log.info("auto: %s (F=%d) -> %s  [%s; network %s%s]", tag, width, self.options[best].describe(),
-                         alts, self.network.name, timed)
+            key = self._decision_key(width, backward) if self.cache is not None else None
+            d = decide(self.loads, names, width, backward, self.network, self.elem, self.error, self._kept(key),
+                       lambda k: self._measure(k, width, backward))
+            if d.measured and not d.remembered and key and self.grid.is_main:
+                write_decision(self.cache, key, names[d.best], {names[k]: t for k, t in d.measured.items()})
+            self.chosen[tag] = self._built(d.best)  # every rank chose the same
+            self.decisions[tag] = decision_report(d, names, self.loads, width, self.elem, self.chosen[tag],
+                                                  self.network)
+            if self.grid.is_main:
+                log.info(decision_line(tag, width, self.chosen[tag].describe(), self.decisions[tag], d, names,
+                                       self.error))
         return self.chosen[tag]
 
     def after_first_step(self) -> None:
@@ -205,4 +251,4 @@ class Auto(Strategy):
         return self.chosen[tag]
 
     def choices(self) -> dict[str, dict]:
-        return self.report
+        return self.decisions

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.cost import RankLoad
+from gnndist.dist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
 from gnndist.kernels import CSR, KernelSettings, spmm
 from gnndist.kernels.csr import index_dtype
 from gnndist.partition.format import drop_pages
@@ -28,7 +28,7 @@ from gnndist.partition.format import drop_pages
 INDEX_CHUNK = 1 << 20  # entries read at once from a part's (memory-mapped) columns
 
 if TYPE_CHECKING:
-    from gnndist.grid import ProcessGrid
+    from gnndist.dist.grid import ProcessGrid
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class Strategy:
     """Computes ``out[i] = sum_j A_ij x[j]`` for every owned row ``i``, with whatever communication it needs.
 
     Lifecycle: made from the config (:meth:`from_config`, or by name through
-    :func:`gnndist.config.get_strategy`), then :meth:`build` on every rank at once (it
+    :func:`gnndist.strategies.strategy_from_config`), then :meth:`build` on every rank at once (it
     may communicate), then :meth:`spmm` per layer. Forward and backward go through
     autograd: the exchanges are autograd functions, so no layer needs a distributed
     backward of its own. Every method a caller uses is declared here.
@@ -278,6 +278,11 @@ class Strategy:
     def layout_for(self, tag: str) -> BlockStrategy:
         """The layout that aggregates layer ``tag`` (``auto``: its choice for that layer; others: themselves)."""
         raise NotImplementedError
+
+    def halo_layout(self) -> BlockStrategy | None:
+        """This strategy itself where it is the partition's 1D layout, whose halo exchange per-edge layers use
+        (``1d``); ``None`` where those layers need that layout built beside it (every other strategy)."""
+        return None
 
     def after_first_step(self) -> None:
         """Called once every layer has run one step (``auto`` frees the layouts no layer chose)."""

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.comm import ExchangePlan
+from gnndist.dist.comm import ExchangePlan
 from gnndist.errors import UserError
 from gnndist.strategies.base import Block, BlockStrategy
 
@@ -147,24 +147,30 @@ class Grid2D(BlockStrategy):
 
     Args:
         overlap: overlap the expand with the interior product (default ``True``).
+        replication: the side ``s``, where it is known before the world is (``auto``'s candidates); ``None``
+            (``--strategy 2d``): the world decides it when the layout is built.
     """
 
     name = "2d"
+
+    def __init__(self, overlap: bool = True, replication: int | None = None):
+        super().__init__(overlap)
+        self.replication = replication
 
     @classmethod
     def from_config(cls, dist) -> Grid2D:
         return cls(dist.overlap)
 
     def grid_shape(self, world: int) -> int:
-        """The side ``s = sqrt(world)`` of the square grid, which is this layout's replication (recorded)."""
+        """The side ``s = sqrt(world)`` of the square grid, which is this layout's replication."""
         s = math.isqrt(world)
         if s * s != world or world < 4:
             raise UserError(f"--strategy 2d needs a square number of ranks >= 4, got {world}")
-        self.replication = s  # the world decides it: the same value whoever asks
         return s
 
     def make_block(self, part, grid) -> Block:
-        return grid_block(part, grid, self.grid_shape(grid.world_size))
+        self.replication = self.grid_shape(grid.world_size)  # the world decides it, once the layout is built
+        return grid_block(part, grid, self.replication)
 
     def describe(self) -> str:
         return f"2d({self.replication}x{self.replication})" if self.replication else "2d"

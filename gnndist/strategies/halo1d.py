@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gnndist.comm import ExchangePlan
+from gnndist.dist.comm import ExchangePlan
 from gnndist.kernels import CSR
 from gnndist.strategies.base import Block, BlockStrategy
 
@@ -25,6 +25,9 @@ class Halo1D(BlockStrategy):
     @classmethod
     def from_config(cls, dist) -> Halo1D:
         return cls(dist.overlap)
+
+    def halo_layout(self) -> Halo1D:
+        return self
 
     def make_block(self, part, grid) -> Block:
         expand = ExchangePlan(part.send_idx, part.send_counts, part.recv_counts, grid)

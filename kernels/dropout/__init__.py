@@ -1,1 +1,1 @@
-"""Fused hash dropout (Triton): the mask of ``gnndist.dropout`` computed in the kernel, never stored."""
+"""Partition-invariant hash dropout: reference.py (the hash masks, plain PyTorch), triton.py (one fused pass)."""

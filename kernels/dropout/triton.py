@@ -1,6 +1,6 @@
 """Hash dropout in one pass: hash (node key, column) -> keep bit -> ``x * scale`` or 0.
 
-The bits are those of :func:`gnndist.dropout.cell_bits` (the 32-bit "lowbias32"
+The bits are those of :func:`gnndist.kernels.dropout.reference.cell_bits` (the 32-bit "lowbias32"
 finaliser in wrapping uint32 arithmetic), so a rank on a GPU draws exactly the mask a
 rank on a CPU draws. The torch path evaluates the hash as ~15 elementwise kernels over
 an ``[n, F]`` int32 tensor and keeps a bool mask for the backward; this kernel reads
@@ -77,3 +77,12 @@ class HashDropout(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (keys,) = ctx.saved_tensors
         return dropout_launch(grad, keys, ctx.p), None, None
+
+
+def dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
+    """The reference's dropout in one pass, the mask recomputed in the backward (nothing stored but the keys).
+
+    Shapes:
+        x ``[n, F]``, keys ``[n]`` int32 -> ``[n, F]``
+    """
+    return HashDropout.apply(x, keys, p)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from gnndist.errors import UserError
 
 WHATS = ("probs", "logits", "class", "embedding")
+LAYOUTS = ("1d", "2d")  # --strategy of predict: the layouts that take no option but the rank count
 SUFFIXES = (".npy", ".pt", ".csv")
 
 
@@ -136,13 +137,14 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     Rank 0 shows the stages (``req.progress``): reading the checkpoint and the part, each layer of the
     forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
     """
-    from gnndist.checkpoint import load_model_file
-    from gnndist.config import TrainConfig, get_strategy
+    from gnndist.config import DistConfig, TrainConfig
+    from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
     from gnndist.launcher import together
     from gnndist.partition.progress import Stages
-    from gnndist.timing import peak_memory_bytes
-    from gnndist.trainer import metric_of, split_metrics
+    from gnndist.strategies import strategy_from_config
+    from gnndist.training.checkpoint import load_model_file
+    from gnndist.training.trainer import metric_of, split_metrics
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")
@@ -153,7 +155,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         cfg = TrainConfig.from_dict(config)
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
-        graph = DistGraph(arrays, meta, grid, strategy=get_strategy(req.strategy), kernel=cfg.kernel.choice,
+        graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)), kernel=cfg.kernel.choice,
                           normalize_features=cfg.model.normalize_features)
         model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
         if req.layer is not None:
@@ -180,8 +182,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
 
 
 def _model(cfg, graph, state: dict, path: Path) -> nn.Module:
-    from gnndist.checkpoint import check_same_model
-    from gnndist.trainer import model_of
+    from gnndist.training.checkpoint import check_same_model
+    from gnndist.training.trainer import model_of
 
     model = model_of(cfg.model, graph)
     check_same_model(path, {"model": state, "config": cfg.to_dict()}, model)  # one line: another model or width

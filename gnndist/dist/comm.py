@@ -5,7 +5,7 @@ rank owns to the ranks whose nonzeros need them, and its backward sends the grad
 home, summed into the owners' rows; the *fold* sends partial output rows to their owners,
 summed there, and its backward gathers the owners' gradients.
 Communication code does not time itself: it reports bytes to the injected counter, and
-the time it waits to the counter's optional timer (:mod:`gnndist.timing`, phase ``comm``).
+the time it waits to the counter's optional timer (:mod:`gnndist.dist.timing`, phase ``comm``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from gnndist.grid import Axis, ProcessGrid
-from gnndist.timing import PhaseTimer, phase
+from gnndist.dist.grid import Axis, ProcessGrid
+from gnndist.dist.timing import PhaseTimer, phase
 
 
 @dataclass

@@ -88,8 +88,8 @@ def _basic_state(model: str, state: dict, norm: str) -> dict:
 
 def pyg_file(state: dict, config: dict, path: Path) -> dict:
     """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
-    from gnndist.checkpoint import check_same_model
     from gnndist.nn.models import EDGE_MODELS, build_model
+    from gnndist.training.checkpoint import check_same_model
 
     m = config["model"]
     name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
@@ -125,7 +125,7 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
 
 def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False) -> dict:
     """Write the model of ``checkpoint`` to ``out`` (atomically); returns what was written, for the report."""
-    from gnndist.checkpoint import atomic_save, load_model_file
+    from gnndist.training.checkpoint import atomic_save, load_model_file
 
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -1,9 +1,10 @@
 """The process grid: world, rank, device and every process group. Nothing else creates groups.
 
-``init()`` reads the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), which ``gnndist train --ranks N``
-also sets for the ranks it spawns. A single process with no such environment gets a
-solo grid whose collectives are no-ops.
+:func:`join_group` forms the grid of a :class:`Place`: where the process stands in its job, which
+:func:`gnndist.launcher.place` reads from the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; ``gnndist train --ranks N``
+sets them for the ranks it spawns) and passes down. A single process (``Place()``) gets a solo grid
+whose collectives are no-ops.
 
 Every collective of the package goes through :class:`ProcessGrid`, which checks that its
 tensors are on ``grid.device`` (what NCCL requires; a CPU run catches the mistake too) and,
@@ -23,7 +24,25 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnndist.errors import CollectiveDesync, PeerFailed, UserError
+from gnndist.errors import CollectiveDesync, PeerFailed, UserError, first_line
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where this process stands in its job, as its launcher (torchrun, ``--ranks``, or none) set it.
+
+    Read from the environment in one place, :func:`gnndist.launcher.place`, and passed to :func:`join_group`.
+    """
+
+    rank: int = 0  # RANK
+    world: int = 1  # WORLD_SIZE
+    local_rank: int = 0  # LOCAL_RANK
+    local_world: int = 1  # LOCAL_WORLD_SIZE
+    master_addr: str | None = None  # MASTER_ADDR
+    master_port: str | None = None  # MASTER_PORT
+    agent_store: bool = False  # TORCHELASTIC_USE_AGENT_STORE: the elastic agent's store is the rendezvous
+    restart: int = 0  # TORCHELASTIC_RESTART_COUNT
+    launched: bool = False  # RANK and WORLD_SIZE were set: one rank of torchrun or of --ranks
 
 
 @dataclass
@@ -79,18 +98,13 @@ class ProcessGrid:
         return f"gloo on {self.device}"
 
     # ------------------------------------------------------------------ groups
-    def check_replication(self, c: int) -> None:
-        """Raise a one-line error unless ``c`` divides the world size."""
-        if c < 1 or self.world_size % c:
-            raise UserError(f"--replication {c} must divide the number of ranks ({self.world_size})")
-
     def axes(self, c: int) -> dict[str, Axis]:
         """The ``row`` (size ``c``) and ``col`` (size ``P / c``) axes of this rank for replication ``c``.
 
-        Groups are created on first use, by every rank in the same order (all of one kind
-        of axis, then the other), as ``torch.distributed.new_group`` requires.
+        ``c`` divides the world size: the layout that asks has checked it (``Strategy.grid_shape``, the
+        one check, whose error names the flag). Groups are created on first use, by every rank in the
+        same order (all of one kind of axis, then the other), as ``torch.distributed.new_group`` requires.
         """
-        self.check_replication(c)
         if c not in self._axes:
             self._check("new_group", f"row/col c={c}")
             P, q = self.world_size, self.world_size // c
@@ -298,7 +312,7 @@ class CollectiveCheck:
         except (RuntimeError, dist.DistError) as e:
             if op == self.END:
                 raise
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            text = first_line(e)
             raise PeerFailed(f"rank {dist.get_rank()}: {what} from {_caller()} failed: a peer rank died or did not "
                              f"answer within --timeout {self.timeout:g}s (--check-collectives: {text})") from None
         if all(bool((t == every[0]).all()) for t in every):
@@ -409,24 +423,19 @@ def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
     return backend, torch.device("cuda", local_rank % gpus), backend == "gloo"
 
 
-def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
-         check_collectives: bool = False) -> ProcessGrid:
-    """Build the :class:`ProcessGrid` from the environment (torchrun or ``--ranks``).
+def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, device: str = "auto",
+               check_collectives: bool = False) -> ProcessGrid:
+    """Build the :class:`ProcessGrid` of ``place`` (``gnndist.init()`` is this with the environment's place).
 
     Args:
+        place: where this process stands (:func:`gnndist.launcher.place`); ``Place()``: one rank alone.
         backend: ``"auto"`` (NCCL when every local rank has a GPU of its own, gloo otherwise),
             ``"gloo"`` or ``"nccl"``; see :func:`choose_backend`.
         timeout: seconds a rank waits for missing peers or a collective before failing.
         device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
-        check_collectives: compare every collective across ranks before it runs
-            (:class:`CollectiveCheck`); also on when ``GNNDIST_CHECK_COLLECTIVES=1``.
+        check_collectives: compare every collective across ranks before it runs (:class:`CollectiveCheck`).
     """
-    env = os.environ
-    check_collectives = check_collectives or env.get("GNNDIST_CHECK_COLLECTIVES", "0") not in ("", "0")
-    world = int(env.get("WORLD_SIZE", "1"))
-    rank = int(env.get("RANK", "0"))
-    local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+    world, rank, local_rank, local_world = place.world, place.rank, place.local_rank, place.local_world
     split_threads(local_world)
     pin_mmap_threshold()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -437,17 +446,17 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
     grid = ProcessGrid(rank, world, local_rank, local_world, dev, backend if distributed else "none", timeout,
                        staged and distributed)
     if distributed and not dist.is_initialized():
-        for var in ("MASTER_ADDR", "MASTER_PORT"):
-            if var not in env:
+        for var, value in (("MASTER_ADDR", place.master_addr), ("MASTER_PORT", place.master_port)):
+            if value is None:
                 raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --ranks")
         try:
             store = None
-            if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            if place.agent_store:
                 # the elastic agent's store outlives a restart with the last attempt's addresses in it
                 # (pytorch#167288): give every attempt keys of its own
-                base = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, is_master=False,
+                base = dist.TCPStore(place.master_addr, int(place.master_port), world, is_master=False,
                                      timeout=timedelta(seconds=timeout))
-                store = dist.PrefixStore(f"gnndist/attempt{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+                store = dist.PrefixStore(f"gnndist/attempt{place.restart}", base)
             extra = {"device_id": dev} if backend == "nccl" else {}
             dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout), **extra)
@@ -457,6 +466,6 @@ def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
-                f"(a peer never joined?): {str(e).splitlines()[0]}"
+                f"(a peer never joined?): {first_line(e)}"
             ) from None
     return grid

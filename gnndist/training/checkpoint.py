@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from gnndist.errors import PeerFailed, UserError
-from gnndist.grid import ProcessGrid
-from gnndist.report import Best
+from gnndist.dist.grid import ProcessGrid
+from gnndist.errors import PeerFailed, UserError, first_line
+from gnndist.training.summary import Best
 
 log = logging.getLogger("gnndist")
 CHECKPOINT_FORMAT = 2  # 2: "best" holds the run's metric as val/train/test (1: *_acc keys)
@@ -115,7 +115,7 @@ class Checkpoints:
                 break
             except Exception as e:  # truncated, bit-flipped or foreign: try the one before
                 state = None
-                skipped.append(f"{path} ({(str(e).strip() or type(e).__name__).splitlines()[0].split('. ')[0]})")
+                skipped.append(f"{path} ({first_line(e).split('. ')[0]})")
         if state is None:
             raise UserError(f"no readable checkpoint in {self.dir}: all {len(found)} are corrupt, e.g. {skipped[0]}")
         for line in skipped if self.grid.is_main else ():
@@ -142,8 +142,7 @@ def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> tup
     try:
         state = torch.load(p, map_location=device, weights_only=True)
     except Exception as e:  # truncated or not a torch file
-        raise UserError(f"{p} is not a readable checkpoint ({(str(e).strip() or type(e).__name__).splitlines()[0]})") \
-            from None
+        raise UserError(f"{p} is not a readable checkpoint ({first_line(e)})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or "config" not in state:
         raise UserError(f"{p} is not a gnndist checkpoint of format {CHECKPOINT_FORMAT} with its config (a best.pt "
                         f"written before 2026-12-01 holds weights only: use a ckpt-*.pt of the same run)")

@@ -22,7 +22,12 @@ def partition_cache() -> Path:
     """
     from gnndist.datasets import default_root
 
-    return Path(os.environ.get("GNNDIST_PARTITIONS") or Path(default_root()) / "partitions")
+    return Path(_user_cache() or Path(default_root()) / "partitions")
+
+
+def _user_cache() -> str | None:
+    """``$GNNDIST_PARTITIONS``, the user's folder of cached partitions, where it is set (read here alone)."""
+    return os.environ.get("GNNDIST_PARTITIONS") or None
 
 
 def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: ModelConfig | None = None) -> Path:
@@ -40,12 +45,12 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     name = Path(dataset).name if is_path else dataset
     root = os.path.realpath(data.root or default_root())
     sources = [os.path.realpath(dataset)] if is_path else []
-    if root != os.path.realpath(default_root()) or os.environ.get("GNNDIST_PARTITIONS"):
+    if root != os.path.realpath(default_root()) or _user_cache():
         sources.append(root)
     if sources:
         name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
     obj = part.objective if part.method != "random" else "none"
-    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.seed}"
+    key = f"{name}-p{part.parts}-{part.method}-{obj}-s{part.partition_seed}"
     if data.split_seed:
         key += f"-split{data.split_seed}"
     if data.random_splits:
@@ -54,11 +59,11 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += "-b" + "+".join(part.constraints)
     if part.method != "random" and not part.refine:
         key += "-norefine"
-    if part.cost_network == "probe":  # the constants decide the partition: a re-probe is another key
+    if part.partition_network == "probe":  # the constants decide the partition: a re-probe is another key
         net = probed_network(part.parts)
         key += "-probe" + hashlib.sha256(repr(sorted(net.as_dict().items())).encode()).hexdigest()[:8]
-    elif part.cost_network != "ib":
-        key += f"-{part.cost_network}"
+    elif part.partition_network != "ib":
+        key += f"-{part.partition_network}"
     if part.auto_budget != PartitionConfig.auto_budget and (part.method == "auto" or part.balance == "auto"):
         key += f"-budget{part.auto_budget:g}"
     model, default = model or ModelConfig(), ModelConfig()
@@ -72,7 +77,7 @@ def probed_network(parts: int):
     device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
     import torch
 
-    from gnndist.probe import cache_key, default_cache, read_cached
+    from gnndist.dist.probe import cache_key, default_cache, read_cached
 
     key = cache_key(parts, "cuda" if torch.cuda.is_available() else "cpu")
     net = read_cached(default_cache(), key)
@@ -103,9 +108,9 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
         add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
-    p = partition(data, part.parts, part.method, part.objective, part.seed, part.constraints,
+    p = partition(data, part.parts, part.method, part.objective, part.partition_seed, part.constraints,
                   refine=part.refine, widths=widths, auto_budget=part.auto_budget, threads=part.threads,
-                  cost_network=probed_network(part.parts) if part.cost_network == "probe" else part.cost_network)
+                  cost_network=probed_network(part.parts) if part.partition_network == "probe" else part.partition_network)
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report

@@ -9,8 +9,6 @@ with (seed, epoch, key) once per node.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -83,26 +81,15 @@ def dropout_mask(ids: Tensor, width: int, p: float, seed: int, epoch: int, key: 
     return hash_bits(ids, width, seed, epoch, key) >= int(p * 2**31)
 
 
-def hash_dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
-    """Dropout of ``x [n, F]`` with the mask of ``cell_bits(keys[i], j) < p * 2**31``.
+def dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
+    """Dropout of ``x`` with the mask of ``cell_bits(keys[i], j) < p * 2**31``, in torch ops (the mask is kept for
+    the backward). ``triton.py`` is the same in one fused pass; :func:`gnndist.kernels.dropout` picks.
 
-    On CUDA one fused Triton pass (``gnndist.kernels.dropout``: same bits, the mask is
-    recomputed in the backward instead of stored); elsewhere the torch ops below.
+    Shapes:
+        x ``[n, F]``, keys ``[n]`` int32 -> ``[n, F]``
     """
-    if x.is_cuda and _fused_available():
-        from gnndist.kernels.dropout.triton import HashDropout
-
-        return HashDropout.apply(x, keys, p)
     cols = torch.arange(x.shape[1], device=x.device, dtype=torch.int32)  # [F]
     return apply_dropout(x, cell_bits(keys[:, None], cols[None, :]) < int(p * 2**31), p)
-
-
-@functools.cache
-def _fused_available() -> bool:
-    """Triton is installed (checked once)."""
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
 
 
 def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:

@@ -1,7 +1,7 @@
-"""What a run reports: the per-epoch log (JSON lines, progress bar), the run's typed summary and its parts.
+"""What a run leaves: the per-epoch log (JSON lines, progress bar), the run's typed summary and its parts.
 
-:class:`RunSummary` is one training run (:meth:`gnndist.trainer.Trainer.fit`); :class:`Summary`
-is every run of :func:`gnndist.runs.fit_runs` with mean ± std. Both serialise with
+:class:`RunSummary` is one training run (:meth:`gnndist.training.trainer.Trainer.fit`); :class:`Summary`
+is every run of :func:`gnndist.training.runs.fit_runs` with mean ± std. Both serialise with
 ``to_dict()`` into what ``--json`` prints (metric values keyed ``<split>_<metric>``).
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from gnndist import cost
-from gnndist.grid import ProcessGrid
-from gnndist.probe import cache_key, default_cache, read_cached
-from gnndist.timing import PARTS, peak_memory_bytes
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.probe import cache_key, default_cache, read_cached
+from gnndist.dist.timing import PARTS, peak_memory_bytes
 
 SPLITS = ("train", "val", "test")
 DIRECTIONS = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
@@ -53,7 +53,7 @@ class RunSummary:
     strategies: dict[str, dict]
     per_rank: list[dict]
     breakdown_synchronised: bool
-    nproc: int
+    nproc: int  # the number of ranks, under the name --json has printed since the start
     strategy: str
     model: str
     dataset: str | None
@@ -183,7 +183,7 @@ def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: st
     Every layer is modelled on the layout that ran it (``auto``'s per-layer choice), with every rank's
     counts of that layout, in the order the layers first ran. The constants are those ``auto`` chose with,
     else ``network`` (``--network``): a preset by name, or ``probe``: this machine's probed constants at this
-    world size where a probe stored them (:func:`gnndist.probe.read_cached`, the default cache; a fixed
+    world size where a probe stored them (:func:`gnndist.dist.probe.read_cached`, the default cache; a fixed
     layout never measures them). ``(None, None)`` without constants; ``(None, net)`` for a model the cost
     model does not describe (``model`` ``None``: one the trainer was handed, not built from ``--model``).
     """

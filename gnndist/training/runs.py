@@ -2,7 +2,7 @@
 
 :func:`plan_runs` turns ``--runs``, ``--split`` and ``--splits`` into ``(seed, split)`` pairs;
 :func:`fit_runs` trains each with a fresh model and optimiser and returns a
-:class:`~gnndist.report.Summary`.
+:class:`~gnndist.training.summary.Summary`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from torch import nn
 
-from gnndist import metrics
 from gnndist.config import TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
-from gnndist.report import SPLITS, RunRecord, Summary
-from gnndist.trainer import ModelFactory, Trainer
+from gnndist.training import metrics
+from gnndist.training.summary import SPLITS, RunRecord, Summary
+from gnndist.training.trainer import ModelFactory, Trainer
 
 log = logging.getLogger("gnndist")
 
@@ -58,7 +58,7 @@ def fit_runs(graph: DistGraph, cfg: TrainConfig, model: ModelFactory | None = No
              resume_if_any: bool = False) -> Summary:
     """Train every run of :func:`plan_runs` on one graph and one process group.
 
-    Each run re-initialises the model (``model``: a factory, as for :class:`~gnndist.trainer.Trainer`;
+    Each run re-initialises the model (``model``: a factory, as for :class:`~gnndist.training.trainer.Trainer`;
     default ``--model``) and the optimiser with its own seed. With several runs,
     ``--checkpoint DIR`` keeps run ``i`` in ``DIR/run-i``.
     """

@@ -2,8 +2,8 @@
 
 Weights are replicated; the loss is the sum over a rank's training nodes divided by the
 *global* training count; gradients are all-reduced by sum; metrics are exact over every
-rank (:mod:`gnndist.metrics`). Checkpoints live in :mod:`gnndist.checkpoint`, the per-epoch
-log and the summary in :mod:`gnndist.report`, several runs in :mod:`gnndist.runs`.
+rank (:mod:`gnndist.training.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
+log and the summary in :mod:`gnndist.training.summary`, several runs in :mod:`gnndist.training.runs`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist import metrics
-from gnndist.checkpoint import Checkpoints
 from gnndist.config import ModelConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn import build_model
 from gnndist.partition.balance import model_widths
-from gnndist.report import (
+from gnndist.training import metrics
+from gnndist.training.checkpoint import Checkpoints
+from gnndist.training.summary import (
     SPLITS,
     Best,
     EpochLog,
@@ -184,7 +184,7 @@ class Trainer:
         """Train for ``cfg.optim.epochs`` epochs (or until ``--patience``); returns the run's summary."""
         cfg, g = self.cfg, self.graph
         g.context.timer.sync = self.grid.synchronize if cfg.run.profile and self.grid.device.type == "cuda" else None
-        with EpochLog(cfg.run.log, cfg.run.progress, cfg.optim.epochs, self.start_epoch, self.grid) as log:
+        with EpochLog(cfg.run.log_file, cfg.run.progress, cfg.optim.epochs, self.start_epoch, self.grid) as log:
             for epoch in range(self.start_epoch, cfg.optim.epochs):
                 row = self.epoch(epoch)
                 self.select(row)
@@ -277,7 +277,7 @@ def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, fl
 
 
 def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
-    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.metrics.default_metric`)."""
+    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.training.metrics.default_metric`)."""
     name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
     if name == "rocauc" and graph.y.dim() == 1 and graph.num_classes != 2:
         raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
