@@ -203,7 +203,8 @@ def test_splits_all_and_random_through_run(tmp_path, capsys, monkeypatch):
 
     target = partition_dir("synthetic-200", PartitionConfig(),
                            DataConfig(root=str(tmp_path / "root"), split_seed=4, random_splits=2))
-    assert target.parent == tmp_path / "cache" / "partitions" and not (tmp_path / "root").exists()
+    assert target.parent == tmp_path / "cache" / "partitions"  # not under --root, which holds the generated graph
+    assert [p.name for p in (tmp_path / "root").iterdir()] == ["synthetic"]
     arrays, meta = load_part(target, 0)
     data, owned = load("synthetic-200", seed=4), arrays["orig_id"][: len(arrays["train_mask"])]
     for r in range(2):  # random split r is the seeded split of --split-seed + r
