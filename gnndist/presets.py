@@ -1,10 +1,11 @@
-"""Presets: functions that return a config. A dataset family's recipe, then the model's, then the flags given.
+"""Presets: a dataset family's recipe, then the model's, then the flags given.
 
     cfg = compose(given_flags(args), dataset="amazon-photo")  # defaults < recipe < model preset < flags
 
-A preset is a :data:`Preset` ``(TrainConfig) -> TrainConfig``: a model's is registered with the model
-(:func:`gnndist.nn.register_model`, the one registry: :data:`gnndist.nn.models.PRESETS`, where the built-in
-models' are too), a dataset family's in :data:`DATASET_RECIPES`.
+A dataset family's recipe is a :data:`Preset` ``(TrainConfig) -> TrainConfig`` in :data:`DATASET_RECIPES`. A
+model's preset is data, config fields by section, registered with the model (:func:`gnndist.nn.register_model`,
+the one registry: :data:`gnndist.nn.models.PRESETS`, where the built-in models' are too) and applied here with
+:func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import the config.
 """
 
 from __future__ import annotations
@@ -89,6 +90,5 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> Tra
     if "split" in given.get("eval", {}) and "splits" not in given["eval"]:  # --split K over a recipe's --splits all
         given = {**given, "eval": {**given["eval"], "splits": "one"}}
     if given.get("model", {}).get("arch", cfg.model.arch) == "plain":  # a model's preset is its own architecture's
-        preset = PRESETS.get(name)
-        cfg = preset(cfg) if preset is not None else cfg
+        cfg = with_fields(cfg, **PRESETS.get(name, {}))
     return with_fields(cfg, **{sec: fields for sec, fields in given.items() if sec in TRAIN_SECTIONS and fields})

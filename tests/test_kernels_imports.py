@@ -122,3 +122,18 @@ def test_only_settings_reads_the_environment():
     assert found == {}
     probe = "import os\nos.environ.get('A'); os.environ['B']; os.getenv('C'); e = os.environ"
     assert sorted(_environment_keys(ast.parse(probe)), key=str) == ["A", "B", "C", None]
+
+
+def test_nn_imports_only_the_layers_below_it():
+    """``gnndist.nn`` (layers, models, their registry) stands on kernels, comm, the cost model and errors only:
+    not on the config, the strategies or training (a model's preset is data that :mod:`gnndist.presets` applies)."""
+    below = ("gnndist.nn", "gnndist.kernels", "gnndist.dist.comm", "gnndist.cost", "gnndist.errors")
+    named = set()
+    for path in sorted(Path(gnndist.kernels.__file__).parent.parent.joinpath("nn").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gnndist"):
+                named.add((path.name, node.module))
+            elif isinstance(node, ast.Import):
+                named.update((path.name, a.name) for a in node.names if a.name.startswith("gnndist"))
+    outside = sorted((f, m) for f, m in named if not any(m == b or m.startswith(b + ".") for b in below))
+    assert not outside, f"gnndist.nn imports above its layer: {outside}"

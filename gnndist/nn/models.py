@@ -8,7 +8,6 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist.config import TrainConfig, with_fields
 from gnndist.cost import aggregate_first
 from gnndist.kernels.csr import rows2d
 from gnndist.nn.gcn_conv import GCNConv
@@ -26,19 +25,20 @@ def _gin(i: int, o: int) -> nn.Module:
 
 
 MODELS: dict[str, ModelBuilder] = {}
-PRESETS: dict[str, Callable] = {}  # a registered model's preset: (TrainConfig) -> TrainConfig (gnndist.presets)
+Preset = dict[str, dict[str, object]]  # config fields by section, e.g. {"model": {"hidden": 64}, "optim": {"lr": 0.005}}
+PRESETS: dict[str, Preset] = {}  # a registered model's own defaults, applied by gnndist.presets.compose
 
 
 EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
 RESIDUAL_CONVS: dict[str, ConvFactory] = {}  # models with --arch residual: the layer of each block
 
 
-def register_model(name: str, builder: ModelBuilder, preset: Callable | None = None,
+def register_model(name: str, builder: ModelBuilder, preset: Preset | None = None,
                    edge_features: bool = False, residual: ConvFactory | None = None) -> None:
     """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
 
-    ``preset``: a function returning the config with the model's own defaults, used where the user
-    passes no flag, e.g. ``lambda cfg: with_fields(cfg, model={"hidden": 64}, optim={"lr": 0.005})``.
+    ``preset``: the model's own defaults as config fields by section, used where the user passes no
+    flag, e.g. ``{"model": {"hidden": 64}, "optim": {"lr": 0.005}}`` (applied by :func:`gnndist.presets.compose`).
     ``edge_features``: the model reads ``graph.edge_attr``; its builder also gets ``edge_dim=``.
     ``residual``: the layer ``(hidden, hidden) -> module`` of each block of ``--arch residual``
     (:class:`~gnndist.nn.residual_gnn.ResidualGNN`); without it the model has only its own architecture.
@@ -178,31 +178,22 @@ def _revgnn(*args) -> nn.Module:
     return RevGNN(*args)
 
 
-def gat_preset(cfg: TrainConfig) -> TrainConfig:
-    """GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005."""
-    return with_fields(cfg, model={"hidden": 64, "dropout": 0.6}, optim={"lr": 0.005})
+# GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005
+GAT_PRESET: Preset = {"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}
+# GCNII's Cora recipe (Chen et al. 2020): 64 layers of 64, dropout 0.6, 1000 epochs
+GCN2_PRESET: Preset = {"model": {"layers": 64, "hidden": 64, "dropout": 0.6},
+                       "optim": {"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000}}
+# ResGCN+ and RevGNN on Coauthor-size graphs: 7 layers of 64, dropout 0.2, layer norm, lr 0.005. Layer norm:
+# batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to reach the ~1e-4
+# variance of row-normalised features, and evaluation collapses meanwhile.
+DEEP_RESIDUAL_PRESET: Preset = {"model": {"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
+                                "optim": {"lr": 0.005, "weight_decay": 5e-4}}
 
 
-def gcn2_preset(cfg: TrainConfig) -> TrainConfig:
-    """GCNII's Cora recipe (Chen et al. 2020): 64 layers of 64, dropout 0.6, 1000 epochs."""
-    return with_fields(cfg, model={"layers": 64, "hidden": 64, "dropout": 0.6},
-                       optim={"lr": 0.01, "weight_decay": 5e-4, "epochs": 1000})
-
-
-def deep_residual_preset(cfg: TrainConfig) -> TrainConfig:
-    """ResGCN+ and RevGNN on Coauthor-size graphs: 7 layers of 64, dropout 0.2, layer norm, lr 0.005.
-
-    Layer norm: batch norm's running variance, from 1 at momentum 0.1, needs hundreds of epochs to
-    reach the ~1e-4 variance of row-normalised features, and evaluation collapses meanwhile.
-    """
-    return with_fields(cfg, model={"layers": 7, "hidden": 64, "dropout": 0.2, "norm": "layer"},
-                       optim={"lr": 0.005, "weight_decay": 5e-4})
-
-
-register_model("gat", _gat, preset=gat_preset, residual=_gat_heads)
-register_model("gcn2", _gcn2, preset=gcn2_preset)
-register_model("resgcn", _resgcn, preset=deep_residual_preset)
-register_model("revgnn", _revgnn, preset=deep_residual_preset)
+register_model("gat", _gat, preset=GAT_PRESET, residual=_gat_heads)
+register_model("gcn2", _gcn2, preset=GCN2_PRESET)
+register_model("resgcn", _resgcn, preset=DEEP_RESIDUAL_PRESET)
+register_model("revgnn", _revgnn, preset=DEEP_RESIDUAL_PRESET)
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
