@@ -146,7 +146,7 @@ class Partition:
         d, n, nnz = self.data, int(self.csr.num_nodes), int(self.csr.nnz)
         ea = getattr(d, "edge_attr", None)
         per_node = (d.x[:1].numel() * d.x.element_size() + d.y[:1].numel() * d.y.element_size() + 3
-                    + 8 + 8 + 8)  # x, y, masks, orig_id, degree, rowptr
+                    + 8 + 8 + 4)  # x, y, masks, orig_id, degree, rowptr (int32 below 2^31 local entries)
         if getattr(d, "train_masks", None) is not None:  # train / val / test masks of every stored split
             per_node += 3 * d.train_masks.shape[1]
         per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)

@@ -225,8 +225,8 @@ class LocalPart:
     """Everything one rank needs: its rows, its local CSR and its halo plans (no pickle)."""
 
     rank: int
-    rowptr: np.ndarray  # [n_owned + 1] local CSR rows
-    col: np.ndarray  # [nnz_local] local column ids: owned first, then halo grouped by owner
+    rowptr: np.ndarray  # [n_owned + 1] local CSR rows: int32 below 2^31 local entries, else int64
+    col: np.ndarray  # [nnz_local] local column ids, owned first, then halo grouped by owner: int32 below 2^31 ids
     halo_gid: np.ndarray  # [n_halo] new ids of halo nodes
     recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner)
     send_idx: np.ndarray  # [sum send_counts] owned local ids to send, grouped by destination
@@ -298,8 +298,8 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
         ids_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
         yield LocalPart(
             rank=k,
-            rowptr=rowptr.astype(np.int64),
-            col=local.astype(np.int64),
+            rowptr=rowptr.astype(id_dtype(len(cols))),  # the local indices in the narrowest dtype: 4 B per entry
+            col=local.astype(id_dtype(n_owned + len(halo))),
             halo_gid=halo.astype(np.int64),
             recv_counts=recv_counts.astype(np.int64),
             send_idx=send_idx.astype(np.int64),
