@@ -82,10 +82,11 @@ class Partition:
     objective: str
     seed: int
     report: dict
+    threads: int = 1  # threads of the save's chunked passes (the pipeline's --threads)
 
     def local_parts(self):
         """Yield each rank's :class:`LocalPart` in rank order."""
-        return build_local_parts(self.csr, self.book)
+        return build_local_parts(self.csr, self.book, self.threads)
 
     def part_arrays(self):
         """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks."""
@@ -136,7 +137,7 @@ class Partition:
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
-        meta["layouts"] = layout_loads(self.csr, self.book.offsets)
+        meta["layouts"] = layout_loads(self.csr, self.book.offsets, threads=self.threads)
         st.close()
         parts = stages_of(self.part_arrays(), self.book.parts, "write part", progress)
         return write_partition(out, meta, parts, need_bytes=self.disk_bytes())
@@ -229,7 +230,7 @@ def partition(
         bar.update()
     bar.close()
     job.report["stages"] = job.stages
-    return Partition(data, job.book, job.csr, method, job.objective, seed, job.report)
+    return Partition(data, job.book, job.csr, method, job.objective, seed, job.report, job.threads)
 
 
 @dataclass
@@ -285,14 +286,14 @@ def _assign(job: Job) -> None:
 def _plans(job: Job) -> None:
     """Who owns what (the book), and every rank's 1D halo exchange: rows sent and received, peers."""
     job.book = PartitionBook(job.parts, job.assign)
-    pair, job.cut = exchange_pairs(job.csr, job.assign, job.parts, job.chunk)
+    pair, job.cut = exchange_pairs(job.csr, job.assign, job.parts, job.chunk, job.threads)
     job.loads = loads_from_pairs(pair, job.csr, job.assign)
 
 
 def _renumber(job: Job) -> None:
     """The CSR in new ids: part k owns one contiguous range (the original-id CSR is dropped)."""
     job.report = _quality(job)  # read off the original ids before they go
-    job.csr = renumbered_csr(job.csr, job.book, job.chunk)
+    job.csr = renumbered_csr(job.csr, job.book, job.chunk, job.threads)
 
 
 def _quality(job: Job) -> dict:

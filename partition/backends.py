@@ -12,9 +12,10 @@ which of them fit a graph.
 * ``kaminpar``: KaMinPar (Gottesbüren et al., ESA 2021), edge cut, one node weight; fast and
   memory-lean at billions of entries. Handed the graph as a ParHIP binary file (its Python
   API reads graphs from files only), 32-bit ids where they fit. Above
-  :data:`KAMINPAR_COMPRESS_ENTRIES` it holds the graph compressed and runs its ``fast`` preset:
-  on a 100M-entry SBM at P = 4 (2 threads) 80 s against the ``terapart`` preset's 125 s, the
-  same peak (3.9 GiB) and cut (7.501M against 7.497M edges); below, its ``default`` preset.
+  :data:`KAMINPAR_COMPRESS_ENTRIES` it holds the graph compressed and runs its memory-lean
+  ``terapart`` preset; below, its ``default`` preset. Its ``fast`` preset was measured and not
+  taken: on a 100M-entry SBM at P = 4 (2 threads, load ~4.5) 105 s against terapart's 125 s, the
+  same cut (7.495M against 7.496M edges), but a peak of 3.00 GiB against 2.16 GiB.
 * ``hypergraph``: Mt-KaHyPar (Gottesbüren et al., 2022) on the column-net hypergraph whose net
   ``v`` is ``{v} + N(v)``: its connectivity - 1 (km1) metric *is* the 1D halo volume, rows x
   ranks that need them. The ``DETERMINISTIC`` preset, so a seed gives the same parts.
@@ -213,7 +214,7 @@ class KaMinPar(OneWeight):
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        ctx = kaminpar.fast_context() if compress else kaminpar.default_context()
+        ctx = kaminpar.terapart_context() if compress else kaminpar.default_context()
         out = kaminpar.KaMinPar(max(req.threads, 1), ctx).compute_partition(graph, req.parts, max(tol - 1.0, 1e-4))
         del graph
         return np.asarray(out, dtype=np.int64)

@@ -243,9 +243,9 @@ class LocalPart:
         return len(self.halo_gid)
 
 
-def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK) -> GlobalCSR:
+def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK, threads: int = 1) -> GlobalCSR:
     """The same graph with new ids: rows permuted by the book (each row's entries gathered, no sort), in
-    chunks of ``chunk`` entries; the columns keep ``csr.col``'s dtype.
+    chunks of ``chunk`` entries on ``threads`` threads; the columns keep ``csr.col``'s dtype.
 
     Columns keep their order inside a row (renumbered, so no longer ascending).
     """
@@ -254,9 +254,14 @@ def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK) -> G
     np.cumsum(deg_new, out=rowptr[1:])
     col = np.empty(csr.nnz, dtype=csr.col.dtype)
     old2new = book.old2new.astype(csr.col.dtype, copy=False)
-    for r0, r1 in row_chunks(rowptr, chunk):
+
+    def gather(rows: tuple[int, int]) -> None:  # each chunk fills its own slice of col
+        r0, r1 = rows
         pos, _ = entries_of(csr.rowptr, book.new2old[r0:r1])
         col[rowptr[r0] : rowptr[r1]] = old2new[csr.col[pos]]
+
+    for _ in in_order(gather, row_chunks(rowptr, chunk), threads):
+        pass
     return GlobalCSR(rowptr, col)
 
 
@@ -268,29 +273,41 @@ def entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.nd
     return start + np.arange(len(owner), dtype=np.int64), owner
 
 
-def build_local_parts(csr: GlobalCSR, book: PartitionBook):
+def build_local_parts(csr: GlobalCSR, book: PartitionBook, threads: int = 1, chunk: int = CHUNK):
     """Yield the :class:`LocalPart` of every rank, in rank order.
 
     ``csr`` must already be renumbered (:func:`renumbered_csr`). The loop runs over parts,
-    never over nodes or edges; send plans are read off the other parts' halos.
+    never over nodes or edges; send plans are read off the other parts' halos. The halos are
+    found on ``threads`` threads (a part each), and a part's local columns in chunks of ``chunk``
+    entries on ``threads`` threads, written straight into the narrow dtype they are kept in.
     """
     P = book.parts
     off = book.offsets
     degree = csr.degree()
-    halos, bounds = [], []
-    for k in range(P):
+
+    def halo_of(k: int) -> np.ndarray:  # sorted new ids of part k's halo: grouped by owner already
         cols = csr.col[csr.rowptr[off[k]] : csr.rowptr[off[k + 1]]]
-        outside = (cols < off[k]) | (cols >= off[k + 1])
-        halos.append(unique_ids(cols[outside], csr.num_nodes))  # sorted new ids: grouped by owner already
-        bounds.append(np.searchsorted(halos[-1], off))  # [P + 1] segment of each owner
+        return unique_ids(cols[(cols < off[k]) | (cols >= off[k + 1])], csr.num_nodes)
+
+    halos = list(in_order(halo_of, range(P), threads))
+    bounds = [np.searchsorted(h, off) for h in halos]  # [P + 1] segment of each owner
     for k in range(P):
         lo, hi = off[k], off[k + 1]
         rowptr = csr.rowptr[lo : hi + 1] - csr.rowptr[lo]
         cols = csr.col[csr.rowptr[lo] : csr.rowptr[hi]]
         halo = halos[k]
         n_owned = hi - lo
-        inside = (cols >= lo) & (cols < hi)
-        local = np.where(inside, cols - lo, n_owned + np.searchsorted(halo, cols))
+        local = np.empty(len(cols), dtype=id_dtype(n_owned + len(halo)))  # [nnz_local]
+
+        def localise(span: tuple[int, int]) -> None:  # owned ids shifted to 0, halo ids after them, in halo order
+            s, e = span
+            v = cols[s:e].astype(np.int64) - lo
+            far = (v < 0) | (v >= n_owned)
+            v[far] = n_owned + np.searchsorted(halo, cols[s:e][far])
+            local[s:e] = v
+
+        for _ in in_order(localise, ((s, min(s + chunk, len(cols))) for s in range(0, len(cols), chunk)), threads):
+            pass
         recv_counts = np.diff(bounds[k])
         sends = [halos[j][bounds[j][k] : bounds[j][k + 1]] - lo for j in range(P)]  # what j needs from k
         send_counts = np.array([len(s) for s in sends], dtype=np.int64)
@@ -299,7 +316,7 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook):
         yield LocalPart(
             rank=k,
             rowptr=rowptr.astype(id_dtype(len(cols))),  # the local indices in the narrowest dtype: 4 B per entry
-            col=local.astype(id_dtype(n_owned + len(halo))),
+            col=local,
             halo_gid=halo.astype(np.int64),
             recv_counts=recv_counts.astype(np.int64),
             send_idx=send_idx.astype(np.int64),
@@ -338,8 +355,10 @@ def edge_values_in_csr(csr: GlobalCSR, book: PartitionBook, edge_index, values: 
     return values[idx]
 
 
-def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = CHUNK) -> tuple[np.ndarray, int]:
-    """Rows every part sends every other in the 1D halo exchange, and the edge cut, in chunks of rows.
+def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = CHUNK,
+                   threads: int = 1) -> tuple[np.ndarray, int]:
+    """Rows every part sends every other in the 1D halo exchange, and the edge cut, in chunks of rows
+    counted on ``threads`` threads (the counts are sums: the same at any chunk and thread count).
 
     Node ``u`` of part ``a`` is sent to every other part holding one of its neighbours (the graph is
     symmetric, so those are the distinct parts in row ``u``).
@@ -347,18 +366,24 @@ def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = 
     Shapes:
         assign ``[N]`` -> pair ``[parts, parts]`` int64 (``[src, dst]``), edge cut (undirected edges)
     """
-    pair = np.zeros(parts * parts, dtype=np.int64)
-    cross = 0
-    for r0, r1 in row_chunks(csr.rowptr, chunk):
+
+    def count(rows: tuple[int, int]) -> tuple[np.ndarray, int]:
+        r0, r1 = rows
         deg = np.diff(csr.rowptr[r0 : r1 + 1])
         local = np.repeat(np.arange(r1 - r0, dtype=np.int64), deg)
         q = assign[csr.col[csr.rowptr[r0] : csr.rowptr[r1]]]  # [entries] part of each neighbour
-        cross += int((q != np.repeat(assign[r0:r1], deg)).sum())
+        cross = int((q != np.repeat(assign[r0:r1], deg)).sum())
         keys = unique_ids(local * parts + q, (r1 - r0) * parts)  # distinct (row, neighbour part)
         own = assign[r0 + keys // parts]
         q = keys % parts
         far = q != own
-        pair += np.bincount(own[far] * parts + q[far], minlength=parts * parts)
+        return np.bincount(own[far] * parts + q[far], minlength=parts * parts), cross
+
+    pair = np.zeros(parts * parts, dtype=np.int64)
+    cross = 0
+    for p, c in in_order(count, row_chunks(csr.rowptr, chunk), threads):
+        pair += p
+        cross += c
     return pair.reshape(parts, parts), cross // 2
 
 

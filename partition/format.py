@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +64,16 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
         raise UserError(f"cannot write the partition to {out}: {why or e}") from None
     try:
-        files: dict[str, str] = {}
-        for k, arrays in enumerate(parts):
-            pdir = tmp / f"part-{k}"
-            pdir.mkdir()
-            for name, arr in arrays.items():
-                path = pdir / f"{name}.npy"
-                np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
-                files[f"part-{k}/{name}.npy"] = _sha256(path)
+        with ThreadPoolExecutor(1) as hasher:  # each file's sha256 read back while the next part is built and written
+            hashes = {}
+            for k, arrays in enumerate(parts):
+                pdir = tmp / f"part-{k}"
+                pdir.mkdir()
+                for name, arr in arrays.items():
+                    path = pdir / f"{name}.npy"
+                    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+                    hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
+            files = {rel: h.result() for rel, h in hashes.items()}
         meta = {"format_version": FORMAT_VERSION, **meta, "sha256": files}
         with open(tmp / META, "w") as f:
             json.dump(meta, f, indent=1)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import CHUNK, GlobalCSR, row_chunks, unique_ids
+from gnndist.partition.book import CHUNK, GlobalCSR, in_order, row_chunks, unique_ids
 
 from gnndist.cost import RankLoad
 
@@ -59,7 +59,7 @@ class GridExchange:
         return [RankLoad.from_array(row) for row in table]
 
 
-def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUNK) -> GridExchange:
+def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUNK, threads: int = 1) -> GridExchange:
     """Count the expand and fold of the c-replicated grid layout (see the module docstring).
 
     Loops over the q = P / c row groups only: a row group's rows are one contiguous id range,
@@ -71,6 +71,7 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUN
         offsets: ``[P + 1]`` first new id of each part; parts may be empty.
         c: replication, ``c | P``.
         chunk: adjacency entries counted at once (any value gives the same counts).
+        threads: chunks counted at once (sums and a bitmap of seen columns: the same counts at any count).
     """
     off = np.asarray(offsets, dtype=np.int64)
     P = len(off) - 1
@@ -85,23 +86,31 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUN
     for i in range(q):
         base = i * c  # first rank of row group i
         lo, hi = int(off[base]), int(off[base + c])
-        seen = np.zeros(N, dtype=bool)  # the group's distinct columns
-        fold_keys = np.zeros(c * c, dtype=np.int64)
-        for r0, r1 in row_chunks(csr.rowptr[lo : hi + 1] - csr.rowptr[lo], chunk):  # rows lo + r0 .. lo + r1
+        seen = np.zeros(N, dtype=bool)  # the group's distinct columns (threads only ever set True)
+
+        def count(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+            r0, r1 = rows  # rows lo + r0 .. lo + r1
             cols = csr.col[csr.rowptr[lo + r0] : csr.rowptr[lo + r1]]  # [entries of the chunk]
             col_owner = owner[cols]
             j_col = col_owner % c  # grid column of the rank that multiplies each entry
-            nnz[base : base + c] += np.bincount(j_col, minlength=c)
-            group_nnz[i] += np.bincount(col_owner // c, minlength=q)
             seen[cols] = True
+            fold_bins = None
             if c > 1:
                 r = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(csr.rowptr[lo + r0 : lo + r1 + 1]))
                 j_row = owner[lo + r] % c
                 far = j_col != j_row
                 keys = unique_ids((r[far] - r0) * c + j_col[far], (r1 - r0) * c)  # distinct (row, multiplying rank)
                 jr = owner[lo + r0 + keys // c] % c
-                fold_keys += np.bincount((keys % c) * c + jr, minlength=c * c)
-            del cols, col_owner, j_col
+                fold_bins = np.bincount((keys % c) * c + jr, minlength=c * c)
+            return np.bincount(j_col, minlength=c), np.bincount(col_owner // c, minlength=q), fold_bins
+
+        fold_keys = np.zeros(c * c, dtype=np.int64)
+        for by_col, by_group, fold_bins in in_order(count, row_chunks(csr.rowptr[lo : hi + 1] - csr.rowptr[lo], chunk),
+                                                    threads):
+            nnz[base : base + c] += by_col
+            group_nnz[i] += by_group
+            if fold_bins is not None:
+                fold_keys += fold_bins
         src = owner[np.flatnonzero(seen)]  # owner of each distinct column
         dst = base + src % c
         far = src != dst
@@ -111,19 +120,22 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUN
     return GridExchange(c, expand, fold, nnz, np.diff(off), group_nnz)
 
 
-def grid_loads(csr: GlobalCSR, offsets: np.ndarray, c: int) -> list[RankLoad]:
+def grid_loads(csr: GlobalCSR, offsets: np.ndarray, c: int, threads: int = 1) -> list[RankLoad]:
     """Per-rank rows of one SpMM forward of the c-replicated grid layout (c = 1: the 1D halo exchange).
 
     Args:
         csr: symmetric adjacency renumbered in new ids (``Partition.csr``).
         offsets: ``[P + 1]`` first new id of each part (``Partition.book.offsets``).
         c: replication, dividing P.
+        threads: chunks counted at once (:func:`grid_exchange`).
     """
-    return grid_exchange(csr, offsets, c).loads()
+    return grid_exchange(csr, offsets, c, threads=threads).loads()
 
 
-def layout_loads(csr: GlobalCSR, offsets: np.ndarray, max_replication: int = 16) -> dict[str, list[list[int]]]:
-    """``{str(c): [RankLoad.as_array() per rank]}`` for every c of :func:`replications` (JSON-ready)."""
+def layout_loads(csr: GlobalCSR, offsets: np.ndarray, max_replication: int = 16,
+                 threads: int = 1) -> dict[str, list[list[int]]]:
+    """``{str(c): [RankLoad.as_array() per rank]}`` for every c of :func:`replications` (JSON-ready), counted
+    on ``threads`` threads."""
     P = len(offsets) - 1
-    return {str(c): [ld.as_array().tolist() for ld in grid_loads(csr, offsets, c)]
+    return {str(c): [ld.as_array().tolist() for ld in grid_loads(csr, offsets, c, threads)]
             for c in replications(P, max_replication)}

@@ -96,13 +96,27 @@ def test_bad_edge_lists_are_one_line(bad, msg):
         symmetric_csr(bad, 5)
 
 
-def test_layout_counts_do_not_depend_on_the_chunk():
+def test_layout_counts_do_not_depend_on_the_chunk_or_threads():
     from gnndist.partition.layouts import grid_exchange
 
     p = partition(_messy(), 8, method="random", progress=False)
     for c in (1, 2, 4):
         want = grid_exchange(p.csr, p.book.offsets, c, chunk=1 << 40)
-        for chunk in (1, 7):
-            got = grid_exchange(p.csr, p.book.offsets, c, chunk=chunk)
+        for chunk, threads in ((1, 1), (7, 1), (7, 3)):
+            got = grid_exchange(p.csr, p.book.offsets, c, chunk=chunk, threads=threads)
             for f in ("expand", "fold", "nnz", "rows", "group_nnz"):
-                assert np.array_equal(getattr(got, f), getattr(want, f)), (c, chunk, f)
+                assert np.array_equal(getattr(got, f), getattr(want, f)), (c, chunk, threads, f)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_pipeline_passes_do_not_depend_on_threads(tmp_path, threads):
+    """Plans, renumber, layout loads and the part writes at 1 and 3 threads (chunks of 7 entries) write the
+    same files as one thread over one chunk."""
+    data = _messy()
+    want = partition(data, 3, method="random", progress=False, chunk=1 << 40, threads=1)
+    got = partition(data, 3, method="random", progress=False, chunk=7, threads=threads)
+    assert got.threads == threads
+    a = json.loads((want.save(tmp_path / "a", dataset="m", progress=False) / "META.json").read_text())
+    b = json.loads((got.save(tmp_path / "b", dataset="m", progress=False) / "META.json").read_text())
+    assert a["sha256"] == b["sha256"] and a["layouts"] == b["layouts"]
+    assert a["report"]["edge_cut"] == b["report"]["edge_cut"]
