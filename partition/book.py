@@ -101,6 +101,12 @@ def in_order(fn, items, threads: int = 1):
             yield pending.popleft().result()
 
 
+def each(fn, items, threads: int = 1) -> None:
+    """``fn(item)`` for every item, for its effect (each call fills its own slice), on ``threads`` threads."""
+    for _ in in_order(fn, items, threads):
+        pass
+
+
 def _both_directions(ei, e0: int, chunk: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges ``e0 ..`` in both directions without self-loops, grouped by row: (rows, each row's count,
     columns). One sort of ``row << 32 | col`` keys (a sort, not an argsort: ~10x faster) where ids fit
@@ -260,8 +266,7 @@ def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK, thre
         pos, _ = entries_of(csr.rowptr, book.new2old[r0:r1])
         col[rowptr[r0] : rowptr[r1]] = old2new[csr.col[pos]]
 
-    for _ in in_order(gather, row_chunks(rowptr, chunk), threads):
-        pass
+    each(gather, row_chunks(rowptr, chunk), threads)
     return GlobalCSR(rowptr, col)
 
 
@@ -306,8 +311,7 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook, threads: int = 1, chu
             v[far] = n_owned + np.searchsorted(halo, cols[s:e][far])
             local[s:e] = v
 
-        for _ in in_order(localise, ((s, min(s + chunk, len(cols))) for s in range(0, len(cols), chunk)), threads):
-            pass
+        each(localise, ((s, min(s + chunk, len(cols))) for s in range(0, len(cols), chunk)), threads)
         recv_counts = np.diff(bounds[k])
         sends = [halos[j][bounds[j][k] : bounds[j][k + 1]] - lo for j in range(P)]  # what j needs from k
         send_counts = np.array([len(s) for s in sends], dtype=np.int64)
