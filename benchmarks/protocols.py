@@ -74,7 +74,7 @@ def rank_main(grid, partdir: str, cfg) -> dict:
     from gnndist.training.runs import fit_runs
 
     m = cfg.model
-    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.dist.comm_dtype,
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
                            kernel=cfg.kernel.choice, normalize_features=m.normalize_features)
     summary = fit_runs(graph, cfg, model=lambda f_in, f_out: build_model(
         m.model, f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute, arch=m.arch))

@@ -25,6 +25,9 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
+
+
 def _need(cond: bool, msg: str) -> None:
     if not cond:
         raise UserError(msg)
@@ -131,8 +134,9 @@ class DistConfig:
     check_collectives: bool = opt(False, "compare every collective's op, axis and call number across ranks before "
                                   "it runs: a desync is a named error, not a timeout (slower; for debugging)")
     overlap: bool = opt(True, "overlap the halo exchange with interior aggregation")
-    comm_dtype: str = opt("fp32", "dtype exchanged rows travel in: bf16 halves the halo bytes (arithmetic stays fp32)",
-                          ("fp32", "bf16"))
+    comm_dtype: str = opt("auto", "dtype exchanged rows travel in: auto (the dtype of --precision, the rows' own), or "
+                          "bf16 under --precision fp32 (half the halo bytes, arithmetic stays fp32)",
+                          ("auto", "fp32", "bf16", "fp16"))
     max_restarts: int = opt(0, "restarts of the whole group of --ranks ranks after one fails; with --checkpoint "
                             "they resume from the newest checkpoint (under torchrun: its --max-restarts)")
 
@@ -182,11 +186,18 @@ class OptimConfig:
     epochs: int = opt(200, "training epochs")
     lr: float = opt(0.01, "Adam learning rate")
     weight_decay: float = opt(5e-4, "Adam weight decay")
+    precision: str = opt("fp32", "arithmetic of the layers: fp32, or bf16 / fp16 (autocast on the dense layers, "
+                         "aggregations on half rows accumulated in fp32, weights and Adam in fp32; fp16 scales "
+                         "the loss)", PRECISIONS)
+    loss_scale: float = opt(2.0**16, "--precision fp16: the initial loss scale (halved and the step skipped on every "
+                            "rank when any rank's gradients overflow, doubled after 100 clean steps)")
 
     def __post_init__(self) -> None:
         _need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
         _need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
         _need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        _need(self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        _need(self.loss_scale >= 1, f"--loss-scale must be >= 1, got {self.loss_scale}")
 
 
 @dataclass
@@ -261,6 +272,25 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _need(not self.run.resume or self.run.checkpoint, "--resume needs --checkpoint DIR")
+        _ = self.wire_dtype  # a --comm-dtype that does not go with --precision: one line naming both
+
+    @property
+    def wire_dtype(self) -> str:
+        """The dtype exchanged rows travel in, by name: ``--comm-dtype``, where ``auto`` is ``--precision``'s.
+
+        One mechanism: under ``--precision bf16|fp16`` the rows are in that dtype already (the aggregation's
+        input is cast to the autocast dtype), so they travel as they are; under fp32 ``--comm-dtype bf16``
+        rounds them for the wire only. A wire wider than the rows (``fp32`` under half precision) would
+        move bytes that carry nothing, and fp16 rows of fp32 arithmetic overflow above 65504: both are refused.
+        """
+        comm, prec = self.dist.comm_dtype, self.optim.precision
+        if comm == "auto" or comm == prec:
+            return prec
+        _need(prec == "fp32", f"--comm-dtype {comm} with --precision {prec}: the exchanged rows are {prec} already "
+                              f"(drop --comm-dtype, or give --comm-dtype {prec})")
+        _need(comm == "bf16", "--comm-dtype fp16 with --precision fp32: fp32 rows above 65504 would overflow on the "
+                              "wire; use --comm-dtype bf16")
+        return comm
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

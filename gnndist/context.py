@@ -40,6 +40,7 @@ class SpmmCall:
     width: int
     count: int = 0
     forward_only: int = 0
+    itemsize: int = 4  # bytes per element of the rows it aggregated (2 under --precision bf16|fp16)
 
 
 class RunContext:
@@ -90,10 +91,11 @@ class RunContext:
         finally:
             self.statistics_frozen = prev
 
-    def record_spmm(self, tag: str, width: int, backward: bool) -> None:
-        """Count one SpMM of layer ``tag`` at ``width``; ``backward``: its exchange runs backward as well."""
+    def record_spmm(self, tag: str, width: int, backward: bool, itemsize: int = 4) -> None:
+        """Count one SpMM of layer ``tag`` at ``width`` on rows of ``itemsize`` bytes per element; ``backward``:
+        its exchange runs backward as well."""
         call = self.calls.setdefault(tag, SpmmCall(width))
-        call.width = width
+        call.width, call.itemsize = width, itemsize
         call.count += 1
         call.forward_only += 0 if backward and not self.recomputing else 1
 

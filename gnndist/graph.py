@@ -54,6 +54,18 @@ def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
         return torch.from_numpy(arr).to(device)
 
 
+def compute_dtype(x: Tensor) -> Tensor:
+    """``x`` in the autocast dtype of its device where autocast is on (the aggregations' inputs), else ``x``.
+
+    The one place that decides what dtype an aggregation and its exchange see: ``--precision bf16|fp16``
+    runs the model under ``torch.autocast``, whose dtype torch keeps per thread.
+    """
+    dev = x.device.type
+    if x.is_floating_point() and torch.is_autocast_enabled(dev):
+        return x.to(torch.get_autocast_dtype(dev))
+    return x
+
+
 def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
     """Rows scaled to sum 1 (Kipf & Welling) unless some feature on some rank is negative; exact for any P.
 
@@ -76,8 +88,10 @@ class DistGraph:
         strategy: aggregation strategy, a name (``1d``, ``1.5d``, ``2d``, ``auto``) or an
             unbuilt :class:`~gnndist.strategies.Strategy` (default ``1d``); built here, on
             every rank at once.
-        comm_dtype: dtype the exchanged rows travel in, ``"fp32"`` (default: their own) or
-            ``"bf16"`` (half the bytes; cast back on receipt, so arithmetic stays fp32).
+        comm_dtype: dtype the exchanged rows travel in, ``"fp32"`` (default: their own), ``"bf16"`` or
+            ``"fp16"`` (rows of another dtype are cast for the wire and back on receipt, so fp32 arithmetic
+            stays fp32; under ``--precision bf16|fp16`` the rows are in that dtype already, and travel as
+            they are: :attr:`TrainConfig.wire_dtype <gnndist.config.TrainConfig.wire_dtype>` gives it).
         kernel: the kernels of every aggregation, a :class:`~gnndist.kernels.KernelSettings`
             (default: chosen per input by the dispatcher, SpMM tiles tuned).
         normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
@@ -98,7 +112,7 @@ class DistGraph:
                               tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {}, dev)
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
-        wire = {"fp32": None, "bf16": torch.bfloat16}[comm_dtype]  # None: rows travel as they are
+        wire = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[comm_dtype]  # None: as they are
         strat = strategy or Halo1D()  # by name, with options: gnndist.strategies.strategy_from_config
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
@@ -203,7 +217,7 @@ class DistGraph:
         if self.strategy.halo_layout() is None:
             layer = tag.split("/")[0]
             self.context.say_once(f"edge:{layer}", f"{layer}: per-edge messages run on the 1d layout")
-        return gather(x, self.layout1d.block.expand, self.context.counter, tag)
+        return gather(compute_dtype(x), self.layout1d.block.expand, self.context.counter, tag)
 
     def fold_halo(self, rows: Tensor, tag: str = "halo") -> Tensor:
         """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there ``[n_owned, F]``."""
@@ -215,6 +229,7 @@ class DistGraph:
         Shapes:
             x ``[n_owned, F]`` -> ``[n_owned + n_halo, F]``
         """
+        x = compute_dtype(x)
         return torch.cat([x, self.halo(x, tag)], dim=0)
 
     # ------------------------------------------------------------------ aggregation
@@ -229,10 +244,15 @@ class DistGraph:
             tag: name the exchanges' bytes are counted under (the layer), and under which
                 ``auto`` remembers its choice.
 
+        Under autocast (``--precision bf16|fp16``) ``x`` is cast to the autocast dtype first: its halo rows
+        travel in it, the kernels accumulate in fp32 and the result is in it.
+
         Shapes:
             x ``[n_owned, F]`` -> ``[n_owned, F]``
         """
-        self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad)
+        x = compute_dtype(x)
+        self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad,
+                                 itemsize=x.element_size())
         if weight == "gcn":
             dinv = self.derived("gcn_dinv", lambda: self.gcn_scale[: self.n_owned].float())  # [n_owned] float32
             dinv = dinv.to(x.dtype)[:, None]  # [n_owned, 1]
@@ -255,12 +275,15 @@ class DistGraph:
     def predicted_bytes(self) -> dict[str, dict[str, int]]:
         """This rank's bytes per layer as its layouts predict them for the SpMMs of the step in progress."""
         out = {}
-        elem = self.comm_dtype.itemsize if self.comm_dtype else 4
         for tag, call in self.context.calls.items():
-            b = self.strategy.layout_for(tag).bytes(call.width, elem)
+            b = self.strategy.layout_for(tag).bytes(call.width, self.wire_itemsize(call.itemsize))
             with_backward = call.count - call.forward_only
             out[tag] = {k: v * (with_backward if k.startswith("bwd") else call.count) for k, v in b.items()}
         return out
+
+    def wire_itemsize(self, itemsize: int = 4) -> int:
+        """Bytes per exchanged element of rows of ``itemsize`` bytes: the wire dtype's where one is set."""
+        return self.comm_dtype.itemsize if self.comm_dtype else itemsize
 
     # ------------------------------------------------------------------ randomness
     def dropout(self, x: Tensor, p: float, key: int, training: bool = True) -> Tensor:

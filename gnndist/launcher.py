@@ -213,7 +213,7 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
         together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
     arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
                             "(see its error)")  # before any collective of the build: the ranks fail together
-    graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.dist.comm_dtype,
+    graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
                       kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
     if grid.is_main:
         stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "

@@ -226,10 +226,16 @@ def tuning() -> bool:
 
 
 def run(op: str, csr: CSR, *args, impl: str | None = None, tune: bool = True):
-    """Run ``op`` with the first implementation that fits (see :func:`select`)."""
+    """Run ``op`` with the first implementation that fits (see :func:`select`).
+
+    Autocast is off inside: every implementation takes the dtype it is given (fp32, or bf16 / fp16
+    accumulated in fp32) and returns it, so an op inside one (``torch.sparse.mm`` is a matmul to
+    autocast) is never cast behind its back.
+    """
     name, fn = select(op, csr, *args, impl=impl, tune=tune)
     token = _CALL.set((name if impl else None, tune))
     try:
-        return fn(csr, *args)
+        with torch.autocast(csr.device.type, enabled=False):
+            return fn(csr, *args)
     finally:
         _CALL.reset(token)

@@ -38,8 +38,11 @@ class DistBatchNorm(nn.Module):
         exactly one rank and the world sum counts it once. Inside a repeated forward
         (recomputation, reversible blocks: ``graph.context.statistics_frozen``) the running
         statistics are left alone: a second update would make evaluation depend on recomputation.
+        Half rows (``--precision bf16|fp16``) are normalised in fp32 (sums of squares of many rows
+        overflow fp16 and lose bf16's few bits) and the result is returned in their dtype.
         """
-        grid = graph.grid
+        grid, dtype = graph.grid, x.dtype
+        x = x.float() if dtype in (torch.float16, torch.bfloat16) else x  # [n_owned, C]
         if self.training:
             stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_tensor([x.shape[0]])])
             if grid.distributed:
@@ -55,7 +58,7 @@ class DistBatchNorm(nn.Module):
                     self.running_var.lerp_(unbiased.detach(), self.momentum)
         else:
             mean, var = self.running_mean, self.running_var
-        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        return ((x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias).to(dtype)
 
 
 def apply_norm(norm: nn.Module, graph, x: Tensor) -> Tensor:

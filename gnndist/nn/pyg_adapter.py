@@ -132,6 +132,12 @@ class PyGAdapter(nn.Module):
         self.conv = conv
         self.tag = "pyg"
 
+    @property
+    def half_precision(self) -> str:
+        """Why it cannot run under ``--precision bf16|fp16`` (:func:`gnndist.training.precision.check_model`)."""
+        return (f"the wrapped {type(self.conv).__name__} aggregates with torch_geometric's scatter in the rows' "
+                f"dtype, so its sums would not accumulate in fp32")
+
     def forward(self, graph, x: Tensor, **kwargs) -> Tensor:
         conv = self.conv
         check_runtime(conv)

@@ -15,8 +15,13 @@ https://arxiv.org/abs/1810.10999): an int64 tensor ``z = round(v * 2**FRACTION_B
 block adds each branch's output quantised to the same grid (an exact integer addition) and
 feeds the branches the float32 of the state; the inverse subtracts the same quantised
 output and recovers ``z`` exactly. That needs each branch to give the same bits when run
-again on the same input: dropout masks are hashes of (seed, epoch, key, node id) and the
-aggregation kernels are deterministic. Gradients treat the quantisation as the identity
+again on the same input: dropout masks are hashes of (seed, epoch, key, node id), the
+aggregation kernels are deterministic, and backward reruns the branches under the forward's
+autocast. Under ``--precision bf16|fp16`` the branches read the fp32 of the state (autocast casts
+it for their linear maps) and their half outputs enter the state through :func:`to_fixed`: the
+half value, exactly as fp32, times ``2**32``, rounded (exact for ``|f| >= 2**-21`` in bf16 and fp16:
+their 8 / 11 significant bits then lie on the grid; smaller values round the same way every time).
+The state stays int64 and its additions exact: only the branches' own arithmetic is half. Gradients treat the quantisation as the identity
 (straight-through), and training with stored activations (``reversible=False``) runs the
 same fixed-point function: the same losses and gradients.
 """
@@ -45,7 +50,7 @@ def to_fixed(x: Tensor) -> Tensor:
     Shapes:
         x ``[n, C]`` float -> ``[n, C]`` int64
     """
-    x = x.detach().nan_to_num(0.0, RANGE, -RANGE).clamp_(-RANGE, RANGE)
+    x = x.detach().float().nan_to_num(0.0, RANGE, -RANGE).clamp_(-RANGE, RANGE)  # half: exactly its fp32 value
     return x.mul_(2.0**FRACTION_BITS).round_().long()  # * 2**32 is exact in float32
 
 
@@ -181,7 +186,9 @@ class _Reversible(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, model: RevGNN, graph, *params: Tensor) -> tuple[Tensor, Tensor]:
-        ctx.model, ctx.graph = model, graph
+        ctx.model, ctx.graph, dev = model, graph, x.device.type
+        # backward reruns the branches as the forward ran them: the same autocast, so the same bits
+        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
         z, bound = to_fixed(x), _amax(x)
         for block in model.blocks:  # grad is off inside Function.forward: no activation is kept
             if model.trace is not None:
@@ -197,7 +204,9 @@ class _Reversible(torch.autograd.Function):
         model, graph = ctx.model, ctx.graph
         (z,) = ctx.saved_tensors
         grads: list[Tensor | None] = []
-        with graph.context.frozen_statistics():  # the forward updated the running statistics once already
+        dev, enabled, dtype = ctx.autocast
+        # the forward updated the running statistics once already
+        with graph.context.frozen_statistics(), torch.autocast(dev, dtype=dtype, enabled=enabled):
             for block in reversed(model.blocks):
                 z, grad, g = block.backward_step(graph, z, grad)
                 if model.trace is not None:

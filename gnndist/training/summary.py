@@ -199,7 +199,7 @@ def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: st
         return None, None
     loads = [[cost.RankLoad.from_array(np.asarray(r[0][k])) for r in every] for k in range(len(tags))]
     density = sum(r[1] for r in every) / max(graph.num_nodes * graph.x.shape[1], 1)
-    elem = graph.comm_dtype.itemsize if graph.comm_dtype else 4
+    elem = graph.wire_itemsize(max((c.itemsize for c in graph.context.calls.values()), default=4))
     return (cost.run_time(model, widths, loads, net, density, elem) if model else None), net
 
 

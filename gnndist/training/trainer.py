@@ -23,6 +23,7 @@ from gnndist.nn import build_model
 from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
 from gnndist.training.checkpoint import Checkpoints
+from gnndist.training.precision import Precision, check_model
 from gnndist.training.summary import (
     SPLITS,
     Best,
@@ -60,7 +61,9 @@ class Trainer:
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
+        self.precision = Precision(cfg.optim.precision, self.grid.device, cfg.optim.loss_scale)
         self.model = self._model(model, *self.widths).to(self.grid.device)
+        check_model(self.model, cfg.optim.precision)
         self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
         self.model_name = cfg.model.model if model is None else None  # a model handed in: the cost model's unknown
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
@@ -104,12 +107,18 @@ class Trainer:
             return per / g.num_train
         return F.cross_entropy(logits[mask], g.y[mask].long(), reduction="sum") / g.num_train
 
-    def allreduce_grads(self) -> None:
-        """Sum gradients over ranks in one flat buffer."""
+    def allreduce_grads(self, overflow: bool = False) -> bool:
+        """Sum gradients over ranks in one flat buffer; returns whether any rank's ``overflow`` was set.
+
+        Under ``--precision fp16`` each rank's overflow flag (its gradients are not finite) travels as one
+        more element of the buffer, so every rank learns of any rank's overflow in the same all-reduce.
+        """
+        flagged = self.precision.scaler is not None
         if not self.grid.distributed:
-            return
+            return overflow
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([gr.reshape(-1) for gr in grads])
+        flags = [torch.tensor([float(overflow)], device=self.grid.device)] if flagged else []
+        flat = torch.cat([gr.reshape(-1) for gr in grads] + flags)
         nbytes = flat.numel() * flat.element_size()
         self.graph.context.counter.add("grad_allreduce", "fwd", nbytes, nbytes)
         self.grid.all_reduce_(flat)
@@ -118,6 +127,7 @@ class Trainer:
             n = p.numel()
             p.grad = flat[offset : offset + n].view_as(p)
             offset += n
+        return bool(flat[-1] > 0) if flagged else overflow
 
     def train_step(self, epoch: int) -> float:
         """One optimisation step in the graph's step context; the phase timer splits its time."""
@@ -126,15 +136,33 @@ class Trainer:
         with t.phase("other"):
             self.optim.zero_grad(set_to_none=True)
         with t.phase("dense"):
-            loss = self.loss(self.model(g, g.x))
-            loss.backward()
+            with self.precision.autocast():  # fp32: nothing
+                loss = self.loss(self.model(g, g.x))  # fp32 (autocast computes losses in fp32)
+            (loss * self.precision.scale if self.precision.scaler else loss).backward()
         with t.phase("comm"):
-            self.allreduce_grads()
+            overflow = self.allreduce_grads(self.precision.scaler is not None and not self._grads_finite())
             total = self.grid.all_reduce_(loss.detach().clone())
         with t.phase("other"):
+            if self.precision.scaler is not None:  # fp16: skip the step on every rank, or unscale
+                self.precision.scaler.update(overflow or not bool(torch.isfinite(total)), epoch)
+                if overflow or not bool(torch.isfinite(total)):
+                    return float(total)
+                self._unscale()
             self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
             self.optim.step()
             return float(total)
+
+    def _grads_finite(self) -> bool:
+        """Whether every gradient of this rank is finite (fp16's overflow test, before the all-reduce)."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        return bool(torch.stack([g.isfinite().all() for g in grads]).all()) if grads else True
+
+    def _unscale(self) -> None:
+        """Divide the summed gradients by the loss scale they were computed at (a power of two: exact)."""
+        inv = 1.0 / self.precision.scaler.scale
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.mul_(inv)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -144,7 +172,9 @@ class Trainer:
         rank's labels and scores of the split and ranks them all (rank order does not matter).
         """
         self.model.eval()
-        return split_metrics(self.graph, self.model(self.graph, self.graph.x), self.metric)  # logits [n_owned, C]
+        with self.precision.autocast():
+            logits = self.model(self.graph, self.graph.x).float()  # [n_owned, C]
+        return split_metrics(self.graph, logits, self.metric)
 
     def epoch(self, epoch: int) -> dict:
         """Train one step, measure it (time, bytes, phases), evaluate: the epoch's row of the log."""

@@ -12,6 +12,10 @@ Coauthor CS (18,333 nodes, 163,788 edges), 2 CPU threads, ms per call:
 
 Backward: ``grad_x = A^T grad`` on the cached transposed CSR, dispatched on its own
 (``transposed_product``); ``grad_w[e] = <grad[row e], x[col e]>``.
+
+bf16 / fp16 rows are multiplied in fp32 (MKL has no half kernel; on CUDA it makes the accumulation
+fp32 by construction) and the result rounded to their dtype once: a transient fp32 copy of the rows
+and of the output, ``[n_cols + n_rows, F]`` x 4 B. The Triton path reads half rows directly.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from .. import dispatch
 from ..csr import CSR
 from . import transposed_product
 
-_CPU_DTYPES = (torch.float32, torch.float64)
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # half: multiplied in fp32
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def why_not(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> str | None:
-    if x.device.type == "cpu" and x.dtype not in _CPU_DTYPES:
-        return f"torch.sparse.mm has no {x.dtype} kernel on cpu"
+    if x.dtype not in _DTYPES:
+        return f"torch.sparse.mm has no {x.dtype} kernel"
     if x.dim() != 2:
         return f"x must be [n_cols, F], got {x.dim()} dims"
     if edge_weight is not None and edge_weight.dim() != 1:
@@ -63,14 +68,15 @@ def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.
 class SparseSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
-        values = edge_values(csr, edge_weight, reduce, x.dtype)  # [nnz]
+        acc = torch.float32 if x.dtype in _HALF else x.dtype  # the accumulation's dtype
+        values = edge_values(csr, edge_weight, reduce, acc)  # [nnz]
         ctx.csr, ctx.reduce, ctx.impl, ctx.tune = csr, reduce, dispatch.pinned(), dispatch.tuning()
         ctx.save_for_backward(x, values, edge_weight)
         if edge_weight is None and reduce == "sum":
-            matrix = csr.cached(("sparse", x.dtype), lambda: sparse_matrix(csr, values))
+            matrix = csr.cached(("sparse", acc), lambda: sparse_matrix(csr, values))
         else:
             matrix = sparse_matrix(csr, values)
-        return torch.sparse.mm(matrix, x)  # [n_rows, F]
+        return torch.sparse.mm(matrix, x.to(acc)).to(x.dtype)  # [n_rows, F]; no copy unless x is half
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -81,7 +87,8 @@ class SparseSpmm(torch.autograd.Function):
         if ctx.needs_input_grad[1]:  # A^T grad: its own dispatch (sparse when the forward was forced)
             grad_x = transposed_product(csr, grad, edge_weight, ctx.reduce, ctx.impl, ctx.tune)  # [n_cols, F]
         if ctx.needs_input_grad[2]:
-            grad_w = (grad[csr.row] * x[csr.col]).sum(-1)  # [nnz]
+            acc = torch.promote_types(grad.dtype, torch.float32)
+            grad_w = (grad[csr.row].to(acc) * x[csr.col].to(acc)).sum(-1)  # [nnz]
             if ctx.reduce == "mean":
                 grad_w = grad_w / csr.mean_divisor(grad_w.dtype, per_edge=True)
         return None, grad_x, grad_w, None

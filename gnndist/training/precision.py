@@ -1,0 +1,149 @@
+"""``--precision fp32|bf16|fp16``: autocast on the model, fp32 master weights, and fp16's loss scale.
+
+fp32 (the default) changes nothing: no autocast, no scale, today's numbers bit for bit. bf16 and fp16 run
+the forward under ``torch.autocast``: the dense layers (linear maps) compute in the half dtype; the
+aggregations cast their input to it (:func:`gnndist.graph.compute_dtype`), so halo rows travel in it, and
+accumulate in fp32 (every kernel path, ``gnndist.kernels``); weights, gradients and Adam's state stay fp32
+(autocast casts the weights per op). fp16 multiplies the loss by a dynamic scale before backward so
+that small gradients do not flush to zero: the gradients are all-reduced still scaled, together with one
+flag per rank saying whether its gradients overflowed, and a step where any rank overflowed is skipped on
+every rank (the scale halves); after :data:`GROWTH_INTERVAL` clean steps in a row it doubles. A scale that
+keeps halving (:data:`SKIPPED_WARNING` skipped steps in a row) is warned about, naming ``--loss-scale``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from gnndist.errors import UserError
+
+log = logging.getLogger("gnndist")
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GROWTH_INTERVAL = 100  # clean fp16 steps in a row before the loss scale doubles
+SKIPPED_WARNING = 10  # skipped fp16 steps in a row before the loss scale is warned about
+
+
+def why_not(device: torch.device, name: str) -> str | None:
+    """Why ``device`` cannot run ``--precision name`` under autocast; None when it can.
+
+    Asks torch: autocast must exist for the device type, accept the dtype (torch warns and disables
+    itself otherwise), and a small matmul under it must come out in that dtype.
+    """
+    if name == "fp32":
+        return None
+    dtype = DTYPES[name]
+    if not torch.amp.is_autocast_available(device.type):
+        return f"torch has no autocast on {device.type}"
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        return f"{torch.cuda.get_device_name(device)} has no bfloat16"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast(device.type, dtype=dtype):
+                a = torch.ones(2, 2, device=device)
+                out = a @ a
+    except (RuntimeError, AssertionError) as e:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if out.dtype != dtype:
+        return f"autocast on {device.type} does not compute in {dtype}"
+    return None
+
+
+def check_device(device: torch.device, name: str) -> None:
+    """A one-line :class:`UserError` when ``device`` cannot run ``--precision name`` (fp16: it names bf16)."""
+    reason = why_not(device, name)
+    if reason is None:
+        return
+    other = "; use --precision bf16 (same memory, no loss scale) or fp32" if name == "fp16" else "; use --precision fp32"
+    raise UserError(f"--precision {name}: {device.type} cannot run it ({reason}){other}")
+
+
+def check_model(model: nn.Module, name: str) -> None:
+    """A one-line :class:`UserError` naming the first module of ``model`` that declares it cannot run in half.
+
+    A module declares it with an attribute ``half_precision``, the reason (default: none, it can), e.g.
+    :class:`~gnndist.nn.PyGAdapter`: a wrapped PyG layer's scatter sums in the rows' dtype.
+    """
+    if name == "fp32":
+        return
+    for path, module in model.named_modules():
+        reason = getattr(module, "half_precision", None)
+        if isinstance(reason, str):
+            where = path or "the model"
+            raise UserError(f"--precision {name}: {type(module).__name__} ({where}) cannot run in half precision: "
+                            f"{reason}; use --precision fp32")
+
+
+class LossScale:
+    """fp16's dynamic loss scale: halve and skip on overflow, double after :data:`GROWTH_INTERVAL` clean steps.
+
+    The scale is a power of two, so scaling and unscaling are exact (no rounding, short of overflow).
+
+    Args:
+        initial: the first scale (``--loss-scale``).
+    """
+
+    def __init__(self, initial: float):
+        self.scale = float(initial)
+        self.clean = 0  # clean steps in a row
+        self.skipped = 0  # skipped steps in a row
+        self.skipped_total = 0
+        self._warned = False
+
+    def update(self, overflow: bool, epoch: int) -> None:
+        """After a step: ``overflow`` (on any rank) halves the scale, else count towards doubling it."""
+        if not overflow:
+            self.clean, self.skipped = self.clean + 1, 0
+            if self.clean >= GROWTH_INTERVAL:
+                self.scale, self.clean = self.scale * 2.0, 0
+            return
+        self.scale = max(self.scale / 2.0, 2.0**-24)
+        self.clean, self.skipped, self.skipped_total = 0, self.skipped + 1, self.skipped_total + 1
+        if self.skipped >= SKIPPED_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(f"epoch {epoch}: the fp16 loss scale (--loss-scale) fell to {self.scale:g} over "
+                          f"{self.skipped} skipped steps in a row: the gradients overflow fp16 at any scale; "
+                          f"use --precision bf16 (fp32's range) or lower --lr", RuntimeWarning, stacklevel=2)
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "clean": self.clean, "skipped_total": self.skipped_total}
+
+
+class Precision:
+    """The run's arithmetic: its autocast context and, for fp16, its :class:`LossScale`.
+
+    Args:
+        name: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (``--precision``).
+        device: the rank's device (checked: :func:`check_device`).
+        loss_scale: fp16's initial scale (``--loss-scale``).
+    """
+
+    def __init__(self, name: str, device: torch.device, loss_scale: float = 2.0**16):
+        check_device(device, name)
+        self.name, self.device, self.dtype = name, device, DTYPES[name]
+        self.scaler = LossScale(loss_scale) if name == "fp16" else None
+
+    @property
+    def half(self) -> bool:
+        return self.name != "fp32"
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The model's forward (and loss) under autocast in the run's dtype; nothing for fp32."""
+        if not self.half:
+            yield
+            return
+        with torch.autocast(self.device.type, dtype=self.dtype):
+            yield
+
+    @property
+    def scale(self) -> float:
+        """The factor the loss is multiplied by before backward (1 without fp16)."""
+        return self.scaler.scale if self.scaler is not None else 1.0
