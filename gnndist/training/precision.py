@@ -14,6 +14,7 @@ keeps halving (:data:`SKIPPED_WARNING` skipped steps in a row) is warned about, 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import logging
 import warnings
 from collections.abc import Iterator
@@ -147,3 +148,22 @@ class Precision:
     def scale(self) -> float:
         """The factor the loss is multiplied by before backward (1 without fp16)."""
         return self.scaler.scale if self.scaler is not None else 1.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Relative differences (max norm) allowed between P ranks and one process in one dtype."""
+
+    step: float  # a loss, logits: the forward chain
+    grad: float  # a gradient: the forward chain, the backward chain and its own rounding
+
+
+ROUNDINGS_PER_LAYER = 4  # half roundings in series per layer: its input, the dense product, the aggregation, the elementwise rest
+
+
+def p_bound(dtype: torch.dtype, layers: int) -> Bound:
+    """The derived bound of ``docs/strategies.md`` ("Half precision") for a model of ``layers`` layers."""
+    u = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}[dtype]
+    chain = ROUNDINGS_PER_LAYER * (layers + 2)  # + the input and output maps
+    step = 2 * u * chain
+    return Bound(step=step, grad=2 * step + 2 * u)
