@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import npy_folder, npz, ogb, planetoid, pyg_file, snap, social
+from . import hetero, npy_folder, npz, ogb, planetoid, pyg_file, snap, social
 from . import sbm as synth
 from .contract import validate
 from .root import default_root
@@ -90,7 +90,7 @@ def resolve(path: str) -> tuple[str, str]:
 
 
 def load(
-    dataset: str, root: str | None = None, format: str | None = None, seed: int = 0
+    dataset: str, root: str | None = None, format: str | None = None, seed: int = 0, target: str | None = None
 ) -> Data:
     """Load a registered dataset, a ``synthetic-<N>`` graph, or a file/folder path.
 
@@ -103,6 +103,8 @@ def load(
         root: where registered datasets live (default `default_root()`).
         format: force the format of a path (see ``FORMATS``); detected when None.
         seed: seed of random splits and synthetic graphs.
+        target: the labelled node type of a heterogeneous graph (``--target``; default: the one type with
+            labels); refused for a homogeneous graph.
 
     Shapes:
         x: [N, F] float32; y: [N] int64; edge_index: [2, E] int64, symmetric, no
@@ -118,16 +120,18 @@ def load(
             )
         if not osp.exists(dataset):
             raise UserError(f"{dataset}: no such file or folder")
-        data = FORMATS[format](dataset, _path_name(dataset), seed)
+        data = _read(format, dataset, _path_name(dataset), seed, target)
     elif key in REGISTRY:
         data = REGISTRY[key](key, root, seed)
+    elif hetero.parse_synthetic_mag(key) is not None:
+        data = hetero.load_synthetic_mag(key, seed, target)
     elif synth.parse_name(key) is not None:
         folder = synth.named_folder(key, root, seed)
         data = npy_folder.read_npy_folder(folder, key, seed)
         data.name = key
     elif osp.exists(dataset):
         fmt, path = resolve(dataset)
-        data = FORMATS[fmt](path, _path_name(dataset), seed)
+        data = _read(fmt, path, _path_name(dataset), seed, target)
     elif os.sep in dataset or dataset.startswith("."):
         raise UserError(f"{dataset}: no such file or folder")
     else:
@@ -135,8 +139,17 @@ def load(
             f"unknown dataset {dataset!r} (not a registered name nor an existing path); "
             f"known: {', '.join(names())}, synthetic-<N>[k|m]"
         )
+    if target is not None and getattr(data, "hetero", None) is None:
+        raise UserError(f"--target {target!r}: {dataset} is not a heterogeneous graph (it has one node type)")
     validate(data)
     return data
+
+
+def _read(fmt: str, path: str, name: str, seed: int, target: str | None) -> Data:
+    """The graph at ``path`` in format ``fmt``; a heterogeneous format also takes the ``target`` type."""
+    if fmt in HETERO_FORMATS:
+        return HETERO_FORMATS[fmt](path, name, seed, target)
+    return FORMATS[fmt](path, name, seed)
 
 
 def _path_name(path: str) -> str:
@@ -170,6 +183,8 @@ register("fb100-cornell5", social.load_fb100)
 register_format("musae", social.read_musae, social.is_musae)
 register_format("fb100", social.read_fb100, social.is_fb100)
 register_format("npy", npy_folder.read_npy_folder, npy_folder.is_npy_folder)
+HETERO_FORMATS = {"hetero": hetero.read_hetero_file}  # (path, name, seed, target) -> Data with data.hetero
+register_format("hetero", hetero.read_hetero_file, hetero.is_hetero_file)  # before "pyg": both are torch.save zips
 register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)
 register_format("heterophily", npz.read_heterophily, npz.is_heterophily)

@@ -51,6 +51,7 @@ class DataConfig:
     split_seed: int = opt(0, "seed of the 20/30-per-class split of datasets that ship none")
     random_splits: int = opt(0, "store R seeded 20/30-per-class splits (seeds --split-seed ...) in the partition, "
                              "for --splits random (gnndist run sets R to --runs)")
+    target: str | None = opt(None, "the labelled node type of a heterogeneous graph (default: the one type with labels)")
 
     def __post_init__(self) -> None:
         _need(self.random_splits >= 0, f"--random-splits must be >= 0, got {self.random_splits}")

@@ -47,6 +47,7 @@ from gnndist.partition.book import (
     symmetric_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
+from gnndist.partition.hetero import RelationSlicer, format_hetero, hetero_report
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 from gnndist.partition.progress import Stages, rss_peak, stages_of
@@ -95,6 +96,8 @@ class Partition:
         ei = getattr(d, "edge_attr_index", None)  # the edge list edge_attr is aligned with (default: edge_index)
         ea = edge_values_in_csr(self.csr, self.book, d.edge_index if ei is None else ei, ea.numpy()) \
             if ea is not None else None
+        schema = getattr(d, "hetero", None)  # a typed graph: each part's CSR per relation (partition.hetero)
+        relations = RelationSlicer(schema, self.book) if schema is not None else None
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
             arrays = {
@@ -112,6 +115,8 @@ class Partition:
             if ea is not None:  # [nnz_local, *]: one row per local edge, in the local CSR's order
                 lo, hi = self.book.offsets[lp.rank], self.book.offsets[lp.rank + 1]
                 arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
+            if relations is not None:
+                arrays.update(relations.arrays(lp.rank, lp.halo_gid))
             yield arrays
             if getattr(d, "memmaps", ()):  # imported here: a rank loading its part never imports the datasets
                 from gnndist.datasets.npy_folder import drop_pages
@@ -134,6 +139,8 @@ class Partition:
             "offsets": self.book.offsets.tolist(),
             "report": self.report,
         }
+        if getattr(d, "hetero", None) is not None:
+            meta["hetero"] = d.hetero.to_meta()
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
@@ -230,6 +237,8 @@ def partition(
         bar.update()
     bar.close()
     job.report["stages"] = job.stages
+if getattr(data, "hetero", None) is not None:
+        job.report["hetero"] = hetero_report(data.hetero, job.book, job.csr)
     return Partition(data, job.book, job.csr, method, job.objective, seed, job.report, job.threads)
 
 
@@ -515,6 +524,8 @@ def format_report(r: dict) -> str:
         lines.append(f"  over budget      {len(over)} candidate(s) not run: auto's estimated time kept within "
                      f"{b['seconds']:.1f} s ({b['multiple']:g} x its cheapest, {b['cheapest']}; --auto-budget 0 "
                      f"runs all): {', '.join(over)}")
+    if r.get("hetero"):
+        lines.extend(format_hetero(r["hetero"]))
     if r.get("refine"):
         f = r["refine"]
         lines.append(f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "

@@ -55,6 +55,8 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += f"-split{data.split_seed}"
     if data.random_splits:
         key += f"-rsplits{data.random_splits}"
+    if data.target:
+        key += f"-target-{data.target}"
     if part.method != "random" and part.balance != "auto":
         key += "-b" + "+".join(part.constraints)
     if part.method != "random" and not part.refine:
@@ -101,7 +103,7 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     target = Path(out) if out else partition_dir(dataset, part, dcfg, model)
     _check_writable(target, cached=not out)
     say(f"loading {dataset}")
-    data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed, target=dcfg.target)
     if dcfg.random_splits:
         from gnndist.datasets.split import add_random_splits
 
