@@ -168,6 +168,8 @@ class ModelConfig:
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
+    num_bases: int = opt(0, "--model rgcn: basis decomposition of each layer's relation weights into this many "
+                         "bases (0: a full weight per relation)")
     arch: str = opt("plain", "plain: the model's own layers; residual (gcn, sage, gat, gin): input linear, then "
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
@@ -180,6 +182,7 @@ class ModelConfig:
         _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
         _need(self.arch in ("plain", "residual"), f"--arch must be plain or residual, got {self.arch!r}")
+        _need(self.num_bases >= 0, f"--num-bases must be >= 0, got {self.num_bases}")
 
 
 @dataclass

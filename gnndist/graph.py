@@ -78,6 +78,22 @@ def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
     return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: the same for every partition
 
 
+def _node_types(meta: dict, orig_id: Tensor) -> Tensor | None:
+    """The type index of every local node of a typed graph (its dataset id's range), else None."""
+    if "hetero" not in meta:
+        return None
+    offsets = torch.tensor(meta["hetero"]["offsets"], dtype=torch.int64, device=orig_id.device)
+    return torch.searchsorted(offsets, orig_id.long(), right=True) - 1
+
+
+def _relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
+    """One CSR per relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``), else ()."""
+    if "rel_rowptr" not in t:
+        return ()
+    rowptr, col = t["rel_rowptr"].long(), t["rel_col"].long()
+    return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
+
+
 class DistGraph:
     """One rank's part of a partitioned graph, read-only; layers call :meth:`spmm`, :meth:`halo`, :meth:`extend`.
 
@@ -138,6 +154,11 @@ class DistGraph:
             num_train=int(meta.get("num_train", 0)),
             splits={k: t[k] for k in SPLIT_ARRAYS if k in t},  # [n_owned, K] each: every split the partition holds
             num_classes=int(meta["classes"]), num_nodes=int(meta["N"]),
+            # a typed graph (META.json's "hetero", None otherwise): its schema, the type of every local node and
+            # one CSR per relation, [n_owned, n_owned + n_halo] in local ids (partition.hetero)
+            hetero=meta.get("hetero"),
+            node_type=_node_types(meta, t["orig_id"]),  # [n_owned + n_halo] type index, or None
+            relations=_relations(t, n_owned, n_halo),
             _derived={},
         )
 

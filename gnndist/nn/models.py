@@ -30,11 +30,12 @@ PRESETS: dict[str, Preset] = {}  # a registered model's own defaults, applied by
 
 
 EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
+HETERO_MODELS: set[str] = set()  # models of a typed graph (builder gets graph=, num_bases=, seed=; --strategy 1d)
 RESIDUAL_CONVS: dict[str, ConvFactory] = {}  # models with --arch residual: the layer of each block
 
 
 def register_model(name: str, builder: ModelBuilder, preset: Preset | None = None,
-                   edge_features: bool = False, residual: ConvFactory | None = None) -> None:
+                   edge_features: bool = False, residual: ConvFactory | None = None, hetero: bool = False) -> None:
     """Make ``--model name`` build ``builder(in_channels, hidden, out_channels, layers, dropout, norm)``.
 
     ``preset``: the model's own defaults as config fields by section, used where the user passes no
@@ -42,8 +43,12 @@ def register_model(name: str, builder: ModelBuilder, preset: Preset | None = Non
     ``edge_features``: the model reads ``graph.edge_attr``; its builder also gets ``edge_dim=``.
     ``residual``: the layer ``(hidden, hidden) -> module`` of each block of ``--arch residual``
     (:class:`~gnndist.nn.residual_gnn.ResidualGNN`); without it the model has only its own architecture.
+    ``hetero``: the model is built for a typed graph: its builder also gets ``graph=`` (the rank's),
+    ``num_bases=`` and ``seed=``, and it runs on ``--strategy 1d`` (its relations aggregate on the halo).
     """
     MODELS[name] = builder
+    if hetero:
+        HETERO_MODELS.add(name)
     if preset is not None:
         PRESETS[name] = preset
     if edge_features:
@@ -190,7 +195,15 @@ DEEP_RESIDUAL_PRESET: Preset = {"model": {"layers": 7, "hidden": 64, "dropout": 
                                 "optim": {"lr": 0.005, "weight_decay": 5e-4}}
 
 
+def _rgcn(*args, **kw) -> nn.Module:
+    from gnndist.nn.rgcn import RGCN
+
+    graph = kw.pop("graph")
+    return RGCN(graph, *args, **kw)
+
+
 register_model("gat", _gat, preset=GAT_PRESET, residual=_gat_heads)
+register_model("rgcn", _rgcn, hetero=True)
 register_model("gcn2", _gcn2, preset=GCN2_PRESET)
 register_model("resgcn", _resgcn, preset=DEEP_RESIDUAL_PRESET)
 register_model("revgnn", _revgnn, preset=DEEP_RESIDUAL_PRESET)
@@ -198,17 +211,29 @@ register_model("revgnn", _revgnn, preset=DEEP_RESIDUAL_PRESET)
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
                 dropout: float, norm: str = "none", recompute: bool = False, edge_dim: int = 0,
-                arch: str = "plain") -> nn.Module:
+                arch: str = "plain", graph=None, num_bases: int = 0, seed: int = 0) -> nn.Module:
     """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block.
 
     ``edge_dim``: width of the partition's edge features (0: none), for the models that read them.
     ``arch``: ``"plain"`` (the model's own layers) or ``"residual"`` (``--arch``: its layer in
     :class:`~gnndist.nn.residual_gnn.ResidualGNN`'s blocks).
+    ``graph``, ``num_bases``, ``seed``: the rank's graph, ``--num-bases`` and the seed of the embeddings, for the
+    models of a typed graph (``HETERO_MODELS``).
     """
     from gnndist.errors import UserError
 
     if name not in MODELS:
         raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
+    if name in HETERO_MODELS:
+        if graph is None or graph.hetero is None:
+            raise UserError(f"--model {name} is for a heterogeneous graph (typed nodes and relations); this "
+                            f"partition has one node type")
+        if arch != "plain" or recompute:
+            raise UserError(f"--model {name} has its own architecture: --arch residual and --recompute do not apply")
+        return MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm, graph=graph,
+                            num_bases=num_bases, seed=seed)
+    if num_bases:
+        raise UserError(f"--num-bases is for --model {', '.join(sorted(HETERO_MODELS))}, not --model {name}")
     if arch == "residual":
         from gnndist.nn.residual_gnn import ResidualGNN
 

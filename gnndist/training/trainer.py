@@ -20,6 +20,8 @@ from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn import build_model
+from gnndist.nn.models import HETERO_MODELS
+from gnndist.nn.node_embedding import sharded_parameters
 from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
 from gnndist.training.checkpoint import Checkpoints
@@ -66,11 +68,14 @@ class Trainer:
         check_model(self.model, cfg.optim.precision)
         self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
         self.model_name = cfg.model.model if model is None else None  # a model handed in: the cost model's unknown
+        own = sharded_parameters(self.model)  # this rank's rows (embeddings): neither broadcast nor all-reduced
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
-            self.grid.broadcast_(p.data)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+            if id(p) not in own:
+                self.grid.broadcast_(p.data)
+        self.params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in own]
+        self.sharded = [p for p in self.model.parameters() if p.requires_grad and id(p) in own]
         groups = getattr(self.model, "param_groups", None)  # a model's own weight decay per group (GCNII)
-        self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params, lr=cfg.optim.lr,
+        self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params + self.sharded, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
         self.metric = metric_of(cfg, graph)
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
@@ -92,7 +97,10 @@ class Trainer:
             return model
         if model is not None:
             return model(f_in, f_out)
-        return model_of(self.cfg.model, self.graph)
+        if self.cfg.model.model in HETERO_MODELS and self.cfg.dist.strategy != "1d":
+            raise UserError(f"--model {self.cfg.model.model} runs on --strategy 1d only (its relations aggregate on "
+                            f"the 1d halo), not --strategy {self.cfg.dist.strategy}")
+        return model_of(self.cfg.model, self.graph, self.cfg.run.seed)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -251,6 +259,8 @@ class Trainer:
         grads = [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
         finite = bool(torch.isfinite(loss)) and bool(torch.stack([g.isfinite().all() for _, g in grads]).all()
                                                         if grads else True)
+        if self.sharded:  # this rank's own rows' gradients differ per rank: every rank decides on all of them
+            finite = bool(self.grid.all_reduce_(torch.tensor([0.0 if finite else 1.0], device=self.grid.device)) == 0)
         if finite:
             return
         what = f"the loss is {float(loss)}"
@@ -276,10 +286,12 @@ def edge_width(graph: DistGraph) -> int:
     return rows2d(ea).shape[1] if ea is not None else 0
 
 
-def model_of(m: ModelConfig, graph: DistGraph) -> nn.Module:
-    """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths."""
+def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0) -> nn.Module:
+    """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths
+    (``seed``: of a typed graph's embeddings)."""
     return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
-                       m.recompute, edge_dim=edge_width(graph), arch=m.arch)
+                       m.recompute, edge_dim=edge_width(graph), arch=m.arch, graph=graph, num_bases=m.num_bases,
+                       seed=seed)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:

@@ -1,0 +1,53 @@
+"""R-GCN on a typed graph: embeddings for the featureless types, then R-GCN layers (``--model rgcn``)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gnndist.nn.node_embedding import NodeEmbedding
+from gnndist.nn.norm import apply_norm, make_norm
+from gnndist.nn.rgcn_conv import RGCNConv
+
+
+class RGCN(nn.Module):
+    """``layers`` :class:`RGCNConv` layers with dropout before each and norm + ReLU between them.
+
+    The input rows of featureless types are a :class:`NodeEmbedding` (learned, 1/P of the table per
+    rank); every layer takes its sources from one halo exchange, so the embedding rows' gradients
+    travel home like any activation's.
+
+    Args:
+        graph: the rank's typed graph (its relations and node types).
+        in_channels, hidden, out_channels: widths (``in_channels``: the features' and the embeddings').
+        layers: depth (>= 1).
+        dropout: dropout probability (partition-invariant masks).
+        norm: ``"none"``, ``"batch"`` or ``"layer"``.
+        num_bases: basis decomposition of every layer's relation weights (0: none).
+        seed: seed of the embeddings' initial rows.
+
+    Shapes:
+        x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
+    """
+
+    def __init__(self, graph, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+                 dropout: float = 0.5, norm: str = "none", num_bases: int = 0, seed: int = 0):
+        super().__init__()
+        self.embedding = NodeEmbedding(graph, in_channels, seed) if not all(graph.hetero["featured"]) else None
+        R = len(graph.hetero["relations"])
+        widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(RGCNConv(a, b, R, num_bases) for a, b in zip(widths[:-1], widths[1:]))
+        for i, c in enumerate(self.convs):
+            c.tag = f"layer{i}"
+        self.norms = nn.ModuleList(make_norm(norm, hidden) for _ in range(layers - 1))
+        self.dropout = dropout
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        if self.embedding is not None:
+            x = self.embedding(graph, x)  # [n_owned, in]: featureless rows learned
+        for i, conv in enumerate(self.convs):
+            x = graph.dropout(x, self.dropout, key=i, training=self.training)
+            x = conv(graph, x)
+            if i < len(self.convs) - 1:
+                x = F.relu(apply_norm(self.norms[i], graph, x))
+        return x
