@@ -1,0 +1,219 @@
+"""Typed graphs (issue 34): the union graph and its schema, bad input in one line, and R-GCN on P ranks
+equal to one process and to PyG's ``RGCNConv`` (losses, gradients of the weights and of the embedding rows,
+trained weights)."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gnndist.config import TrainConfig
+from gnndist.errors import UserError
+from gnndist.graph import DistGraph
+from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
+from gnndist.training.trainer import Trainer
+
+EPOCHS = 6
+CASES = [0, 2]  # --num-bases: a weight per relation; two bases
+WORLDS = (1, 2, 3, 4)
+
+
+def _cfg(bases, dropout=0.5, epochs=EPOCHS):
+    cfg = TrainConfig()
+    cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.num_bases = "rgcn", 8, dropout, bases
+    cfg.model.normalize_features = False
+    cfg.optim.epochs = epochs
+    cfg.run.progress = False
+    return cfg
+
+
+def _hetero():
+    from gnndist.datasets.hetero import synthetic_mag  # here: spawned ranks importing this module skip PyG
+
+    hd = synthetic_mag(120, num_classes=4, num_features=6, seed=3)
+    hd["venue"].num_nodes = 3
+    hd["paper", "in_venue", "venue"].edge_index = torch.zeros(2, 0, dtype=torch.long)  # an empty relation is kept
+    return hd
+
+
+def _rank_job(grid, partdir):
+    """Per case: EPOCHS epochs with dropout (losses, trained weights and rows), then one step's gradients without."""
+    out = {}
+    for bases in CASES:
+        trainer = Trainer(DistGraph.load(partdir, grid), _cfg(bases))
+        trainer.fit()
+        emb = trainer.model.embedding
+        res = dict(losses=[row["loss"] for row in trainer.history],
+                   trained={n: p.detach().clone() for n, p in trainer.model.named_parameters() if "embedding" not in n},
+                   trained_emb=emb.weight.detach().clone(), emb_ids=emb.ids.clone())
+        graph = DistGraph.load(partdir, grid)
+        trainer = Trainer(graph, _cfg(bases, dropout=0.0))
+        trainer.model.train()
+        res["init"] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        emb = trainer.model.embedding
+        res["emb_init"] = emb.weight.detach().clone()
+        logits = trainer.model(graph, graph.x)
+        trainer.loss(logits).backward()
+        trainer.allreduce_grads()
+        res.update(grads={n: p.grad.clone() for n, p in trainer.model.named_parameters() if "embedding" not in n},
+                   emb_grad=emb.weight.grad.clone(), logits=logits.detach(), ids=graph.orig_id[: graph.n_owned].clone(),
+                   bytes=graph.context.counter.per_tag())
+        out[bases] = res
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from gnndist.datasets.hetero import from_hetero
+    from gnndist.partition import partition
+
+    data = from_hetero(_hetero(), "toy-mag")
+    results = {}
+    for world in WORLDS:
+        d = tmp_path_factory.mktemp(f"h{world}")
+        p = partition(data, world, progress=False, **QUICK_PARTITION)
+        p.save(d, dataset="toy-mag", progress=False)
+        results[world] = (run_distributed(_rank_job, world, str(d)), p.report)
+    return data, results
+
+
+def _by_id(ranks, case, ids_key, value_key):
+    """Rows gathered from every rank into dataset order (of the ids they hold)."""
+    ids = torch.cat([r[case][ids_key] for r in ranks])
+    rows = torch.cat([r[case][value_key] for r in ranks])
+    return rows[torch.argsort(ids)], torch.sort(ids).values
+
+
+def test_union_graph_and_schema():
+    from gnndist.datasets.hetero import from_hetero
+
+    data = from_hetero(_hetero(), "toy-mag")
+    h = data.hetero
+    assert h.node_types == ["paper", "author", "institution", "field_of_study", "venue"]
+    assert h.relations == [("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
+                           ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study"),
+                           ("paper", "in_venue", "venue"), ("institution", "rev_affiliated_with", "author"),
+                           ("paper", "rev_writes", "author"), ("field_of_study", "rev_has_topic", "paper"),
+                           ("venue", "rev_in_venue", "paper")]
+    assert h.featured == [True, False, False, False, False] and h.target == "paper"
+    counts = np.bincount(h.rel_type, minlength=len(h.relations))
+    assert counts[4] == 0 and counts[8] == 0  # the empty relation and its reverse are kept
+    assert counts[1] == counts[6] and counts[3] == counts[7]  # a reverse has its relation's edges
+    n_paper = int(h.offsets[1])
+    assert bool((data.y[n_paper:] == -1).all()) and not bool(data.train_mask[n_paper:].any())
+    assert int(data.train_mask.sum()) == 96  # 80 % of the 120 papers
+    cites = h.rel_type == 2  # made symmetric in place (paper, cites, paper)
+    pairs = set(zip(h.rel_src[cites].tolist(), h.rel_dst[cites].tolist()))
+    assert all((d, s) in pairs for s, d in pairs)
+
+
+def test_saved_heterodata_is_a_dataset_path(tmp_path):
+    from gnndist.datasets import load
+
+    hd = _hetero()
+    path = tmp_path / "mag.pt"
+    torch.save(hd, path)
+    data = load(str(path))
+    assert data.hetero.node_types[-1] == "venue" and data.num_nodes == sum(hd[t].num_nodes for t in hd.node_types)
+    with pytest.raises(UserError, match="--target 'author' has no labels"):
+        load(str(path), target="author")
+
+
+def _bad(edit):
+    from gnndist.datasets.hetero import from_hetero
+
+    hd = _hetero()
+    edit(hd)
+    with pytest.raises(UserError) as e:
+        from_hetero(hd, "bad")
+    return str(e.value)
+
+
+def test_bad_input_is_one_line():
+    def unknown(hd):
+        hd["paper", "in", "journal"].edge_index = torch.zeros(2, 1, dtype=torch.long)
+
+    def out_of_range(hd):
+        hd["author", "writes", "paper"].edge_index[1, 0] = 120
+
+    def no_nodes(hd):
+        hd["venue"].num_nodes = 0
+
+    def no_split(hd):
+        del hd["paper"].val_mask
+
+    msgs = [_bad(unknown), _bad(out_of_range), _bad(no_nodes), _bad(no_split)]
+    assert "names the unknown node type 'journal'" in msgs[0]
+    assert "(author, writes, paper): destination ids in [" in msgs[1] and "out of range for type 'paper'" in msgs[1]
+    assert "node type 'venue' has no nodes" in msgs[2]
+    assert "type 'paper' has labels but no split (val_mask missing)" in msgs[3]
+    assert all("\n" not in m for m in msgs)
+
+
+@pytest.mark.parametrize("world", WORLDS[1:])
+@pytest.mark.parametrize("bases", CASES)
+def test_rgcn_equals_one_process(runs, world, bases):
+    _, results = runs
+    one, many = results[1][0], results[world][0]
+    ref = torch.tensor(one[0][bases]["losses"], dtype=torch.float64)
+    assert ref[-1] < ref[0]  # it trains
+    for r in many:
+        assert_close(f"losses P={world}", ref, torch.tensor(r[bases]["losses"], dtype=torch.float64), rtol=1e-5)
+        for name, p in one[0][bases]["trained"].items():
+            assert_close(f"trained {name}", p, r[bases]["trained"][name], rtol=1e-5)
+            assert_close(f"grad {name}", one[0][bases]["grads"][name], r[bases]["grads"][name], rtol=1e-5,
+                         atol=1e-8)
+    for key in ("emb_grad", "trained_emb", "emb_init"):  # the rows of every rank, gathered in dataset order
+        ref_rows, ref_ids = _by_id(one, bases, "emb_ids", key)
+        rows, ids = _by_id(many, bases, "emb_ids", key)
+        assert torch.equal(ids, ref_ids)
+        assert_close(f"{key} P={world}", ref_rows, rows, rtol=1e-5)
+    n_rows = [r[bases]["emb_grad"].shape[0] for r in many]
+    assert sum(n_rows) == one[0][bases]["emb_grad"].shape[0] and max(n_rows) < sum(n_rows)  # 1/P of the table
+
+
+@pytest.mark.parametrize("bases", CASES)
+def test_rgcn_gradients_equal_pyg(runs, bases):
+    """One process and P = 4 against PyG's RGCNConv (aggr mean) on the union graph with the edge types."""
+    from torch_geometric.nn import RGCNConv
+
+    data, results = runs
+    h = data.hetero
+    ei = torch.from_numpy(np.stack([h.rel_src, h.rel_dst]))
+    et = torch.from_numpy(h.rel_type)
+    first = results[1][0][0][bases]
+    emb = first["emb_init"].clone().requires_grad_(True)
+    convs = torch.nn.ModuleList([RGCNConv(6, 8, 9, num_bases=bases or None, aggr="mean"),
+                                 RGCNConv(8, 4, 9, num_bases=bases or None, aggr="mean")])
+    missing, unexpected = convs.load_state_dict({k.removeprefix("convs."): v for k, v in first["init"].items()
+                                                 if k.startswith("convs.")})
+    assert not missing and not unexpected
+    x = data.x.clone().index_put((first["emb_ids"],), emb)
+    logits = convs[1](F.relu(convs[0](x, ei, et)), ei, et)
+    F.cross_entropy(logits[data.train_mask], data.y[data.train_mask]).backward()
+    for world in (1, 4):
+        ranks = results[world][0]
+        for r in ranks:
+            assert_close("logits", logits.detach()[r[bases]["ids"]], r[bases]["logits"], rtol=1e-5)
+            for name, p in convs.named_parameters():
+                assert_close(f"grad {name}", p.grad, r[bases]["grads"][f"convs.{name}"], rtol=1e-5, atol=1e-8)
+        rows, ids = _by_id(ranks, bases, "emb_ids", "emb_grad")
+        assert torch.equal(ids, first["emb_ids"])
+        assert_close("embedding grad", emb.grad, rows, rtol=1e-5, atol=1e-9)
+        assert float(rows.abs().sum()) > 0  # the featureless rows learn: their gradients reached the owners
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_halo_bytes_equal_comm_volume(runs, world):
+    """One exchange per layer serves every relation: its rows are the union graph's halo volume, both ways."""
+    _, results = runs
+    ranks, report = results[world]
+    for tag, width in (("layer0", 6), ("layer1", 8)):
+        for key in ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received"):
+            total = sum(r[0]["bytes"][tag].get(key, 0) for r in ranks)
+            assert total == report["comm_volume"] * width * 4, (tag, key)
+    h = report["hetero"]
+    assert sum(h["halo_volume_per_type"]) == report["comm_volume"]
+    assert [sum(p[i] for p in h["edges_per_part"]) for i in (4, 8)] == [0, 0]
