@@ -173,7 +173,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from gnndist.training.checkpoint import load_model_file
 
     d = build_section(DistConfig, args)
-    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress)
+    req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress,
+                         args.type)
     here = place()
     if here.rank == 0:  # one rank alone, rank 0 of torchrun: one line, before any rank starts
         req.check()
@@ -327,6 +328,8 @@ def _add_predict(sub) -> None:
                          "--layer K (0-based)")
     sq.add_argument("--layer", type=int, default=None, help="with --what embedding: the layer whose output to write")
     sq.add_argument("--force", action="store_true", help="replace an existing --out")
+    sq.add_argument("--type", default=None, help="a heterogeneous graph: the node type whose rows to write, in its "
+                    "dataset order (default: the target type)")
     _add_json(sq, "print the summary (with the metric recomputed from the written rows) as one JSON object")
     sq.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                     help="rank 0 shows each stage (reading, every layer, writing): a bar on a terminal, else one line "

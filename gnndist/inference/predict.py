@@ -38,6 +38,7 @@ class PredictRequest:
     force: bool = False
     strategy: str = "1d"
     progress: bool = True  # rank 0: a bar naming the stage on a terminal, else one line per slow stage
+    type: str | None = None  # a typed graph: the node type whose rows are written (default: the target type)
 
     def check(self) -> None:
         """One line for a request that cannot be (before any rank starts)."""
@@ -166,8 +167,10 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         out = forward_at(model.to(grid.device), graph, req.layer, stages if grid.is_main else None)
         rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
         stages.set_postfix_str(f"write {Path(req.out).name}")
-        written = write_rows(grid, graph, rows, req.out)
-        summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [graph.num_nodes, rows.shape[1]],
+        keep, ids, n = rows_of_type(graph, req.type)  # a typed graph: one type's rows, in its own dataset order
+        written = rows.clone()
+        written[keep] = write_rows(grid, graph, rows[keep], req.out, ids, n)
+        summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [n, rows.shape[1]],
                    "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
         if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
             stages.set_postfix_str("the metric from the written rows")
@@ -181,18 +184,42 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     return summary
 
 
+def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:
+    """The owned rows written (a mask ``[n_owned]``), their positions in the output and its row count.
+
+    A homogeneous graph: every row, at its dataset id. A typed graph: the rows of type ``name`` (default the
+    target type), at their index within the type (type ``t``'s dataset ids are ``offsets[t] : offsets[t + 1]``).
+    """
+    ids = graph.orig_id[: graph.n_owned].cpu().numpy()
+    if graph.hetero is None:
+        if name is not None:
+            raise UserError(f"--type {name!r}: the partition is of a homogeneous graph (one node type)")
+        return torch.ones(graph.n_owned, dtype=torch.bool), ids, graph.num_nodes
+    types, offsets = graph.hetero["node_types"], graph.hetero["offsets"]
+    name = name or graph.hetero["target"]
+    if name not in types:
+        raise UserError(f"--type {name!r} is not a node type of this graph (types: {', '.join(types)})")
+    t = types.index(name)
+    keep = (graph.node_type[: graph.n_owned] == t).cpu()
+    return keep, ids[keep.numpy()] - offsets[t], offsets[t + 1] - offsets[t]
+
+
 def _model(cfg, graph, state: dict, path: Path) -> nn.Module:
+    from gnndist.nn.node_embedding import own_state
     from gnndist.training.checkpoint import check_same_model
     from gnndist.training.trainer import model_of
 
-    model = model_of(cfg.model, graph)
+    model = model_of(cfg.model, graph, cfg.run.seed)
+    state, _ = own_state(model, state)  # the embeddings' whole tables: this rank's rows
     check_same_model(path, {"model": state, "config": cfg.to_dict()}, model)  # one line: another model or width
     model.load_state_dict(state)
     return model
 
 
-def write_rows(grid, graph, rows: Tensor, out: str) -> Tensor:
+def write_rows(grid, graph, rows: Tensor, out: str, ids: np.ndarray | None = None, n: int | None = None) -> Tensor:
     """Write every rank's owned ``rows`` at their dataset positions into ``out``; returns this rank's rows as written.
+
+    ``ids`` and ``n``: the rows' positions and the output's row count (default: the owned rows' dataset ids, N).
 
     ``.npy``: rank 0 creates a memory-mapped ``[N, C]`` file under a temporary name, each rank writes its
     rows there, rank 0 renames it once all have (collective). ``.pt`` / ``.csv``: gathered on rank 0.
@@ -201,8 +228,8 @@ def write_rows(grid, graph, rows: Tensor, out: str) -> Tensor:
 
     target = Path(out)
     tmp = target.with_name(f".{target.name}.tmp")
-    ids = graph.orig_id[: graph.n_owned].cpu().numpy()
-    n, width = graph.num_nodes, rows.shape[1]
+    ids = graph.orig_id[: graph.n_owned].cpu().numpy() if ids is None else ids
+    n, width = graph.num_nodes if n is None else n, rows.shape[1]
     dtype = np.int64 if rows.dtype == torch.int64 else np.float32
     try:
         if target.suffix == ".npy":

@@ -38,11 +38,75 @@ class NodeEmbedding(nn.Module):
         rows = featureless[graph.node_type[: graph.n_owned]].nonzero().view(-1)  # [n_rows] local ids
         self.register_buffer("rows", rows, persistent=False)
         self.register_buffer("ids", graph.orig_id[rows].long(), persistent=False)  # [n_rows] dataset ids
+        # where each row sits in the whole table (every featureless node, in dataset order): checkpoints hold that
+        offsets, featured = graph.hetero["offsets"], graph.hetero["featured"]
+        shift = torch.zeros(len(featured), dtype=torch.long)  # [T] dataset id - table position, per type
+        seen = 0
+        for t, f in enumerate(featured):
+            shift[t] = offsets[t] - seen
+            seen += 0 if f else offsets[t + 1] - offsets[t]
+        self.table_rows = int(seen)
+        self.register_buffer("positions", self.ids - shift.to(self.ids.device)[graph.node_type[rows]],
+                             persistent=False)  # [n_rows]
         init = (hash_uniform(self.ids, dim, seed, 0, EMBEDDING_KEY) * 2 - 1) * math.sqrt(3.0)  # [n_rows, dim]
         self.weight = nn.Parameter(init)
 
     def forward(self, graph, x: Tensor) -> Tensor:
         return x.index_put((self.rows,), self.weight.to(x.dtype))  # [n_owned, dim], differentiable in weight
+
+
+    def table(self, rows: Tensor, grid) -> Tensor:
+        """The whole table of ``rows`` (this rank's ``[n_rows, dim]``: the weight, or its optimiser moments) from
+        every rank, in dataset order (collective). ``[table_rows, dim]`` on the CPU."""
+        out = torch.zeros(self.table_rows, rows.shape[1], dtype=rows.dtype)
+        for pos, part in grid.all_gather_object((self.positions.cpu(), rows.detach().cpu())):
+            out[pos] = part
+        return out
+
+    def own(self, table: Tensor) -> Tensor:
+        """This rank's rows of a whole table (:meth:`table`'s). ``[table_rows, dim]`` -> ``[n_rows, dim]``."""
+        return table.to(self.positions.device)[self.positions]
+
+
+def _embeddings(model: nn.Module):
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, NodeEmbedding)]
+
+
+def _index_in(optim, param) -> int | None:
+    flat = [p for g in optim.param_groups for p in g["params"]]
+    return next((i for i, p in enumerate(flat) if p is param), None)
+
+
+def whole_state(model: nn.Module, optim, grid) -> tuple[dict, dict]:
+    """``model.state_dict()`` and ``optim.state_dict()`` with every embedding's rows (and their Adam moments)
+    gathered from every rank into the whole table, in dataset order: what a checkpoint holds (collective)."""
+    msd, osd = model.state_dict(), optim.state_dict() if optim is not None else None
+    for name, m in _embeddings(model):
+        msd[f"{name}.weight"] = m.table(m.weight, grid)
+        i = _index_in(optim, m.weight) if optim is not None else None
+        if i is not None and i in osd["state"]:
+            osd["state"][i] = dict(osd["state"][i])  # the optimiser's own dict otherwise: its live state
+            for key, value in osd["state"][i].items():
+                if torch.is_tensor(value) and value.shape == m.weight.shape:
+                    osd["state"][i][key] = m.table(value, grid)
+    return msd, osd
+
+
+def own_state(model: nn.Module, msd: dict, optim=None, osd: dict | None = None) -> tuple[dict, dict | None]:
+    """The inverse of :func:`whole_state` on this rank: the whole tables of a checkpoint cut to this rank's rows
+    (``optim``: the optimiser ``osd`` is loaded into, built as the one that was saved)."""
+    msd = dict(msd)
+    for name, m in _embeddings(model):
+        key = f"{name}.weight"
+        if key in msd and msd[key].shape[0] == m.table_rows:
+            msd[key] = m.own(msd[key])
+        i = _index_in(optim, m.weight) if osd is not None else None
+        if i is not None and i in osd["state"]:
+            osd["state"][i] = dict(osd["state"][i])
+            for k, value in osd["state"][i].items():
+                if torch.is_tensor(value) and value.dim() == 2 and value.shape[0] == m.table_rows:
+                    osd["state"][i][k] = m.own(value)
+    return msd, osd
 
 
 def sharded_parameters(model: nn.Module) -> set[int]:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import PeerFailed, UserError, first_line
+from gnndist.nn.node_embedding import own_state, whole_state
 from gnndist.training.summary import Best
 
 log = logging.getLogger("gnndist")
@@ -78,16 +79,17 @@ class Checkpoints:
         improved = best.epoch == epoch
         if not (due or improved):
             return
+        msd, osd = whole_state(model, optim, self.grid)  # embedding rows gathered: the whole table (collective)
 
         def write() -> None:
             if due:
-                state = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optim": optim.state_dict(),
+                state = {"format": CHECKPOINT_FORMAT, "model": msd, "optim": osd,
                          "epoch": epoch, "best": vars(best).copy(), "rng": torch.get_rng_state(), "config": config}
                 atomic_save({**state, "sha256": digest(state)}, self.dir / f"ckpt-{epoch:06d}.pt")
                 for old in self.found()[: -self.keep]:
                     old.unlink(missing_ok=True)
             if improved:  # the weights and the config that built them: enough to apply the model (gnndist predict)
-                best_state = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "epoch": epoch, "config": config,
+                best_state = {"format": CHECKPOINT_FORMAT, "model": msd, "epoch": epoch, "config": config,
                               "in_channels": widths[0], "out_channels": widths[1], "edge_dim": edge_dim}
                 atomic_save({**best_state, "sha256": digest(best_state)}, self.dir / "best.pt")
 
@@ -120,6 +122,7 @@ class Checkpoints:
             raise UserError(f"no readable checkpoint in {self.dir}: all {len(found)} are corrupt, e.g. {skipped[0]}")
         for line in skipped if self.grid.is_main else ():
             log.warning(f"skipped the unreadable checkpoint {line}")
+        state["model"], state["optim"] = own_state(model, state["model"], optim, state["optim"])  # this rank's rows
         check_same_model(path, state, model)
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
