@@ -2,7 +2,6 @@
 equal to one process and to PyG's ``RGCNConv`` (losses, gradients of the weights and of the embedding rows,
 trained weights)."""
 
-import copy
 
 import numpy as np
 import pytest
