@@ -237,7 +237,7 @@ def partition(
         bar.update()
     bar.close()
     job.report["stages"] = job.stages
-if getattr(data, "hetero", None) is not None:
+    if getattr(data, "hetero", None) is not None:
         job.report["hetero"] = hetero_report(data.hetero, job.book, job.csr)
     return Partition(data, job.book, job.csr, method, job.objective, seed, job.report, job.threads)
 

@@ -14,10 +14,10 @@ keeps halving (:data:`SKIPPED_WARNING` skipped steps in a row) is warned about, 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 import logging
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
