@@ -125,7 +125,8 @@ def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5
     load = proc_status()["VmHWM"] - base
     t0 = time.perf_counter()
     for epoch in range(epochs):
-        trainer.train_step(epoch)
+        with graph.context.step(seed=cfg.run.seed, epoch=epoch):  # as Trainer.epoch: the step's masks and hooks
+            trainer.train_step(epoch)
     acc = trainer.evaluate()
     seconds = (time.perf_counter() - t0) / epochs
     peak = proc_status()["VmHWM"] - base

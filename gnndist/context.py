@@ -3,21 +3,34 @@
 A :class:`RunContext` belongs to one run on one rank. It holds the byte counter every
 exchange reports to and the phase timer (both injected into the strategy when the graph is
 built), and the state of the step in progress: its seed and epoch (the keys of every
-dropout mask), whether a block is being recomputed, and the SpMMs called so far (layer
-widths, for the predicted bytes). The trainer opens a step around each optimisation step::
+dropout mask), whether a block is being recomputed, the SpMMs called so far (layer
+widths, for the predicted bytes) and the tensors autograd rebuilds instead of keeping. The
+trainer opens a step around each optimisation step::
 
     with graph.context.step(seed=cfg.run.seed, epoch=epoch):
         loss = loss_fn(model(graph, graph.x))
+        loss.backward()
 
 so nothing of a step is ever assigned to the graph.
+
+Rebuilt, not kept: a tensor registered with :meth:`RunContext.rebuildable` (a dropout's output:
+its mask is a hash of ids, so it can be made again bit for bit from its input) that a later op
+saves for its backward (the next layer's matmul saves its input for the weight gradient) is
+saved as the recipe, and made again when the backward needs it. The input dropout of a
+``[n, F]`` feature matrix then holds nothing between the forward and the backward, where it
+held ``5 F`` bytes per row (the dropped copy and its mask); hooks are on only inside a step.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+import torch
+from torch import Tensor
 
 from gnndist.dist.comm import ByteCounter
 from gnndist.dist.timing import PhaseTimer
@@ -43,6 +56,21 @@ class SpmmCall:
     itemsize: int = 4  # bytes per element of the rows it aggregated (2 under --precision bf16|fp16)
 
 
+class _Rebuild:
+    """What autograd saves in place of a rebuildable tensor: the function that makes it again."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[], Tensor]):
+        self.build = build
+
+
+def _same(t: Tensor, o: Tensor, version: int) -> bool:
+    """Whether ``t`` (a tensor autograd saves) is ``o``, unmodified: the same memory, shape, strides and dtype."""
+    return (t.data_ptr() == o.data_ptr() and t.shape == o.shape and t.stride() == o.stride()
+            and t.dtype == o.dtype and t.device == o.device and t._version == version)
+
+
 class RunContext:
     """The byte counter, the phase timer and the step in progress of one run on one rank.
 
@@ -59,6 +87,7 @@ class RunContext:
         self.statistics_frozen = False  # a forward is repeated: batch norm leaves its running statistics alone
         self._is_main = is_main
         self._said: set[str] = set()
+        self._rebuildable: list[tuple[weakref.ref, int, Callable[[], Tensor]]] = []  # this step's (tensor, version, build)
 
     @contextmanager
     def step(self, seed: int = 0, epoch: int = 0) -> Iterator[Step]:
@@ -67,10 +96,36 @@ class RunContext:
         self.timer.reset()
         self.calls = {tag: SpmmCall(c.width) for tag, c in self.calls.items()}
         prev, self.current = self.current, Step(seed, epoch)
+        self._rebuildable = []
         try:
-            yield self.current
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                yield self.current
         finally:
             self.current = prev
+            self._rebuildable = []
+
+    def rebuildable(self, out: Tensor, build: Callable[[], Tensor]) -> Tensor:
+        """Let autograd save ``out`` as ``build`` (no arguments, returns ``out`` again bit for bit) for this step.
+
+        Only inside a step and where grad is on; ``out`` is returned. ``build`` must not hold ``out``.
+        """
+        if torch.is_grad_enabled():
+            self._rebuildable.append((weakref.ref(out), out._version, build))
+        return out
+
+    def _pack(self, t: Tensor):
+        for ref, version, build in self._rebuildable:
+            o = ref()
+            if o is not None and _same(t, o, version):
+                return _Rebuild(build)
+        return t
+
+    @staticmethod
+    def _unpack(saved):
+        if isinstance(saved, _Rebuild):
+            with torch.no_grad():
+                return saved.build()
+        return saved
 
     @contextmanager
     def recompute(self) -> Iterator[None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 
 import pytest
 import torch
@@ -37,6 +38,37 @@ def test_graph_is_read_only_and_steps_live_in_its_context(part1):
         assert torch.equal(a, graph.dropout(x, 0.5, key=1)), "the mask is a function of (seed, epoch, key, id)"
     assert not torch.equal(a, b)
     assert graph.context.current.epoch == 0  # the step closed
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["dense-x", "sparse-x"])
+def test_dropped_rows_are_rebuilt_for_the_backward_not_kept(part1, monkeypatch, dense):
+    """Inside a step a dropout's output that the next layer saves is made again in the backward: nothing of it lives
+    between forward and backward, and the gradients are bit for bit those of keeping it."""
+    from gnndist.context import RunContext
+
+    graph = DistGraph.load(part1, ProcessGrid())
+    x = torch.rand(graph.n_owned, graph.x.shape[1]) if dense else graph.x  # Cora's x: the mostly-zero path
+    lin = torch.nn.Linear(x.shape[1], 7)
+    outs = []
+
+    def step(keep: bool):
+        if keep:
+            monkeypatch.setattr(RunContext, "rebuildable", lambda self, out, build: out)
+        lin.zero_grad()
+        with graph.context.step(seed=3, epoch=2):
+            d = graph.dropout(x, 0.5, key=0)
+            outs.append(weakref.ref(d))
+            loss = graph.spmm(lin(d)).square().sum()
+            del d
+            alive = outs[-1]() is not None
+            loss.backward()
+        monkeypatch.undo()
+        return alive, lin.weight.grad.clone()
+
+    rebuilt_alive, rebuilt = step(keep=False)
+    kept_alive, kept = step(keep=True)
+    assert kept_alive and not rebuilt_alive
+    assert torch.equal(rebuilt, kept)
 
 
 def test_trainer_takes_a_model_factory_or_module(part1):

@@ -81,15 +81,27 @@ def dropout_mask(ids: Tensor, width: int, p: float, seed: int, epoch: int, key: 
     return hash_bits(ids, width, seed, epoch, key) >= int(p * 2**31)
 
 
+MASK_CHUNK = 2**20  # cells whose hash is computed at once: the int32 temporaries stay at 8 MiB, not 8 B per cell
+
+
 def dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
     """Dropout of ``x`` with the mask of ``cell_bits(keys[i], j) < p * 2**31``, in torch ops (the mask is kept for
     the backward). ``triton.py`` is the same in one fused pass; :func:`gnndist.kernels.dropout` picks.
 
+    The mask is hashed in chunks of rows (:data:`MASK_CHUNK` cells), so the only whole-size tensors are the
+    mask (1 B per cell) and the result.
+
     Shapes:
         x ``[n, F]``, keys ``[n]`` int32 -> ``[n, F]``
     """
-    cols = torch.arange(x.shape[1], device=x.device, dtype=torch.int32)  # [F]
-    return apply_dropout(x, cell_bits(keys[:, None], cols[None, :]) < int(p * 2**31), p)
+    n, width = x.shape
+    cols = torch.arange(width, device=x.device, dtype=torch.int32)[None, :]  # [1, F]
+    threshold = int(p * 2**31)
+    drop = torch.empty((n, width), dtype=torch.bool, device=x.device)  # [n, F]
+    step = max(1, MASK_CHUNK // max(width, 1))
+    for a in range(0, n, step):
+        torch.lt(cell_bits(keys[a : a + step, None], cols), threshold, out=drop[a : a + step])
+    return apply_dropout(x, drop, p)
 
 
 def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:

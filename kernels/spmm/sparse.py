@@ -71,7 +71,7 @@ class SparseSpmm(torch.autograd.Function):
         acc = torch.float32 if x.dtype in _HALF else x.dtype  # the accumulation's dtype
         values = edge_values(csr, edge_weight, reduce, acc)  # [nnz]
         ctx.csr, ctx.reduce, ctx.impl, ctx.tune = csr, reduce, dispatch.pinned(), dispatch.tuning()
-        ctx.save_for_backward(x, values, edge_weight)
+        ctx.save_for_backward(x if ctx.needs_input_grad[2] else None, edge_weight)  # x: for the weights' gradient only
         if edge_weight is None and reduce == "sum":
             matrix = csr.cached(("sparse", acc), lambda: sparse_matrix(csr, values))
         else:
@@ -80,7 +80,7 @@ class SparseSpmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, values, edge_weight = ctx.saved_tensors
+        x, edge_weight = ctx.saved_tensors
         csr: CSR = ctx.csr
         grad = grad.contiguous()
         grad_x = grad_w = None

@@ -59,7 +59,7 @@ class TritonSpmm(torch.autograd.Function):
         out = x.new_empty((csr.n_rows,) + tuple(x.shape[1:]))  # [n_rows, F] or [n_rows, H, D]
         triton_kernel.spmm_launch(csr, rows2d(x), edge_weight, reduce == "mean", head_dim, out=rows2d(out))
         ctx.csr, ctx.reduce, ctx.impl, ctx.tune = csr, reduce, dispatch.pinned(), dispatch.tuning()
-        ctx.save_for_backward(x, edge_weight)
+        ctx.save_for_backward(x if ctx.needs_input_grad[2] else None, edge_weight)  # x: for the weights' gradient only
         return out
 
     @staticmethod
