@@ -44,7 +44,9 @@ class LocalEdges:
 
     Attributes:
         csr: the CSR ``[n_owned, n_owned + n_halo]``.
-        row, col: destination and source of every edge, int64 ``[nnz]``.
+        row, col: destination and source of every edge, ``[nnz]`` in the CSR's index dtype (int32 below 2^31
+            entries): the CSR's own ``col`` and cached ``row``, so the edges keep 8 B per entry (``message``'s
+            ``index`` argument is made int64 per call, for code written against PyG).
         dst_id, src_id: dataset ids of both endpoints, int64 ``[nnz]`` (partition-invariant; built when
             edge dropout first asks, so a layer without it keeps 16 B per edge less).
     """
@@ -58,8 +60,8 @@ class LocalEdges:
             csr = CSR.from_coo(torch.cat([row[keep], loops]), torch.cat([col[keep], loops]).to(csr.col.dtype),
                                graph.n_owned, csr.num_cols)
         self.csr = csr
-        self.row = csr.row.long()  # [nnz]
-        self.col = csr.col.long()  # [nnz]
+        self.row = csr.row  # [nnz], the CSR's cached rows
+        self.col = csr.col  # [nnz], the CSR's own columns
         self._orig_id = graph.orig_id  # [n_owned + n_halo]: the endpoints' ids, per edge only if edge dropout asks
         self._ids: tuple[Tensor, Tensor] | None = None
         self.num_nodes = graph.num_nodes
@@ -141,7 +143,7 @@ def _aggregate_edges(msg: Tensor, edges: LocalEdges, aggr: str, t: Tensor | floa
         alpha = edges.softmax(flat * t).view_as(msg)
         return _scatter_sum(msg * alpha, index, n_owned)
     if aggr == "max":
-        idx = index.view((-1,) + (1,) * (msg.dim() - 1)).expand_as(msg)
+        idx = index.long().view((-1,) + (1,) * (msg.dim() - 1)).expand_as(msg)  # int64: scatter_reduce's backward
         return msg.new_zeros((n_owned,) + tuple(msg.shape[1:])).scatter_reduce(0, idx, msg, "amax", include_self=False)
     out = _scatter_sum(msg, index, n_owned)  # [n_owned, *]
     if aggr == "mean":
@@ -277,7 +279,7 @@ class MessagePassing(nn.Module):
             if side and isinstance(v, Tensor) and v.shape[0] in (n_owned, n_local):
                 args[name] = self._extended(graph, v, base)[edges.col] if side == "j" else v[:n_owned][index]
             elif name == "index":
-                args[name] = index
+                args[name] = index.long()  # [nnz] int64, as PyG's message gets it
             elif name == "edge_weight":
                 args[name] = weight
             elif name == "size_i":
