@@ -240,3 +240,13 @@ def test_edge_features_of_an_ogb_layout_graph_train_exactly(tmp_path, monkeypatc
     assert main(["run", "cora", "--ranks", "1", "--model", "gine", "--epochs", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "reads edge features" in err and "Traceback" not in err
+
+
+def test_python_m_gnndist_is_the_cli(tmp_path):
+    """``python -m gnndist`` (from a folder outside the checkout) runs the same command line as the script."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "gnndist", "info", str(tmp_path / "missing")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
