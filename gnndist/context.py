@@ -23,6 +23,7 @@ held ``5 F`` bytes per row (the dropped copy and its mask); hooks are on only in
 
 from __future__ import annotations
 
+import itertools
 import logging
 import weakref
 from collections.abc import Callable, Iterator
@@ -87,7 +88,10 @@ class RunContext:
         self.statistics_frozen = False  # a forward is repeated: batch norm leaves its running statistics alone
         self._is_main = is_main
         self._said: set[str] = set()
-        self._rebuildable: list[tuple[weakref.ref, int, Callable[[], Tensor]]] = []  # this step's (tensor, version, build)
+        # this step's rebuildable tensors: key -> (weak reference, version, build); an entry leaves when its tensor
+        # dies, so a build (which holds the tensor's input) lives on only in the saved slots that took it
+        self._rebuildable: dict[int, tuple[weakref.ref, int, Callable[[], Tensor]]] = {}
+        self._keys = itertools.count()
 
     @contextmanager
     def step(self, seed: int = 0, epoch: int = 0) -> Iterator[Step]:
@@ -96,13 +100,13 @@ class RunContext:
         self.timer.reset()
         self.calls = {tag: SpmmCall(c.width) for tag, c in self.calls.items()}
         prev, self.current = self.current, Step(seed, epoch)
-        self._rebuildable = []
+        self._rebuildable = {}
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 yield self.current
         finally:
             self.current = prev
-            self._rebuildable = []
+            self._rebuildable = {}
 
     def rebuildable(self, out: Tensor, build: Callable[[], Tensor]) -> Tensor:
         """Let autograd save ``out`` as ``build`` (no arguments, returns ``out`` again bit for bit) for this step.
@@ -110,11 +114,12 @@ class RunContext:
         Only inside a step and where grad is on; ``out`` is returned. ``build`` must not hold ``out``.
         """
         if torch.is_grad_enabled():
-            self._rebuildable.append((weakref.ref(out), out._version, build))
+            key, entries = next(self._keys), self._rebuildable
+            entries[key] = (weakref.ref(out, lambda _: entries.pop(key, None)), out._version, build)
         return out
 
     def _pack(self, t: Tensor):
-        for ref, version, build in self._rebuildable:
+        for ref, version, build in list(self._rebuildable.values()):
             o = ref()
             if o is not None and _same(t, o, version):
                 return _Rebuild(build)
