@@ -63,8 +63,11 @@ class HeteroSchema:
                 "relation_edges": np.bincount(self.rel_type, minlength=len(self.relations)).tolist()}
 
 
-def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: bool = True) -> Data:
+def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: bool = True,
+                num_classes: int | None = None) -> Data:
     """The union graph of ``hd`` with its :class:`HeteroSchema` as ``data.hetero`` (see the module's decisions).
+
+    ``num_classes``: the task's class count (OGB's table for ``ogbn-mag``); default: the largest label + 1.
 
     Raises a one-line :class:`UserError` for a relation naming an unknown type, ids out of range for
     their type, a type with no nodes, labels on a type without a split, or a ``target`` without labels.
@@ -128,7 +131,8 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
     if yt.numel() != counts[ti]:
         raise UserError(f"{name}: type {target!r} has {counts[ti]} nodes but {yt.numel()} labels")
     y[offsets[ti] : offsets[ti + 1]] = yt
-    num_classes = int(yt.max()) + 1 if yt.numel() else 0
+    if num_classes is None:
+        num_classes = int(yt.max()) + 1 if yt.numel() else 0
     data = make_data(x, y, clean_edges(rel_src, rel_dst, n), name, num_classes)
     for m in ("train_mask", "val_mask", "test_mask"):
         mask = torch.zeros(n, dtype=torch.bool)
