@@ -216,3 +216,23 @@ def test_halo_bytes_equal_comm_volume(runs, world):
     h = report["hetero"]
     assert sum(h["halo_volume_per_type"]) == report["comm_volume"]
     assert [sum(p[i] for p in h["edges_per_part"]) for i in (4, 8)] == [0, 0]
+
+
+def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatch, pooled_ranks):
+    """``gnndist run`` on a saved HeteroData with an empty relation (dgl#7779's crash): kept in the report, trains."""
+    import json
+
+    from gnndist.cli import main
+
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))  # the partition cache
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
+    path = tmp_path / "mag.pt"
+    torch.save(_hetero(), path)
+    assert main(["run", str(path), "--ranks", "2", "--model", "rgcn", "--num-bases", "2", "--epochs", "4",
+                 "--no-progress", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert np.isfinite(s["final_loss"]) and s["test_acc"] > 0
+    (meta,) = [json.loads(m.read_text()) for m in (tmp_path / "cache").rglob("META.json")]
+    h = meta["hetero"]
+    assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
+    assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
