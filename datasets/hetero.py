@@ -36,6 +36,7 @@ from .graph import clean_edges, make_data
 
 NO_FEATURE_WIDTH = 64  # x's width when no type has features (every type then learns an embedding)
 SYNTHETIC_MAG_RE = re.compile(r"^synthetic-mag-(\d+)([km]?)$", re.IGNORECASE)
+WORDS_SUFFIX = "-paper-word"  # <bag-of-words dataset>-paper-word: its columns become a featureless node type
 
 
 @dataclass
@@ -260,6 +261,39 @@ def synthetic_mag(papers: int, num_classes: int = 8, num_features: int = 32, see
 def load_synthetic_mag(name: str, seed: int = 0, target: str | None = None) -> Data:
     """``synthetic-mag-<N>`` (N papers) as its union graph (generated in memory, seeded)."""
     return from_hetero(synthetic_mag(parse_synthetic_mag(name), seed=seed), name.lower(), target)
+
+
+# ---------------------------------------------------------------------------------------- <dataset>-paper-word
+def paper_word(data: Data, keep_features: bool = True) -> HeteroData:
+    """A bag-of-words citation graph as a typed one: ``paper`` (its nodes, labels, split, citations) and ``word``
+    (one featureless node per feature column), ``(paper, has_word, word)`` for every nonzero feature.
+
+    ``keep_features``: papers keep their feature rows (default); else both types learn embeddings.
+    """
+    hd = HeteroData()
+    hd["paper"].num_nodes = int(data.num_nodes)
+    if keep_features:
+        hd["paper"].x = data.x
+    hd["paper"].y = data.y
+    for m in ("train_mask", "val_mask", "test_mask"):
+        hd["paper"][m] = getattr(data, m)
+    hd["word"].num_nodes = int(data.x.shape[1])
+    hd["paper", "cites", "paper"].edge_index = data.edge_index
+    hd["paper", "has_word", "word"].edge_index = (data.x != 0).nonzero().t().contiguous()  # [2, nnz(x)]
+    return hd
+
+
+def parse_paper_word(name: str) -> str | None:
+    """``cora-paper-word`` -> ``cora`` (the dataset whose feature columns become words); None for another name."""
+    return name[: -len(WORDS_SUFFIX)] if name.endswith(WORDS_SUFFIX) and len(name) > len(WORDS_SUFFIX) else None
+
+
+def load_paper_word(name: str, base: Data, target: str | None = None) -> Data:
+    """``<dataset>-paper-word``: ``base`` (the dataset, loaded) as its paper-word union graph (:func:`paper_word`)."""
+    if bool((base.x < 0).any()) or getattr(base, "hetero", None) is not None or base.y.dim() != 1:
+        raise UserError(f"{name}: {base.name} is not a single-label bag-of-words graph (features must be counts "
+                        f"or weights >= 0)")
+    return from_hetero(paper_word(base), name, target, num_classes=int(base.num_classes))
 
 
 # ---------------------------------------------------------------------------------------- a saved HeteroData

@@ -125,6 +125,8 @@ def load(
         data = HETERO_NAMES[key](key, root, seed, target)
     elif key in REGISTRY:
         data = REGISTRY[key](key, root, seed)
+    elif hetero.parse_paper_word(key) is not None and hetero.parse_paper_word(key) in REGISTRY:
+        data = hetero.load_paper_word(key, load(hetero.parse_paper_word(key), root, seed=seed), target)
     elif hetero.parse_synthetic_mag(key) is not None:
         data = hetero.load_synthetic_mag(key, seed, target)
     elif synth.parse_name(key) is not None:

@@ -236,3 +236,20 @@ def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatc
     h = meta["hetero"]
     assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
     assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
+
+
+def test_cora_paper_word():
+    """``cora-paper-word``: Cora's feature columns as a featureless ``word`` type, one has_word edge per nonzero."""
+    from gnndist.datasets import load
+
+    base, data = load("cora"), load("cora-paper-word")
+    h = data.hetero
+    assert h.node_types == ["paper", "word"] and list(np.diff(h.offsets)) == [2708, 1433] and h.target == "paper"
+    assert h.featured == [True, False] and data.num_classes == 7
+    assert h.relations == [("paper", "cites", "paper"), ("paper", "has_word", "word"),
+                           ("word", "rev_has_word", "paper")]
+    counts = np.bincount(h.rel_type, minlength=3)
+    assert counts.tolist() == [base.edge_index.shape[1], int((base.x != 0).sum()), int((base.x != 0).sum())]
+    assert torch.equal(data.x[:2708], base.x) and bool((data.x[2708:] == 0).all())
+    for m in ("train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(data, m)[:2708], getattr(base, m)) and not bool(getattr(data, m)[2708:].any())
