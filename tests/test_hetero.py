@@ -228,14 +228,21 @@ def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatc
     monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
     path = tmp_path / "mag.pt"
     torch.save(_hetero(), path)
+    ck = tmp_path / "ck"
     assert main(["run", str(path), "--ranks", "2", "--model", "rgcn", "--num-bases", "2", "--epochs", "4",
-                 "--no-progress", "--json"]) == 0
+                 "--no-progress", "--json", "--checkpoint", str(ck)]) == 0
     s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert np.isfinite(s["final_loss"]) and s["test_acc"] > 0
     (meta,) = [json.loads(m.read_text()) for m in (tmp_path / "cache").rglob("META.json")]
     h = meta["hetero"]
     assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
     assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
+    assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "m.pt")]) == 0
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "pyg.pt"), "--format",
+                 "pyg"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model rgcn has no PyG twin" in err[0] and not (tmp_path / "pyg.pt").exists()
 
 
 def test_cora_paper_word():
