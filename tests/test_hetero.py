@@ -260,3 +260,26 @@ def test_cora_paper_word():
     assert torch.equal(data.x[:2708], base.x) and bool((data.x[2708:] == 0).all())
     for m in ("train_mask", "val_mask", "test_mask"):
         assert torch.equal(getattr(data, m)[:2708], getattr(base, m)) and not bool(getattr(data, m)[2708:].any())
+
+
+def test_embedding_zero_has_no_table(tmp_path):
+    """``--embedding zero``: no NodeEmbedding; featureless rows get their neighbours' mean from the first layer."""
+    from gnndist.datasets.hetero import from_hetero
+    from gnndist.partition import partition
+
+    from gnndist.dist.grid import ProcessGrid
+    from gnndist.training.trainer import model_of
+
+    partition(from_hetero(_hetero(), "toy-mag"), 1, progress=False).save(tmp_path, dataset="toy-mag", progress=False)
+    graph = DistGraph.load(tmp_path, ProcessGrid())
+    cfg = _cfg(0)
+    learn = model_of(cfg.model, graph)
+    cfg.model.embedding = "zero"
+    zero = model_of(cfg.model, graph)
+    assert learn.embedding is not None and zero.embedding is None
+    assert sum(p.numel() for p in learn.parameters()) - sum(p.numel() for p in zero.parameters()) \
+        == learn.embedding.weight.numel()
+    zero.eval()
+    h = zero.convs[0](graph, graph.x)  # [n_owned, hidden]
+    author = graph.node_type[: graph.n_owned] == graph.hetero["node_types"].index("author")
+    assert bool(torch.isfinite(h).all()) and float((h[author] - zero.convs[0].bias).abs().sum()) > 0
