@@ -19,7 +19,9 @@ Modules, one per format:
     planetoid.py  cora/citeseer/pubmed via PyG Planetoid (public split); Cora is bundled
     npz.py        Amazon/Coauthor (PyG raw or GraphGallery npz), BlogCatalog/Flickr/DBLP,
                   heterophily benchmark npz (every shipped split: train_masks [N, K]; split 0 current)
-    ogb.py        ogbn-* via PygNodePropPredDataset (official split); write_ogb
+    ogb.py        ogbn-* via PygNodePropPredDataset (official split; ogbn-mag: typed); write_ogb
+    hetero.py     typed graphs as one union graph + HeteroSchema: a saved HeteroData, synthetic-mag-<N>,
+                  <dataset>-paper-word (feature columns as a featureless word type)
     snap.py       SNAP .jlg and text edge lists (structure only)
     social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
     pyg_file.py   a torch.save'd Data (weights_only)

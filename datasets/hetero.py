@@ -36,6 +36,7 @@ from .graph import clean_edges, make_data
 
 NO_FEATURE_WIDTH = 64  # x's width when no type has features (every type then learns an embedding)
 SYNTHETIC_MAG_RE = re.compile(r"^synthetic-mag-(\d+)([km]?)$", re.IGNORECASE)
+WORDS_SUFFIX = "-paper-word"  # <bag-of-words dataset>-paper-word: its columns become a featureless node type
 
 
 @dataclass
@@ -63,8 +64,11 @@ class HeteroSchema:
                 "relation_edges": np.bincount(self.rel_type, minlength=len(self.relations)).tolist()}
 
 
-def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: bool = True) -> Data:
+def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: bool = True,
+                num_classes: int | None = None) -> Data:
     """The union graph of ``hd`` with its :class:`HeteroSchema` as ``data.hetero`` (see the module's decisions).
+
+    ``num_classes``: the task's class count (OGB's table for ``ogbn-mag``); default: the largest label + 1.
 
     Raises a one-line :class:`UserError` for a relation naming an unknown type, ids out of range for
     their type, a type with no nodes, labels on a type without a split, or a ``target`` without labels.
@@ -128,7 +132,8 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
     if yt.numel() != counts[ti]:
         raise UserError(f"{name}: type {target!r} has {counts[ti]} nodes but {yt.numel()} labels")
     y[offsets[ti] : offsets[ti + 1]] = yt
-    num_classes = int(yt.max()) + 1 if yt.numel() else 0
+    if num_classes is None:
+        num_classes = int(yt.max()) + 1 if yt.numel() else 0
     data = make_data(x, y, clean_edges(rel_src, rel_dst, n), name, num_classes)
     for m in ("train_mask", "val_mask", "test_mask"):
         mask = torch.zeros(n, dtype=torch.bool)
@@ -256,6 +261,39 @@ def synthetic_mag(papers: int, num_classes: int = 8, num_features: int = 32, see
 def load_synthetic_mag(name: str, seed: int = 0, target: str | None = None) -> Data:
     """``synthetic-mag-<N>`` (N papers) as its union graph (generated in memory, seeded)."""
     return from_hetero(synthetic_mag(parse_synthetic_mag(name), seed=seed), name.lower(), target)
+
+
+# ---------------------------------------------------------------------------------------- <dataset>-paper-word
+def paper_word(data: Data, keep_features: bool = True) -> HeteroData:
+    """A bag-of-words citation graph as a typed one: ``paper`` (its nodes, labels, split, citations) and ``word``
+    (one featureless node per feature column), ``(paper, has_word, word)`` for every nonzero feature.
+
+    ``keep_features``: papers keep their feature rows (default); else both types learn embeddings.
+    """
+    hd = HeteroData()
+    hd["paper"].num_nodes = int(data.num_nodes)
+    if keep_features:
+        hd["paper"].x = data.x
+    hd["paper"].y = data.y
+    for m in ("train_mask", "val_mask", "test_mask"):
+        hd["paper"][m] = getattr(data, m)
+    hd["word"].num_nodes = int(data.x.shape[1])
+    hd["paper", "cites", "paper"].edge_index = data.edge_index
+    hd["paper", "has_word", "word"].edge_index = (data.x != 0).nonzero().t().contiguous()  # [2, nnz(x)]
+    return hd
+
+
+def parse_paper_word(name: str) -> str | None:
+    """``cora-paper-word`` -> ``cora`` (the dataset whose feature columns become words); None for another name."""
+    return name[: -len(WORDS_SUFFIX)] if name.endswith(WORDS_SUFFIX) and len(name) > len(WORDS_SUFFIX) else None
+
+
+def load_paper_word(name: str, base: Data, target: str | None = None) -> Data:
+    """``<dataset>-paper-word``: ``base`` (the dataset, loaded) as its paper-word union graph (:func:`paper_word`)."""
+    if bool((base.x < 0).any()) or getattr(base, "hetero", None) is not None or base.y.dim() != 1:
+        raise UserError(f"{name}: {base.name} is not a single-label bag-of-words graph (features must be counts "
+                        f"or weights >= 0)")
+    return from_hetero(paper_word(base), name, target, num_classes=int(base.num_classes))
 
 
 # ---------------------------------------------------------------------------------------- a saved HeteroData

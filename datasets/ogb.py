@@ -5,6 +5,15 @@ and `write_ogb`, which saves any `Data` in OGB's raw layout so that path is test
 8-dim features of a node's edges (as in OGB's examples), ``y`` is int64 ``[N, 112]``
 with ``data.multilabel = True`` and ``num_classes = 112``.
 
+``ogbn-mag`` is heterogeneous (OGB's ``is hetero``): its raw folder holds ``num-node-dict.csv.gz`` (a header
+of the node types, one row of counts), ``triplet-type-list.csv.gz`` (one ``src,rel,dst`` row per relation),
+``relations/<src>___<rel>___<dst>/{edge,num-edge-list,edge_reltype}.csv.gz``,
+``node-feat/paper/{node-feat,node_year}.csv.gz``, ``nodetype-has-label.csv.gz`` and
+``node-label/paper/node-label.csv.gz``; its split ``split/time/nodetype-has-split.csv.gz`` and
+``split/time/paper/{train,valid,test}.csv.gz`` (ids within the type). OGB's own reader turns those into
+dicts by type, which become a ``HeteroData`` and then the union graph of :mod:`.hetero` (reverse relations
+added, ``data.hetero`` its schema; the target type is ``paper``, the one with labels).
+
 OGB converts the raw files once into ``<folder>/processed/``. A folder of data that is not
 ours (outside the data root: a ``--root`` or a path elsewhere, e.g. a shared read-only
 dataset folder) is never written to: OGB then processes into a shadow folder
@@ -31,7 +40,7 @@ from gnndist.errors import UserError
 from .graph import clean_edges, make_data, pyg_safe_globals
 from .root import default_root
 
-OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M"]
+OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", "ogbn-mag"]
 META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
 
 
@@ -50,6 +59,8 @@ def _raw_complete(folder: str, meta: dict[str, str]) -> list[str]:
         need = []
     elif meta.get("binary") == "True":
         need = ["raw/data.npz", "raw/node-label.npz"]
+    elif meta.get("is hetero") == "True":
+        need = ["raw/num-node-dict.csv.gz", "raw/triplet-type-list.csv.gz", "raw/nodetype-has-label.csv.gz"]
     else:
         need = ["raw/edge.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
                 "raw/node-label.csv.gz"]  # fmt: skip
@@ -60,8 +71,11 @@ def _raw_complete(folder: str, meta: dict[str, str]) -> list[str]:
     return [f for f in need if not osp.exists(osp.join(folder, f))]
 
 
-def _from_ogb(ds, name: str, split_name: str) -> Data:
-    """Turn an OGB PyG dataset into the contract's `Data` (official split)."""
+def _from_ogb(ds, name: str, split_name: str, target: str | None = None) -> Data:
+    """Turn an OGB PyG dataset into the contract's `Data` (official split); a heterogeneous one into its union
+    graph (``target``: the labelled type, as ``--target``)."""
+    if ds.is_hetero:
+        return _from_ogb_hetero(ds, name, split_name, target)
     raw = ds[0]
     n = raw.num_nodes
     src, dst = raw.edge_index[0], raw.edge_index[1]
@@ -107,6 +121,35 @@ def _from_ogb(ds, name: str, split_name: str) -> Data:
     return data
 
 
+def _from_ogb_hetero(ds, name: str, split_name: str, target: str | None) -> Data:
+    """OGB's dicts by type (``num_nodes_dict``, ``edge_index_dict``, ``x_dict``, ``y_dict``, the split's ids within
+    each labelled type) as a ``HeteroData``, then its union graph (:func:`.hetero.from_hetero`)."""
+    from torch_geometric.data import HeteroData
+
+    from .hetero import from_hetero
+
+    raw = ds[0]
+    hd = HeteroData()
+    for t, n in raw.num_nodes_dict.items():
+        hd[t].num_nodes = int(n)
+    for t, x in (getattr(raw, "x_dict", None) or {}).items():
+        hd[t].x = x.to(torch.float32)
+    for t, y in raw.y_dict.items():
+        hd[t].y = y.view(-1).to(torch.int64)
+    for et, ei in raw.edge_index_dict.items():
+        hd[tuple(et)].edge_index = ei.to(torch.int64)
+    try:
+        idx = ds.get_idx_split(split_name)
+    except Exception as e:  # missing or empty split files
+        raise UserError(f"{name}: cannot read split/{split_name} ({type(e).__name__}: {e})") from e
+    for key, part in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
+        for t, ids in idx[part].items():
+            mask = torch.zeros(int(raw.num_nodes_dict[t]), dtype=torch.bool)
+            mask[torch.as_tensor(ids, dtype=torch.long)] = True
+            hd[t][key] = mask
+    return from_hetero(hd, name, target, num_classes=int(ds.num_classes))
+
+
 PROCESSED = osp.join("processed", "geometric_data_processed.pt")  # what PygNodePropPredDataset writes
 
 
@@ -148,8 +191,9 @@ def _open_dataset(name: str, root: str, meta_dict: dict | None):
         ) from e
 
 
-def load_ogb(name: str, root: str, seed: int = 0) -> Data:
-    """A registered ``ogbn-*`` dataset from ``root/ogbn_<name>/`` (OGB's layout), official split.
+def load_ogb(name: str, root: str, seed: int = 0, target: str | None = None) -> Data:
+    """A registered ``ogbn-*`` dataset from ``root/ogbn_<name>/`` (OGB's layout), official split (``target``: the
+    labelled type of ``ogbn-mag``).
 
     Never downloads: missing files raise `UserError` with the command that fetches them.
     """
@@ -169,7 +213,7 @@ def load_ogb(name: str, root: str, seed: int = 0) -> Data:
         )
     ds = _open_dataset(name, osp.dirname(_processing_folder(folder)), None)
     with pyg_safe_globals():
-        return _from_ogb(ds, name, meta["split"])
+        return _from_ogb(ds, name, meta["split"], target)
 
 
 def is_ogb_folder(path: str) -> bool:
@@ -180,8 +224,9 @@ def is_ogb_folder(path: str) -> bool:
     )  # fmt: skip
 
 
-def read_ogb_folder(path: str, name: str, seed: int = 0) -> Data:
-    """Load an OGB folder: one `write_ogb` wrote, or an official ``ogbn_*`` download."""
+def read_ogb_folder(path: str, name: str, seed: int = 0, target: str | None = None) -> Data:
+    """Load an OGB folder: one `write_ogb` wrote, or an official ``ogbn_*`` download (``ogbn_mag``: ``target``, the
+    labelled type)."""
     path = osp.abspath(path)
     meta_path = osp.join(path, META_FILE)
     if osp.isfile(meta_path):
@@ -206,7 +251,7 @@ def read_ogb_folder(path: str, name: str, seed: int = 0) -> Data:
     meta["dir_path"] = _processing_folder(path)
     ds = _open_dataset(ogb_name, "", meta)
     with pyg_safe_globals():
-        return _from_ogb(ds, ogb_name, meta["split"])
+        return _from_ogb(ds, ogb_name, meta["split"], target)
 
 
 def _write_csv(array: np.ndarray, path: str, float_format: str | None = None) -> None:

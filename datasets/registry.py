@@ -121,8 +121,12 @@ def load(
         if not osp.exists(dataset):
             raise UserError(f"{dataset}: no such file or folder")
         data = _read(format, dataset, _path_name(dataset), seed, target)
+    elif key in HETERO_NAMES:
+        data = HETERO_NAMES[key](key, root, seed, target)
     elif key in REGISTRY:
         data = REGISTRY[key](key, root, seed)
+    elif hetero.parse_paper_word(key) is not None and hetero.parse_paper_word(key) in REGISTRY:
+        data = hetero.load_paper_word(key, load(hetero.parse_paper_word(key), root, seed=seed), target)
     elif hetero.parse_synthetic_mag(key) is not None:
         data = hetero.load_synthetic_mag(key, seed, target)
     elif synth.parse_name(key) is not None:
@@ -177,13 +181,15 @@ for _name in snap.SNAP:
     register(_name, snap.load_snap)
 for _name in ogb.OGB_NAMES:
     register(_name, ogb.load_ogb)
+HETERO_NAMES = {"ogbn-mag": ogb.load_ogb}  # (name, root, seed, target) -> Data with data.hetero
 register_format("ogb", ogb.read_ogb_folder, ogb.is_ogb_folder)
 register("facebook-page-page", social.load_musae)
 register("fb100-cornell5", social.load_fb100)
 register_format("musae", social.read_musae, social.is_musae)
 register_format("fb100", social.read_fb100, social.is_fb100)
 register_format("npy", npy_folder.read_npy_folder, npy_folder.is_npy_folder)
-HETERO_FORMATS = {"hetero": hetero.read_hetero_file}  # (path, name, seed, target) -> Data with data.hetero
+# (path, name, seed, target) -> Data (with data.hetero for a typed graph; an OGB folder may be ogbn-mag's)
+HETERO_FORMATS = {"hetero": hetero.read_hetero_file, "ogb": ogb.read_ogb_folder}
 register_format("hetero", hetero.read_hetero_file, hetero.is_hetero_file)  # before "pyg": both are torch.save zips
 register_format("pyg", pyg_file.read_torch_file, pyg_file.is_torch_file)
 register_format("npz", npz.read_shchur, npz.is_shchur)

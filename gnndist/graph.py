@@ -17,6 +17,7 @@ messages (attention, custom messages), which always run on the ``1d`` layout.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +170,7 @@ class DistGraph:
             hetero=meta.get("hetero"),
             node_type=_node_types(meta, t["orig_id"]),  # [n_owned + n_halo] type index, or None
             relations=_relations(t, n_owned, n_halo),
+            relation_of=None,  # (r, the union graph) for a view of one relation (relation(r)), else None
             _derived={},
         )
 
@@ -217,6 +219,39 @@ class DistGraph:
         other._set(**{**vars(self), "train_mask": train, "val_mask": val, "test_mask": test,
                       "num_train": int(self.grid.all_reduce_(count).item())})
         return other
+
+    def relation(self, r: int) -> DistGraph:
+        """The same part with relation ``r``'s rows of ``A`` in place of the union graph's (a typed graph's).
+
+        Everything a layer reads is relation ``r``'s: :attr:`csr`, :meth:`spmm` (on a 1D layout of the relation
+        built over the part's own halo and plans: a row a relation does not read still travels), the degrees
+        (``mean`` divides by the relation's in-degree; ``weight="gcn"`` needs a relation inside one type, whose
+        halo rows' degrees come from their owners once, here). Rows, masks, ids and the run's context are
+        shared. Built once per relation (collective: every rank asks for the same relations in the same order).
+        """
+        def build() -> DistGraph:
+            if not 0 <= r < len(self.relations):
+                raise ValueError(f"relation {r} of a graph with {len(self.relations)} relations")
+            csr = self.relations[r]
+            rowptr, col = csr.rowptr.cpu().numpy(), csr.col.cpu().numpy()
+            structure = dataclasses.replace(self.structure, rowptr=rowptr, col=col)
+            strategy = Halo1D(symmetric=False)
+            strategy.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
+            owned = torch.from_numpy(np.diff(rowptr)).to(self.degree.device, self.degree.dtype)  # [n_owned]
+            src, _, dst = self.hetero["relations"][r]
+            if src == dst:  # symmetric (the loader made it so): a halo row's in-degree is its owner's row count
+                halo = gather(owned[:, None].double(), strategy.block.expand, self.context.counter,
+                              f"relation{r}/degree")[:, 0].to(owned.dtype)
+            else:  # no node is both a source and a destination: no symmetric normalisation
+                halo = torch.full((self.n_halo,), -1, dtype=owned.dtype, device=owned.device)
+            degree = torch.cat([owned, halo])  # [n_owned + n_halo]
+            view = object.__new__(DistGraph)
+            view._set(**{**vars(self), "structure": structure, "strategy": strategy, "degree": degree,
+                         "gcn_scale": (degree.double() + 1.0).rsqrt(), "edge_attr": None, "_derived": {},
+                         "relation_of": (r, self)})
+            return view
+
+        return self.derived(("relation", r), build)
 
     def derived(self, key: Any, build: Callable[[], Any]) -> Any:
         """``build()``'s value, computed once per graph (structure derived from the part: local edges, ...)."""
@@ -285,6 +320,10 @@ class DistGraph:
         self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad,
                                  itemsize=x.element_size())
         if weight == "gcn":
+            src, rel, dst = self.hetero["relations"][self.relation_of[0]] if self.relation_of else ("", "", "")
+            if src != dst:
+                raise ValueError(f"weight='gcn' (symmetric normalisation) on relation ({src}, {rel}, {dst}) "
+                                 f"between two node types: use a layer without it (SAGEConv, GraphConv)")
             dinv = self.derived("gcn_dinv", lambda: self.gcn_scale[: self.n_owned].float())  # [n_owned] float32
             dinv = dinv.to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four

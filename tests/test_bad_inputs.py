@@ -43,6 +43,32 @@ def _hetero_file(tmp):
     return str(tmp / "minesweeper.npz")
 
 
+def _typed_file(tmp, edit=None):
+    """A small saved PyG HeteroData (synthetic-mag's shape) with ``edit(hd)`` applied."""
+    from gnndist.datasets.hetero import synthetic_mag
+
+    hd = synthetic_mag(60, num_classes=3, num_features=4, seed=2)
+    if edit is not None:
+        edit(hd)
+    path = tmp / "typed.pt"
+    torch.save(hd, path)
+    return str(path)
+
+
+def _edit(fn):
+    """``fn(hd)`` for its effect, as an edit returning nothing."""
+    return lambda hd: fn(hd) and None
+
+
+def _typed_partition(tmp, parts=1):
+    from gnndist.datasets import load
+    from gnndist.partition import partition
+
+    d = tmp / f"typed-p{parts}"
+    partition(load(_typed_file(tmp)), parts, progress=False).save(d, dataset="typed", progress=False)
+    return str(d)
+
+
 def _copy(src, tmp, name="copy"):
     dst = tmp / name
     shutil.copytree(src, dst)
@@ -188,6 +214,33 @@ CASES = {
                                                    "--split 1 picks one split"),
     "splits-random-without-random-splits": lambda t, p1, p2, mp: (
         ["train", str(p2), "--ranks", "2", "--splits", "random", "--runs", "2"] + TRAIN1, "holds no random splits"),
+    # heterogeneous graphs (issue 34)
+    "hetero-target-unlabelled": lambda t, p1, p2, mp: (["partition", _typed_file(t), "--parts", "2", "--target",
+                                                        "author"], "--target 'author' has no labels in typed"),
+    "hetero-target-unknown-type": lambda t, p1, p2, mp: (["partition", _typed_file(t), "--parts", "2", "--target",
+                                                          "venue"], "--target 'venue' is not a node type of typed"),
+    "hetero-target-on-homogeneous": lambda t, p1, p2, mp: (["partition", _graph_file(t), "--parts", "2", "--target",
+                                                            "paper"], "is not a heterogeneous graph"),
+    "hetero-relation-unknown-type": lambda t, p1, p2, mp: (
+        ["partition", _typed_file(t, _edit(lambda hd: hd["paper", "in", "journal"].__setattr__(
+            "edge_index", torch.zeros(2, 1, dtype=torch.long)))), "--parts", "2"],
+        "relation (paper, in, journal) names the unknown node type 'journal'"),
+    "hetero-ids-out-of-range": lambda t, p1, p2, mp: (
+        ["partition", _typed_file(t, _edit(lambda hd: hd["author", "writes", "paper"].edge_index.__setitem__(
+            (1, 0), 60))), "--parts", "2"], "destination ids in [0, 60] are out of range for type 'paper'"),
+    "hetero-type-without-nodes": lambda t, p1, p2, mp: (
+        ["partition", _typed_file(t, _edit(lambda hd: hd["institution"].__setattr__("num_nodes", 0))), "--parts",
+         "2"], "node type 'institution' has no nodes"),
+    "hetero-labels-without-split": lambda t, p1, p2, mp: (
+        ["partition", _typed_file(t, _edit(lambda hd: hd["paper"].__delattr__("test_mask"))), "--parts", "2"],
+        "type 'paper' has labels but no split (test_mask missing)"),
+    "hetero-rgcn-on-homogeneous": lambda t, p1, p2, mp: (["train", str(p1), "--model", "rgcn"] + TRAIN1,
+                                                         "--model rgcn is for a heterogeneous graph"),
+    "hetero-rgcn-strategy-auto": lambda t, p1, p2, mp: (
+        ["train", _typed_partition(t), "--model", "rgcn", "--strategy", "auto"] + TRAIN1,
+        "--model rgcn runs on --strategy 1d only"),
+    "hetero-num-bases-on-gcn": lambda t, p1, p2, mp: (["train", str(p1), "--num-bases", "2"] + TRAIN1,
+                                                      "--num-bases is for --model rgcn, not --model gcn"),
 }
 
 

@@ -216,3 +216,70 @@ def test_halo_bytes_equal_comm_volume(runs, world):
     h = report["hetero"]
     assert sum(h["halo_volume_per_type"]) == report["comm_volume"]
     assert [sum(p[i] for p in h["edges_per_part"]) for i in (4, 8)] == [0, 0]
+
+
+def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatch, pooled_ranks):
+    """``gnndist run`` on a saved HeteroData with an empty relation (dgl#7779's crash): kept in the report, trains."""
+    import json
+
+    from gnndist.cli import main
+
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))  # the partition cache
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
+    path = tmp_path / "mag.pt"
+    torch.save(_hetero(), path)
+    ck = tmp_path / "ck"
+    assert main(["run", str(path), "--ranks", "2", "--model", "rgcn", "--num-bases", "2", "--epochs", "4",
+                 "--no-progress", "--json", "--checkpoint", str(ck)]) == 0
+    s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert np.isfinite(s["final_loss"]) and s["test_acc"] > 0
+    (meta,) = [json.loads(m.read_text()) for m in (tmp_path / "cache").rglob("META.json")]
+    h = meta["hetero"]
+    assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
+    assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
+    assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "m.pt")]) == 0
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "pyg.pt"), "--format",
+                 "pyg"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model rgcn has no PyG twin" in err[0] and not (tmp_path / "pyg.pt").exists()
+
+
+def test_cora_paper_word():
+    """``cora-paper-word``: Cora's feature columns as a featureless ``word`` type, one has_word edge per nonzero."""
+    from gnndist.datasets import load
+
+    base, data = load("cora"), load("cora-paper-word")
+    h = data.hetero
+    assert h.node_types == ["paper", "word"] and list(np.diff(h.offsets)) == [2708, 1433] and h.target == "paper"
+    assert h.featured == [True, False] and data.num_classes == 7
+    assert h.relations == [("paper", "cites", "paper"), ("paper", "has_word", "word"),
+                           ("word", "rev_has_word", "paper")]
+    counts = np.bincount(h.rel_type, minlength=3)
+    assert counts.tolist() == [base.edge_index.shape[1], int((base.x != 0).sum()), int((base.x != 0).sum())]
+    assert torch.equal(data.x[:2708], base.x) and bool((data.x[2708:] == 0).all())
+    for m in ("train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(data, m)[:2708], getattr(base, m)) and not bool(getattr(data, m)[2708:].any())
+
+
+def test_embedding_zero_has_no_table(tmp_path):
+    """``--embedding zero``: no NodeEmbedding; featureless rows get their neighbours' mean from the first layer."""
+    from gnndist.datasets.hetero import from_hetero
+    from gnndist.partition import partition
+
+    from gnndist.dist.grid import ProcessGrid
+    from gnndist.training.trainer import model_of
+
+    partition(from_hetero(_hetero(), "toy-mag"), 1, progress=False).save(tmp_path, dataset="toy-mag", progress=False)
+    graph = DistGraph.load(tmp_path, ProcessGrid())
+    cfg = _cfg(0)
+    learn = model_of(cfg.model, graph)
+    cfg.model.embedding = "zero"
+    zero = model_of(cfg.model, graph)
+    assert learn.embedding is not None and zero.embedding is None
+    assert sum(p.numel() for p in learn.parameters()) - sum(p.numel() for p in zero.parameters()) \
+        == learn.embedding.weight.numel()
+    zero.eval()
+    h = zero.convs[0](graph, graph.x)  # [n_owned, hidden]
+    author = graph.node_type[: graph.n_owned] == graph.hetero["node_types"].index("author")
+    assert bool(torch.isfinite(h).all()) and float((h[author] - zero.convs[0].bias).abs().sum()) > 0

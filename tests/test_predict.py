@@ -252,7 +252,7 @@ def test_every_model_gives_each_layer_representation(part1):
     from gnndist.nn.models import EDGE_MODELS, HETERO_MODELS, MODELS
 
     graph = DistGraph.load(part1, ProcessGrid())
-    for name in sorted(set(MODELS) - EDGE_MODELS - HETERO_MODELS):  # rgcn: test_hetero.py
+    for name in sorted(set(MODELS) - EDGE_MODELS - HETERO_MODELS):  # typed-graph models: tests/test_hetero.py
         model = build_model(name, graph.x.shape[1], 8, 3, 2, 0.5)
         layers = representation_layers(model)
         assert len(layers) == 2, name

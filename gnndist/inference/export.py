@@ -88,11 +88,14 @@ def _basic_state(model: str, state: dict, norm: str) -> dict:
 
 def pyg_file(state: dict, config: dict, path: Path) -> dict:
     """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
-    from gnndist.nn.models import EDGE_MODELS, build_model
+    from gnndist.nn.models import EDGE_MODELS, HETERO_MODELS, build_model
     from gnndist.training.checkpoint import check_same_model
 
     m = config["model"]
     name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
+    if name in HETERO_MODELS:
+        raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's relations "
+                        f"and embedding table): export it with --format gnndist")
     f_in, f_out, edge_dim = config.get("in_channels"), config.get("out_channels"), config.get("edge_dim", 0)
     if not f_in or not f_out:
         raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")

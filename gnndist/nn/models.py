@@ -30,7 +30,7 @@ PRESETS: dict[str, Preset] = {}  # a registered model's own defaults, applied by
 
 
 EDGE_MODELS: set[str] = set()  # models that read the partition's edge features (builder gets edge_dim=)
-HETERO_MODELS: set[str] = set()  # models of a typed graph (builder gets graph=, num_bases=, seed=; --strategy 1d)
+HETERO_MODELS: set[str] = set()  # models of a typed graph (builder gets graph=, num_bases=, seed=, embedding=; 1d)
 RESIDUAL_CONVS: dict[str, ConvFactory] = {}  # models with --arch residual: the layer of each block
 
 
@@ -44,7 +44,7 @@ def register_model(name: str, builder: ModelBuilder, preset: Preset | None = Non
     ``residual``: the layer ``(hidden, hidden) -> module`` of each block of ``--arch residual``
     (:class:`~gnndist.nn.residual_gnn.ResidualGNN`); without it the model has only its own architecture.
     ``hetero``: the model is built for a typed graph: its builder also gets ``graph=`` (the rank's),
-    ``num_bases=`` and ``seed=``, and it runs on ``--strategy 1d`` (its relations aggregate on the halo).
+    ``num_bases=``, ``seed=`` and ``embedding=``, and it runs on ``--strategy 1d`` (its relations aggregate on the halo).
     """
     MODELS[name] = builder
     if hetero:
@@ -211,14 +211,15 @@ register_model("revgnn", _revgnn, preset=DEEP_RESIDUAL_PRESET)
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int,
                 dropout: float, norm: str = "none", recompute: bool = False, edge_dim: int = 0,
-                arch: str = "plain", graph=None, num_bases: int = 0, seed: int = 0) -> nn.Module:
+                arch: str = "plain", graph=None, num_bases: int = 0, seed: int = 0,
+                embedding: str = "learn") -> nn.Module:
     """The model ``--model name`` with the given widths and depth; ``recompute`` checkpoints every block.
 
     ``edge_dim``: width of the partition's edge features (0: none), for the models that read them.
     ``arch``: ``"plain"`` (the model's own layers) or ``"residual"`` (``--arch``: its layer in
     :class:`~gnndist.nn.residual_gnn.ResidualGNN`'s blocks).
-    ``graph``, ``num_bases``, ``seed``: the rank's graph, ``--num-bases`` and the seed of the embeddings, for the
-    models of a typed graph (``HETERO_MODELS``).
+    ``graph``, ``num_bases``, ``seed``, ``embedding``: the rank's graph, ``--num-bases``, the seed of the embeddings
+    and ``--embedding`` (learn or zero), for the models of a typed graph (``HETERO_MODELS``).
     """
     from gnndist.errors import UserError
 
@@ -231,7 +232,7 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, lay
         if arch != "plain" or recompute:
             raise UserError(f"--model {name} has its own architecture: --arch residual and --recompute do not apply")
         return MODELS[name](in_channels, hidden, out_channels, layers, dropout, norm, graph=graph,
-                            num_bases=num_bases, seed=seed)
+                            num_bases=num_bases, seed=seed, embedding=embedding)
     if num_bases:
         raise UserError(f"--num-bases is for --model {', '.join(sorted(HETERO_MODELS))}, not --model {name}")
     if arch == "residual":

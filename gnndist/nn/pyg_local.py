@@ -101,11 +101,12 @@ class LocalRun:
             raise NotDistributable(f"{self.label} calls {what} on a sparse adjacency; the adapter passes edge_index "
                                    f"and can supply degrees in the whole graph only for those edges")
         ei = edge_index[:, edge_index[0] != edge_index[1]]
-        if ei.shape == self.base.shape:
-            if torch.equal(ei, self.base) or torch.equal(ei, self.reversed):
+        base = self.base[:, self.base[0] != self.base[1]]  # a relation of a typed graph may hold self-loops
+        if ei.shape == base.shape:
+            if torch.equal(ei, base) or torch.equal(ei, base.flip(0)):
                 return
             if self._sorted_keys is None:
-                self._sorted_keys = (self.base[0] * self.n_local + self.base[1]).sort().values
+                self._sorted_keys = (base[0] * self.n_local + base[1]).sort().values
             for a, b in ((0, 1), (1, 0)):
                 if torch.equal((ei[a] * self.n_local + ei[b]).sort().values, self._sorted_keys):
                     return

@@ -25,15 +25,19 @@ class RGCN(nn.Module):
         norm: ``"none"``, ``"batch"`` or ``"layer"``.
         num_bases: basis decomposition of every layer's relation weights (0: none).
         seed: seed of the embeddings' initial rows.
+        embedding: ``"learn"`` (default: a :class:`NodeEmbedding` for the featureless types) or ``"zero"`` (their
+            input rows stay zero; the first layer gives them their neighbours' mean through each relation).
 
     Shapes:
         x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
     """
 
     def __init__(self, graph, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
-                 dropout: float = 0.5, norm: str = "none", num_bases: int = 0, seed: int = 0):
+                 dropout: float = 0.5, norm: str = "none", num_bases: int = 0, seed: int = 0,
+                 embedding: str = "learn"):
         super().__init__()
-        self.embedding = NodeEmbedding(graph, in_channels, seed) if not all(graph.hetero["featured"]) else None
+        learn = embedding == "learn" and not all(graph.hetero["featured"])
+        self.embedding = NodeEmbedding(graph, in_channels, seed) if learn else None
         R = len(graph.hetero["relations"])
         widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
         self.convs = nn.ModuleList(RGCNConv(a, b, R, num_bases) for a, b in zip(widths[:-1], widths[1:]))

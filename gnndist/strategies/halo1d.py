@@ -17,10 +17,17 @@ class Halo1D(BlockStrategy):
     Args:
         overlap: start the exchange, aggregate interior edges, wait, aggregate boundary edges
             (default ``True``); otherwise exchange first and aggregate the extended rows at once.
+        symmetric: the part's rows are of a symmetric ``A`` (default ``True``: the union graph), so the
+            interior block is its own transpose; ``False`` for one relation of a typed graph
+            (:meth:`DistGraph.relation <gnndist.graph.DistGraph.relation>`).
     """
 
     name = "1d"
     replication = 1
+
+    def __init__(self, overlap: bool = True, symmetric: bool = True):
+        super().__init__(overlap)
+        self.symmetric = symmetric
 
     @classmethod
     def from_config(cls, dist) -> Halo1D:
@@ -34,5 +41,5 @@ class Halo1D(BlockStrategy):
         interior, boundary = part.split()
         # the owned rows' own columns: a diagonal block of the symmetrised A, its own transpose (the backward
         # multiplies by it again); the boundary's transpose is built on the first backward (CSR.transposed)
-        interior = CSR(interior.rowptr, interior.col, interior.num_cols, symmetric=True)
+        interior = CSR(interior.rowptr, interior.col, interior.num_cols, symmetric=self.symmetric)
         return Block(part.n_owned, interior, boundary, expand, None)

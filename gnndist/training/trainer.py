@@ -291,7 +291,7 @@ def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0) -> nn.Module:
     (``seed``: of a typed graph's embeddings)."""
     return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
                        m.recompute, edge_dim=edge_width(graph), arch=m.arch, graph=graph, num_bases=m.num_bases,
-                       seed=seed)
+                       seed=seed, embedding=m.embedding)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:
