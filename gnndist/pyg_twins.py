@@ -1,6 +1,6 @@
 """The torch_geometric twins of gnndist's models that ``torch_geometric.nn.models`` has no class for.
 
-``gnndist export --format pyg`` names, for ``--model gat``, ``gcn2`` and ``gine``, one of the classes
+``gnndist export --format pyg`` names, for ``--model gat``, ``gcn2``, ``gine`` and ``rgcn``, one of the classes
 below (``{"module": "gnndist.pyg_twins", "model": "GAT", ...}``). They are built from
 ``torch_geometric.nn`` layers and torch only, and import nothing of gnndist: copy this file next
 to the exported model to run it where gnndist is not installed. In eval mode each gives the
@@ -11,6 +11,7 @@ logits of gnndist's model with the same weights (dropout is the only difference 
     model = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
     model.load_state_dict(f["state_dict"])
     logits = model.eval()(x, edge_index)        # GINE: model(x, edge_index, edge_attr)
+    # RGCN (a typed graph's union): model(x, edge_index, edge_type, node_type)
 """
 
 from __future__ import annotations
@@ -100,3 +101,44 @@ class GINE(nn.Module):
             x = F.relu(norm(conv(x, edge_index, edge_attr.to(x.dtype))))
         return self.out(x)
 
+
+
+class RGCN(nn.Module):
+    """gnndist's ``--model rgcn``: the featureless types' rows, then ``num_layers`` RGCNConv (``aggr="mean"``, root
+    weight, ``num_bases``) with norm + ReLU between them.
+
+    It runs on a typed graph's union graph, as PyG's ``RGCNConv`` does: every node type's rows one after the other
+    in ``node_types`` order, each type's in its own id order (``HeteroData.to_homogeneous()``'s layout), and one
+    ``edge_type`` per edge indexing ``relations``. A featureless type (``featured[t]`` false) takes its rows from
+    ``embeddings[t]`` (an ``nn.Embedding`` of one row per node: gnndist's ``--embedding learn`` table), or zeros
+    (``--embedding zero``); ``x``'s rows of those types are not read.
+
+    Shapes:
+        x ``[N, in_channels]`` (N: every type's nodes), edge_index ``[2, E]`` (source, destination),
+        edge_type ``[E]``, node_type ``[N]`` (index into ``node_types``) -> ``[N, out_channels]``
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, out_channels: int,
+                 node_types: list[str], relations: list[tuple[str, str, str]], featured: list[bool],
+                 embedding_rows: dict[str, int], num_bases: int = 0, norm: str = "none"):
+        from torch_geometric.nn import RGCNConv
+
+        super().__init__()
+        self.node_types, self.featured = list(node_types), list(featured)
+        self.embeddings = nn.ModuleDict({t: nn.Embedding(n, in_channels) for t, n in embedding_rows.items()})
+        widths = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(RGCNConv(a, b, len(relations), num_bases=num_bases or None, aggr="mean")
+                                   for a, b in zip(widths[:-1], widths[1:]))
+        self.norms = nn.ModuleList(_norm(norm, hidden_channels) for _ in range(num_layers - 1))
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, node_type: Tensor) -> Tensor:
+        x = x.clone()  # [N, in_channels]
+        for t, name in enumerate(self.node_types):
+            if not self.featured[t]:
+                rows = node_type == t
+                x[rows] = self.embeddings[name].weight.to(x.dtype) if name in self.embeddings else 0.0
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index, edge_type)  # [N, width of layer i]
+            if i < len(self.convs) - 1:
+                x = F.relu(self.norms[i](x))
+        return x

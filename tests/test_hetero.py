@@ -238,11 +238,54 @@ def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatc
     assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
     assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
     assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "m.pt")]) == 0
+    assert torch.load(tmp_path / "m.pt", weights_only=True)["hetero"]["node_types"][-1] == "venue"
+
+
+@pytest.mark.parametrize("flags", [["--num-bases", "2", "--norm", "batch", "--layers", "3"], ["--embedding", "zero"]],
+                         ids=["bases-batchnorm-learn", "zero"])
+def test_exported_rgcn_twin_gives_the_logits_of_predict(tmp_path, capsys, monkeypatch, pooled_ranks, flags):
+    """``export --format pyg`` of an R-GCN trained at P = 2: the twin of PyG's RGCNConv layers and one nn.Embedding
+    per featureless type, on the whole union graph in one process, gives ``predict``'s logits at P = 1 (1e-5)."""
+    import importlib
+
+    from gnndist.datasets import load
+
+    from gnndist.cli import main
+    from gnndist.training.checkpoint import atomic_save, digest
+
+    monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "cache"))
+    monkeypatch.delenv("GNNDIST_PARTITIONS", raising=False)
+    path, ck, logits, out = tmp_path / "mag.pt", tmp_path / "ck", tmp_path / "logits.npy", tmp_path / "pyg.pt"
+    torch.save(_hetero(), path)
+    assert main(["run", str(path), "--ranks", "2", "--model", "rgcn", "--hidden", "8", "--epochs", "3",
+                 "--no-progress", "--checkpoint", str(ck), *flags]) == 0
+    assert main(["predict", str(path), "--ranks", "1", "--checkpoint", str(ck), "--out", str(logits), "--what",
+                 "logits", "--no-progress"]) == 0
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg"]) == 0
+    f = torch.load(out, weights_only=True)
+    twin = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
+    twin.load_state_dict(f["state_dict"])  # strict: every name and shape
+    learned = sorted(name for name in twin.embeddings)
+    assert learned == ([] if "zero" in flags else ["author", "field_of_study", "institution", "venue"])
+    data = load(str(path))  # the union graph: types in order, each in its id order; featureless rows zero
+    h, x = data.hetero, data.x
+    if f["normalize_features"] and bool((x >= 0).all()):
+        x = x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+    edge_index = torch.from_numpy(np.stack([h.rel_src, h.rel_dst]))  # [2, E_rel]
+    node_type = torch.repeat_interleave(torch.arange(len(h.node_types)), torch.from_numpy(np.diff(h.offsets)))
+    with torch.no_grad():
+        got = twin.eval()(x, edge_index, torch.from_numpy(h.rel_type), node_type)  # [N, C]
+    papers = slice(int(h.offsets[0]), int(h.offsets[1]))  # predict writes the target type's rows
+    assert_close("twin logits", torch.from_numpy(np.load(logits)).double(), got[papers].double(), rtol=1e-5)
+    if "zero" in flags:
+        return
+    old = torch.load(ck / "best.pt", weights_only=True)  # a best.pt written before the schema was recorded
+    old = {k: v for k, v in old.items() if k not in ("sha256", "hetero")}
+    atomic_save({**old, "sha256": digest(old)}, ck / "best.pt")
     capsys.readouterr()
-    assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "pyg.pt"), "--format",
-                 "pyg"]) == 2
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out), "--format", "pyg", "--force"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--model rgcn has no PyG twin" in err[0] and not (tmp_path / "pyg.pt").exists()
+    assert len(err) == 1 and "does not record the typed graph's schema" in err[0], err
 
 
 def test_cora_paper_word():

@@ -7,7 +7,9 @@ The ``pyg`` format is for the models with an exact twin built of ``torch_geometr
 (``--arch plain``, any ``--norm``; ``gin`` with ``--norm none``): ``--model gcn`` ->
 ``torch_geometric.nn.models.GCN``, ``sage`` -> ``GraphSAGE``, ``gin`` -> ``GIN``; ``gat``,
 ``gcn2``, ``gine`` -> :mod:`gnndist.pyg_twins` (PyG's ``GAT`` averages heads in its output
-layer, and PyG has no GCNII or GINE model; that file imports nothing of gnndist). The state dict is renamed to the twin's names, and the file says
+layer, and PyG has no GCNII or GINE model; that file imports nothing of gnndist); ``rgcn`` -> its ``RGCN``, PyG's
+``RGCNConv`` layers on the typed graph's union graph with one ``nn.Embedding`` per featureless type (the
+checkpoint's whole table, cut by type). The state dict is renamed to the twin's names, and the file says
 how to build it::
 
     import importlib, torch
@@ -16,6 +18,7 @@ how to build it::
     model.load_state_dict(f["state_dict"])
     model.eval()
     logits = model(x, edge_index)      # x row-normalised if f["normalize_features"]; gine: + edge_attr
+    logits = model(x, edge_index, edge_type, node_type)    # rgcn: the union graph (see pyg_twins.RGCN)
 
 Any other model whose layers are all :class:`~gnndist.nn.PyGAdapter` (with torch modules and
 ``DistBatchNorm`` between them) is written as ``"model": None``: ``f["layers"]`` holds each wrapped
@@ -38,6 +41,7 @@ from gnndist.errors import UserError
 
 BASIC_TWINS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # --model -> torch_geometric.nn.models.<name>
 OWN_TWINS = {"gat": "GAT", "gcn2": "GCNII", "gine": "GINE"}  # --model -> gnndist.pyg_twins.<name>
+HETERO_TWINS = {"rgcn": "RGCN"}  # models of a typed graph -> gnndist.pyg_twins.<name> (on the union graph)
 FORMATS = ("gnndist", "pyg")
 PYG_NORMS = {"none": {}, "batch": {"norm": "batch_norm"},  # --norm -> BasicGNN's norm arguments
              "layer": {"norm": "layer_norm", "norm_kwargs": {"mode": "node"}}}
@@ -86,6 +90,42 @@ def _basic_state(model: str, state: dict, norm: str) -> dict:
     return out
 
 
+def _hetero_file(state: dict, config: dict, path: Path) -> dict:
+    """R-GCN's twin (:class:`gnndist.pyg_twins.RGCN`): the checkpoint's whole embedding table (every featureless
+    node, in dataset order) cut into one ``nn.Embedding`` per featureless type; the twin loads it, strictly."""
+    from gnndist import pyg_twins
+
+    m, h = config["model"], config.get("hetero")
+    if h is None:
+        raise UserError(f"{path} does not record the typed graph's schema (written before 2026-12-02): export it "
+                        f"with --format gnndist, or train again")
+    types, featured = h["node_types"], h["featured"]
+    counts = [b - a for a, b in zip(h["offsets"][:-1], h["offsets"][1:])]
+    rows = {t: n for t, n, f in zip(types, counts, featured) if not f} if "embedding.weight" in state else {}
+    dotted = [t for t in rows if "." in t]
+    if dotted:
+        raise UserError(f"--format pyg: the featureless node type {dotted[0]!r} has a '.', which cannot name the "
+                        f"twin's embedding (a torch module name): export it with --format gnndist")
+    out = {k: v for k, v in state.items() if not k.startswith("embedding.")}
+    if rows:
+        for t, table in zip(rows, state["embedding.weight"].split(list(rows.values()))):  # [n_t, in] per type
+            out[f"embeddings.{t}.weight"] = table
+    norm = m.get("norm", "none")
+    if norm == "batch":  # DistBatchNorm -> BatchNorm1d, which keeps a counter (unused in eval mode)
+        for i in range(m["layers"] - 1):
+            out[f"norms.{i}.num_batches_tracked"] = torch.zeros((), dtype=torch.long)
+    kwargs = {"in_channels": config["in_channels"], "hidden_channels": m["hidden"], "num_layers": m["layers"],
+              "out_channels": config["out_channels"], "node_types": list(types),
+              "relations": [tuple(r) for r in h["relations"]], "featured": list(featured), "embedding_rows": rows,
+              "num_bases": m.get("num_bases", 0), "norm": norm}
+    twin = getattr(pyg_twins, HETERO_TWINS[m["model"]])(**kwargs)
+    missing, unexpected = twin.load_state_dict(out, strict=False)
+    if missing or unexpected:
+        raise UserError(f"{path} does not hold --model {m['model']}'s weights as its config builds them (missing "
+                        f"{', '.join(missing) or 'none'}; unexpected {', '.join(unexpected) or 'none'})")
+    return {"module": "gnndist.pyg_twins", "model": HETERO_TWINS[m["model"]], "kwargs": kwargs, "state_dict": out}
+
+
 def pyg_file(state: dict, config: dict, path: Path) -> dict:
     """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
     from gnndist.nn.models import EDGE_MODELS, HETERO_MODELS, build_model
@@ -93,12 +133,15 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
 
     m = config["model"]
     name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
-    if name in HETERO_MODELS:
-        raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's relations "
-                        f"and embedding table): export it with --format gnndist")
     f_in, f_out, edge_dim = config.get("in_channels"), config.get("out_channels"), config.get("edge_dim", 0)
     if not f_in or not f_out:
         raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")
+    base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
+    if name in HETERO_TWINS:
+        return {**base, **_hetero_file(state, config, path)}
+    if name in HETERO_MODELS:
+        raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's relations "
+                        f"and embedding table): export it with --format gnndist")
     if name in EDGE_MODELS and not edge_dim:
         raise UserError(f"{path} does not record the width of the edge features --model {name} reads (written "
                         f"before 2026-12-01): export it with --format gnndist, or train again")
@@ -107,7 +150,6 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
     check_same_model(path, {"model": state, "config": config}, model)
     twin = (OWN_TWINS.get(name) or BASIC_TWINS.get(name)) if plain else None
     unwrapped, layers = _unwrapped(model, state, own_layers=twin is not None)
-    base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
     kwargs = {"in_channels": f_in, "hidden_channels": m["hidden"], "num_layers": m["layers"], "out_channels": f_out}
     if plain and name in BASIC_TWINS:
         if name == "gin" and norm != "none":
@@ -144,8 +186,9 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     m, f_in, f_out = config["model"], config.get("in_channels"), config.get("out_channels")
     if fmt == "gnndist":
         obj = {"format": "gnndist-model", "state_dict": state, "config": {k: config[k] for k in config
-               if k not in ("in_channels", "out_channels", "edge_dim")}, "in_channels": f_in, "out_channels": f_out,
-               "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path)}
+               if k not in ("in_channels", "out_channels", "edge_dim", "hetero")}, "in_channels": f_in, "out_channels": f_out,
+               "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path),
+               **({"hetero": config["hetero"]} if "hetero" in config else {})}
     else:
         obj = pyg_file(state, config, path)
     try:

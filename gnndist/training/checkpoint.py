@@ -71,10 +71,10 @@ class Checkpoints:
         return sorted(self.dir.glob("ckpt-*.pt"))
 
     def save(self, epoch: int, model: nn.Module, optim: torch.optim.Optimizer, best: Best, config: dict,
-             widths: tuple[int, int] = (0, 0), edge_dim: int = 0) -> None:
+             widths: tuple[int, int] = (0, 0), edge_dim: int = 0, hetero: dict | None = None) -> None:
         """Checkpoint every ``every`` epochs (and the last), and ``best.pt`` when ``best`` is this epoch
-        (with the model's input and output ``widths`` and the edge features' ``edge_dim``: what rebuilding
-        it needs besides the config)."""
+        (with the model's input and output ``widths``, the edge features' ``edge_dim`` and a typed graph's
+        schema ``hetero``, META.json's section: what rebuilding it off the partition needs besides the config)."""
         due = (epoch + 1) % self.every == 0 or epoch == self.epochs - 1
         improved = best.epoch == epoch
         if not (due or improved):
@@ -90,7 +90,8 @@ class Checkpoints:
                     old.unlink(missing_ok=True)
             if improved:  # the weights and the config that built them: enough to apply the model (gnndist predict)
                 best_state = {"format": CHECKPOINT_FORMAT, "model": msd, "epoch": epoch, "config": config,
-                              "in_channels": widths[0], "out_channels": widths[1], "edge_dim": edge_dim}
+                              "in_channels": widths[0], "out_channels": widths[1], "edge_dim": edge_dim,
+                              **({"hetero": hetero} if hetero is not None else {})}
                 atomic_save({**best_state, "sha256": digest(best_state)}, self.dir / "best.pt")
 
         self._agree(write, "could not be written")
@@ -136,7 +137,8 @@ class Checkpoints:
 def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> tuple[dict, dict, Path]:
     """The weights and training config of a checkpoint (``ckpt-*.pt`` or ``best.pt``, or a ``--checkpoint`` DIR:
     its ``best.pt``), checked against its sha256; ``(state_dict, config, file)``; one line when unusable.
-    ``config`` also holds ``in_channels`` / ``out_channels`` / ``edge_dim`` where the file has them (``best.pt``)."""
+    ``config`` also holds ``in_channels`` / ``out_channels`` / ``edge_dim`` (and a typed graph's ``hetero`` schema)
+    where the file has them (``best.pt``)."""
     p = Path(path)
     if p.is_dir():
         p = p / "best.pt"
@@ -151,7 +153,7 @@ def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> tup
                         f"written before 2026-12-01 holds weights only: use a ckpt-*.pt of the same run)")
     if state.pop("sha256", None) != digest(state):
         raise UserError(f"{p} is corrupt: its contents do not match its sha256")
-    widths = {k: state[k] for k in ("in_channels", "out_channels", "edge_dim") if k in state}
+    widths = {k: state[k] for k in ("in_channels", "out_channels", "edge_dim", "hetero") if k in state}
     return state["model"], {**state["config"], **widths}, p
 
 

@@ -229,7 +229,7 @@ class Trainer:
                 log.write(row, row[self.keys["val"]])
                 if self.checkpoints:
                     self.checkpoints.save(epoch, self.model, self.optim, self.best, cfg.to_dict(), self.widths,
-                                          edge_dim=edge_width(g))
+                                          edge_dim=edge_width(g), hetero=g.hetero)
                 if cfg.eval.patience and epoch - self.best.epoch >= cfg.eval.patience:
                     break  # the same decision on every rank: the metric is global
         self.history = log.history
