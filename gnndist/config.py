@@ -70,7 +70,7 @@ class PartitionConfig:
     balance: str = opt("auto", "balance: auto (the setting of least halo volume, unless another is modelled faster by more "
                        "than the cost model's error), or constraints "
                        "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
-                       "hypergraph take one)")
+                       "hypergraph take one); types: a typed graph's nodes of every type, one constraint each")
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
     partition_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a preset, or "
                             "probe (this machine's constants at --parts ranks, as a --strategy auto run at that "

@@ -47,7 +47,7 @@ from gnndist.partition.book import (
     symmetric_csr,
 )
 from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part, write_partition
-from gnndist.partition.hetero import RelationSlicer, format_hetero, hetero_report
+from gnndist.partition.hetero import RelationSlicer, format_hetero, hetero_report, node_types_of
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 from gnndist.partition.progress import Stages, rss_peak, stages_of
@@ -226,7 +226,11 @@ def partition(
         raise UserError(f"--objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     check_budget(auto_budget)
     check_parts(int(data.num_nodes), parts)
-    job = Job(data, parts, method, objective, seed, parse_balance(balance), refine, network(cost_network),
+    setting = parse_balance(balance)
+    if setting is not None and "types" in setting.constraints and getattr(data, "hetero", None) is None:
+        raise UserError("--balance types balances every node type of a heterogeneous graph; this graph has one node "
+                        "type (balance nodes)")
+    job = Job(data, parts, method, objective, seed, setting, refine, network(cost_network),
               widths or model_widths_of(data), resolve_threads(threads), chunk, auto_budget)
     job.bar = bar = Stages(len(STAGES), f"partition into {parts}", progress)
     for name, stage in STAGES:
@@ -288,6 +292,10 @@ def _assign(job: Job) -> None:
         job.chosen, job.assign = "random", random_assign(n, job.parts, job.seed)
     else:
         columns = {"nodes": np.ones(n, dtype=np.int64), "edges": job.csr.degree(), "train": job.train}
+        schema = getattr(job.data, "hetero", None)
+        if schema is not None:  # [N, T]: a node weighs 1 in its type's column
+            types = node_types_of(np.arange(n), schema.offsets)
+            columns["types"] = (types[:, None] == np.arange(len(schema.node_types))[None, :]).astype(np.int64)
         job.assign, job.chosen, job.setting, job.objective = _choose(job, columns)
     job.seconds_assign = time.perf_counter() - t0
 
@@ -404,10 +412,9 @@ def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
             if len(own) < len(s.constraints):  # send / recv / time: read off a partition balancing the rest
                 base = Setting(*zip(*own)) if own else PLAIN
                 cols.update(derived_weights(csr, run(b, base), parts, unit_costs(widths, net).sum(0)))
-            names = [c for c in s.constraints if cols[c].any()]  # no halo at all: nothing to balance
+            used = [(c, t) for c, t in zip(s.constraints, s.tolerances) if cols[c].any()]  # no halo: nothing to balance
             job.bar.set_postfix_str(f"{b} {s.label}")
-            weights = np.stack([cols[c] for c in names], axis=1) if names else None
-            tol = np.array([t for c, t in zip(s.constraints, s.tolerances) if c in names]) if names else None
+            weights, tol = _table(used, cols) if used else (None, None)
             graph = part_graph if b == "metis" else csr
             runs[b, s] = backend(b).assign(graph, Request(parts, weights, tol, seed, objective, threads))
         return runs[b, s]
@@ -421,8 +428,7 @@ def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
         kept = s.structural or [("nodes", 1.0)]
         if can_refine and s.constraints:
             job.bar.set_postfix_str(f"refine {b} {s.label}")
-            weights = np.stack([columns[c] for c, _ in kept], axis=1)
-            tol = np.array([t for _, t in kept])
+            weights, tol = _table(kept, columns)
             assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes,
                                           threads=threads)
         loads = rank_loads(csr, assign, parts)
@@ -459,10 +465,19 @@ def check_budget(budget: float) -> None:
         raise UserError(f"--auto-budget must be 0 (no budget) or a number >= 1, got {budget!r}")
 
 
+def _table(pairs: list[tuple[str, float]], columns: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The ``[N, ncon]`` weights and ``[ncon]`` tolerances of (constraint, tolerance) pairs: one column per
+    constraint, ``types`` one per node type (each with its tolerance)."""
+    weights = np.column_stack([columns[c] for c, _ in pairs])
+    tol = np.concatenate([np.full(columns[c].shape[1] if columns[c].ndim == 2 else 1, t) for c, t in pairs])
+    return weights, tol
+
+
 def _weights_of(s: Setting, columns: dict) -> np.ndarray | None:
     """A stand-in ``[N, ncon]`` weight table with one column per constraint of ``s`` (for the capability check)."""
     n = len(columns["nodes"])
-    return np.ones((n, len(s.constraints)), dtype=np.int64) if len(s.constraints) > 1 else None
+    ncon = sum(columns[c].shape[1] if c in columns and columns[c].ndim == 2 else 1 for c in s.constraints)
+    return np.ones((n, ncon), dtype=np.int64) if ncon > 1 else None
 
 
 def load(root: str | Path, rank: int) -> tuple[dict[str, np.ndarray], dict]:

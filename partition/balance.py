@@ -1,9 +1,10 @@
 """Balance settings and their choice by modelled epoch time (``--balance auto``, the default).
 
 A *setting* is what METIS balances and how tightly: constraints among ``nodes``, ``edges``
-(degree), ``train`` (training flag), ``send`` and ``recv`` (halo rows) and ``time`` (a
-node's share of its rank's modelled layer times; these three read off a first partition, see
-:func:`derived_weights`), each with a tolerance (METIS ``ubvec``: the heaviest part may weigh
+(degree), ``train`` (training flag), ``types`` (a typed graph: one constraint per node type, its
+nodes), ``send`` and ``recv`` (halo rows) and ``time`` (a node's share of its rank's modelled layer
+times; these three read off a first partition, see :func:`derived_weights`), each with a tolerance
+(``types:1.1``: every type's) (METIS ``ubvec``: the heaviest part may weigh
 ``tol`` times the mean). ``--balance`` takes one explicitly
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
@@ -28,7 +29,7 @@ from gnndist.partition.book import GlobalCSR, exchange_pairs
 from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad
 from gnndist.errors import UserError
 
-CONSTRAINTS = ("nodes", "edges", "train", "send", "recv", "time")
+CONSTRAINTS = ("nodes", "edges", "train", "types", "send", "recv", "time")
 DERIVED_CONSTRAINTS = ("send", "recv", "time")  # weights read off a first partition (derived_weights)
 TIME_SCALE = 1000  # the mean node's modelled time, in METIS weight units
 RECV_SCALE = 4  # the receive shares are fractions: METIS gets them x 4, rounded

@@ -81,15 +81,27 @@ def hetero_report(schema, book: PartitionBook, csr: GlobalCSR) -> dict:
     nodes = [np.bincount(types[book.offsets[k] : book.offsets[k + 1]], minlength=T).tolist() for k in range(P)]
     halo = [np.bincount(types[h], minlength=T).tolist() for h in halos]
     owner = book.assign[schema.rel_dst]
-    edges = np.zeros((P, len(schema.relations)), dtype=np.int64)
+    R = len(schema.relations)
+    edges = np.zeros((P, R), dtype=np.int64)
     np.add.at(edges, (owner, schema.rel_type), 1)
+    n_all = len(book.assign)
+    cross = book.assign[schema.rel_src] != owner  # the source's row travels to the destination's part
+    needed = unique_ids((schema.rel_type[cross] * P + owner[cross]) * n_all + schema.rel_src[cross],
+                        R * P * n_all)  # distinct (relation, part, source)
+    halo_rel = np.bincount(needed // (P * n_all), minlength=R) if P else np.zeros(R, dtype=np.int64)
+    per_type = np.asarray(nodes, dtype=float).reshape(P, T)  # [P, T]
+    mean = per_type.mean(axis=0) if P else np.zeros(T)
     return {
         "node_types": list(schema.node_types), "relations": [list(r) for r in schema.relations],
         "target": schema.target, "featured": [bool(f) for f in schema.featured],
         "nodes_per_part": nodes,  # [P][T]
+        "imbalance_per_type": [float(per_type[:, t].max() / mean[t]) if P and mean[t] > 0 else 1.0
+                               for t in range(T)],  # [T]: the heaviest part's nodes of the type / the mean
         "halo_rows_per_part": halo,  # [P][T]: rows received, by the type of the node
         "halo_volume_per_type": np.sum(halo, axis=0).astype(int).tolist() if P else [0] * T,
         "edges_per_part": edges.tolist(),  # [P][R]: relation edges whose destination the part owns
+        # [R]: the rows relation r alone would receive (all parts); the union halo sends each row once for all
+        "halo_rows_per_relation": halo_rel.astype(int).tolist(),
     }
 
 
@@ -98,10 +110,17 @@ def format_hetero(h: dict) -> list[str]:
     lines = ["  node types       " + ", ".join(
         f"{t} {sum(p[i] for p in h['nodes_per_part']):,}" + ("" if h["featured"][i] else " (embedding)")
         + (" (target)" if t == h["target"] else "") for i, t in enumerate(h["node_types"]))]
+    if "imbalance_per_type" in h:  # reports written before --balance types lack it
+        lines.append("  type imbalance   " + ", ".join(
+            f"{t} {v:.3f}" for t, v in zip(h["node_types"], h["imbalance_per_type"])) + " (max/mean nodes per part)")
     lines.append("  halo per type    " + ", ".join(
         f"{t} {v:,}" for t, v in zip(h["node_types"], h["halo_volume_per_type"])) + " rows")
     lines.append("  relations        " + "; ".join(
         f"({s}, {r}, {d}) {sum(p[i] for p in h['edges_per_part']):,}" for i, (s, r, d) in enumerate(h["relations"])))
+    if "halo_rows_per_relation" in h:  # reports written before 2026-12-02 lack it
+        lines.append("  halo per rel.    " + "; ".join(
+            f"({s}, {r}, {d}) {v:,}" for (s, r, d), v in zip(h["relations"], h["halo_rows_per_relation"]))
+            + f" rows: {sum(h['halo_rows_per_relation']):,} alone, {sum(h['halo_volume_per_type']):,} shared")
     for k, (n, e) in enumerate(zip(h["nodes_per_part"], h["edges_per_part"])):
         lines.append(f"  part {k:<11} nodes {'/'.join(map(str, n))}, halo {'/'.join(map(str, h['halo_rows_per_part'][k]))}"
                      f", relation edges {'/'.join(map(str, e))}")

@@ -326,3 +326,56 @@ def test_embedding_zero_has_no_table(tmp_path):
     h = zero.convs[0](graph, graph.x)  # [n_owned, hidden]
     author = graph.node_type[: graph.n_owned] == graph.hetero["node_types"].index("author")
     assert bool(torch.isfinite(h).all()) and float((h[author] - zero.convs[0].bias).abs().sum()) > 0
+
+
+def test_balance_types_bounds_every_types_imbalance(tmp_path, capsys):
+    """``--balance types,train,edges`` on synthetic-mag at P = 4: one METIS constraint per node type, the target
+    type's training nodes and the work; every type's max/mean within its tolerance (up to one node), where the
+    union graph's constraints (``nodes,edges,train``) leave the small types 11-17 % over the mean."""
+    import json
+
+    from gnndist.datasets import load, synthetic
+    from gnndist.partition import partition, read_meta, read_part
+
+    from gnndist.cli import main
+
+    data = load("synthetic-mag-2k")
+    per_part = np.diff(data.hetero.offsets) / 4  # [T] mean nodes of each type per part
+    train_per_part = int(data.train_mask.sum()) / 4
+    union = partition(data, 4, method="metis", balance="nodes,edges,train", progress=False).report
+    typed = partition(data, 4, method="metis", balance="types,train,edges", progress=False)
+    r = typed.report
+    assert r["balance"] == ["types", "train", "edges"] and r["tolerances"]["types"] == 1.03
+    within = np.array(r["hetero"]["imbalance_per_type"]) <= 1.03 + 1 / per_part
+    assert within.all(), r["hetero"]["imbalance_per_type"]
+    assert r["imbalance"]["train"] <= 1.03 + 1 / train_per_part
+    assert max(union["hetero"]["imbalance_per_type"]) > 1.1  # institution 1.167, field_of_study 1.111 (METIS 5.1)
+    with pytest.raises(UserError, match="--balance types balances every node type of a heterogeneous graph"):
+        partition(synthetic(100, num_classes=2, num_features=4), 2, balance="types", progress=False)
+    with pytest.raises(UserError, match="balances one node weight, not 4 constraints"):
+        partition(data, 2, method="kaminpar", balance="types", progress=False)
+
+    out = tmp_path / "p"  # gnndist info: per type and per relation, the halo of each (the union's shared)
+    typed.save(out, dataset="synthetic-mag-2k", progress=False)
+    capsys.readouterr()
+    assert main(["info", str(out), "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)["hetero"]
+    meta = read_meta(out)
+    alone = np.zeros(len(h["relations"]), dtype=np.int64)
+    for k in range(4):
+        part = read_part(out, k, meta)
+        rowptr, col = np.asarray(part["rel_rowptr"]), np.asarray(part["rel_col"])  # [R, n_owned + 1]
+        n_owned = rowptr.shape[1] - 1
+        for i, rp in enumerate(rowptr):
+            c = col[rp[0] : rp[-1]]
+            alone[i] += len(np.unique(c[c >= n_owned]))  # the halo rows relation i reads on part k
+        assert sum(h["halo_rows_per_part"][k]) == len(part["halo_gid"])
+    assert h["halo_rows_per_relation"] == alone.tolist()
+    assert sum(h["halo_volume_per_type"]) == r["comm_volume"] < alone.sum()  # a row travels once for every relation
+    assert [sum(p[t] for p in h["nodes_per_part"]) for t in range(4)] == np.diff(data.hetero.offsets).tolist()
+    assert [sum(p[i] for p in h["edges_per_part"]) for i in range(len(h["relations"]))] == meta["hetero"][
+        "relation_edges"]
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "  type imbalance   paper " in text and "  halo per rel.    (author, affiliated_with, institution) " in text
+    assert f"rows: {alone.sum():,} alone, {r['comm_volume']:,} shared" in text
