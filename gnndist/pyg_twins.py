@@ -102,7 +102,6 @@ class GINE(nn.Module):
         return self.out(x)
 
 
-
 class RGCN(nn.Module):
     """gnndist's ``--model rgcn``: the featureless types' rows, then ``num_layers`` RGCNConv (``aggr="mean"``, root
     weight, ``num_bases``) with norm + ReLU between them.

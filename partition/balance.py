@@ -4,8 +4,8 @@ A *setting* is what METIS balances and how tightly: constraints among ``nodes``,
 (degree), ``train`` (training flag), ``types`` (a typed graph: one constraint per node type, its
 nodes), ``send`` and ``recv`` (halo rows) and ``time`` (a node's share of its rank's modelled layer
 times; these three read off a first partition, see :func:`derived_weights`), each with a tolerance
-(``types:1.1``: every type's) (METIS ``ubvec``: the heaviest part may weigh
-``tol`` times the mean). ``--balance`` takes one explicitly
+(METIS ``ubvec``: the heaviest part may weigh ``tol`` times the mean; ``types:1.1`` gives every type
+1.1). ``--balance`` takes one explicitly
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
 ``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see

@@ -88,15 +88,14 @@ def hetero_report(schema, book: PartitionBook, csr: GlobalCSR) -> dict:
     cross = book.assign[schema.rel_src] != owner  # the source's row travels to the destination's part
     needed = unique_ids((schema.rel_type[cross] * P + owner[cross]) * n_all + schema.rel_src[cross],
                         R * P * n_all)  # distinct (relation, part, source)
-    halo_rel = np.bincount(needed // (P * n_all), minlength=R) if P else np.zeros(R, dtype=np.int64)
+    halo_rel = np.bincount(needed // (P * n_all), minlength=R)  # [R]
     per_type = np.asarray(nodes, dtype=float).reshape(P, T)  # [P, T]
-    mean = per_type.mean(axis=0) if P else np.zeros(T)
+    mean = per_type.mean(axis=0)  # [T], every type has nodes
     return {
         "node_types": list(schema.node_types), "relations": [list(r) for r in schema.relations],
         "target": schema.target, "featured": [bool(f) for f in schema.featured],
         "nodes_per_part": nodes,  # [P][T]
-        "imbalance_per_type": [float(per_type[:, t].max() / mean[t]) if P and mean[t] > 0 else 1.0
-                               for t in range(T)],  # [T]: the heaviest part's nodes of the type / the mean
+        "imbalance_per_type": (per_type.max(axis=0) / mean).tolist(),  # [T]: the heaviest part's nodes / the mean
         "halo_rows_per_part": halo,  # [P][T]: rows received, by the type of the node
         "halo_volume_per_type": np.sum(halo, axis=0).astype(int).tolist() if P else [0] * T,
         "edges_per_part": edges.tolist(),  # [P][R]: relation edges whose destination the part owns
