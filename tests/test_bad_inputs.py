@@ -241,6 +241,12 @@ CASES = {
         "--model rgcn runs on --strategy 1d only"),
     "hetero-num-bases-on-gcn": lambda t, p1, p2, mp: (["train", str(p1), "--num-bases", "2"] + TRAIN1,
                                                       "--num-bases is for --model rgcn, not --model gcn"),
+    "hetero-balance-types-on-homogeneous": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t), "--parts", "2", "--balance", "types"],
+        "--balance types balances every node type of a heterogeneous graph; this graph has one node type"),
+    "hetero-balance-types-kaminpar": lambda t, p1, p2, mp: (
+        ["partition", _typed_file(t), "--parts", "2", "--method", "kaminpar", "--balance", "types"],
+        "--method kaminpar balances one node weight, not"),
 }
 
 
