@@ -87,7 +87,11 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
             csr(f"{name}.transpose()", c._transpose[0])
             tensor(f"{name}.transpose() perm", c._transpose[1], c.nnz)
         for key, v in c._cache.items():
-            if getattr(v, "layout", None) == torch.sparse_csr:  # shares the CSR's indices; its values may not
+            if isinstance(v, list) and v and isinstance(v[0], tuple):  # torch.sparse blocks of rows (sparse.row_blocks)
+                values = [m.values() for _, m in v]
+                nbytes = sum(t.untyped_storage().nbytes() for t in values if t.stride() != (0,))
+                found[f"{name} cache {key[0]} values"] = (str(values[0].dtype).replace("torch.", ""), nbytes)
+            elif getattr(v, "layout", None) == torch.sparse_csr:  # shares the CSR's indices; its values may not
                 tensor(f"{name} cache {key[0]} values", v.values(), c.nnz)
             elif isinstance(v, torch.Tensor):
                 tensor(f"{name} cache {key[0]}", v, c.nnz)

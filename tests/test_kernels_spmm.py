@@ -173,3 +173,28 @@ def test_triton_int64_offsets_equal_int32(name):
     w = torch.randn(csr.nnz, device=DEVICE)
     for kw in ({}, {"weight": w}, {"mean": True}):
         assert torch.equal(spmm_launch(csr, x, wide=True, **kw), spmm_launch(csr, x, wide=False, **kw))
+
+
+@pytest.mark.parametrize("variant", ["sum", "mean", "weighted"])
+def test_sparse_row_blocks_equal_the_whole_matrix_bit_for_bit(monkeypatch, variant):
+    """Above BLOCK_ENTRIES the CPU path multiplies blocks of whole rows: the same numbers, forward and backward."""
+    from gnndist.kernels.spmm import sparse
+
+    csr = graph("power-law-int32")
+    reduce = "mean" if variant == "mean" else "sum"
+    w = torch.rand(csr.nnz, requires_grad=True) if variant == "weighted" else None
+
+    def run():
+        x = torch.randn(csr.num_cols, 5, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        out = spmm(CSR(csr.rowptr, csr.col, csr.n_rows, csr.num_cols), x, w, reduce, impl="sparse")  # a fresh cache
+        out.backward(torch.ones_like(out))
+        return out.detach(), x.grad, None if w is None else w.grad.clone()
+
+    whole = run()
+    if w is not None:
+        w.grad = None
+    monkeypatch.setattr(sparse, "BLOCK_ENTRIES", 16)
+    assert len(sparse.row_blocks(csr, torch.ones(csr.nnz))) >= 4
+    blocked = run()
+    for a, b in zip(whole, blocked):
+        assert (a is None and b is None) or torch.equal(a, b)

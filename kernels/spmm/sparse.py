@@ -51,6 +51,31 @@ def sparse_matrix(csr: CSR, values: Tensor) -> Tensor:
                                        check_invariants=False)
 
 
+BLOCK_ENTRIES = 2**22  # entries per call of torch.sparse.mm on the CPU: its transient copies (MKL's, the ones made whole) stay at ~32 MiB
+
+
+def row_blocks(csr: CSR, values: Tensor) -> list[tuple[int, Tensor]]:
+    """``csr`` with ``values`` as ``torch.sparse_csr_tensor`` blocks of whole rows, ``(first row, block)``.
+
+    On the CPU a block holds about :data:`BLOCK_ENTRIES` entries: a row's products are the same in a block
+    as in the whole matrix (each output row is its own sum), and one call's transient copies, 8 B per
+    entry, are a block's. Elsewhere (cuSPARSE makes no such copies) one block, the whole matrix.
+    """
+    if csr.device.type != "cpu" or csr.nnz <= BLOCK_ENTRIES:
+        return [(0, sparse_matrix(csr, values))]
+    cuts = torch.searchsorted(csr.rowptr, torch.arange(0, csr.nnz, BLOCK_ENTRIES, dtype=csr.rowptr.dtype))
+    starts = sorted(set(int(r) for r in cuts.clamp(max=csr.n_rows - 1)) | {0})
+    ends = starts[1:] + [csr.n_rows]
+    blocks = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        for a, b in zip(starts, ends):
+            lo, hi = int(csr.rowptr[a]), int(csr.rowptr[b])
+            blocks.append((a, torch.sparse_csr_tensor(csr.rowptr[a : b + 1] - lo, csr.col[lo:hi], values[lo:hi],
+                                                      (b - a, csr.num_cols), check_invariants=False)))
+    return blocks
+
+
 def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.dtype) -> Tensor:
     """Effective weight of every edge: ``w[e]``, divided by the row degree for ``reduce="mean"``. ``[nnz]``."""
     if edge_weight is None:  # one 1 for every entry: a broadcast scalar on the CPU (MKL reads it), no [nnz] array
@@ -73,10 +98,16 @@ class SparseSpmm(torch.autograd.Function):
         ctx.csr, ctx.reduce, ctx.impl, ctx.tune = csr, reduce, dispatch.pinned(), dispatch.tuning()
         ctx.save_for_backward(x if ctx.needs_input_grad[2] else None, edge_weight)  # x: for the weights' gradient only
         if edge_weight is None and reduce == "sum":
-            matrix = csr.cached(("sparse", acc), lambda: sparse_matrix(csr, values))
+            blocks = csr.cached(("sparse", acc), lambda: row_blocks(csr, values))
         else:
-            matrix = sparse_matrix(csr, values)
-        return torch.sparse.mm(matrix, x.to(acc)).to(x.dtype)  # [n_rows, F]; no copy unless x is half
+            blocks = row_blocks(csr, values)
+        rows = x.to(acc)  # no copy unless x is half
+        if len(blocks) == 1:
+            return torch.sparse.mm(blocks[0][1], rows).to(x.dtype)  # [n_rows, F]
+        out = torch.empty((csr.n_rows, x.shape[1]), dtype=x.dtype, device=x.device)  # [n_rows, F]
+        for a, matrix in blocks:  # a block's rows at a time: the call's own copies are of the block, not of A
+            out[a : a + matrix.shape[0]] = torch.sparse.mm(matrix, rows)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
