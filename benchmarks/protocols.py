@@ -93,8 +93,8 @@ def run_row(cmd: list[str]) -> dict:
     import dataclasses
 
     import gnndist
-    from gnndist.cli import build_parser
-    from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.cli import build_parser, run_data_config
+    from gnndist.config import PartitionConfig, build_section
     from gnndist.parts.cache import ensure_partition
     from gnndist.presets import dataset_recipe, from_args
 
@@ -104,7 +104,7 @@ def run_row(cmd: list[str]) -> dict:
     recipe = dataset_recipe(args.dataset)
     print(f"  {args.dataset}: {recipe[0] if recipe else 'no family recipe'}; {cfg.model}, {cfg.optim}", flush=True)
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.ranks)
-    partdir = ensure_partition(args.dataset, part, build_section(DataConfig, args), cfg.model)
+    partdir = ensure_partition(args.dataset, part, run_data_config(args, cfg), cfg.model)
     return gnndist.launch(rank_main, str(partdir), cfg, ranks=cfg.dist.ranks, backend="gloo",
                           timeout=cfg.dist.timeout)
 

@@ -11,12 +11,14 @@ def _args(dtype=torch.float32):
     return csr, torch.randn(csr.num_cols, 4).to(dtype)
 
 
-def test_cpu_default_is_torch_sparse_for_fp32_and_reference_for_bf16(monkeypatch):
+def test_cpu_default_is_torch_sparse_for_fp32_and_half(monkeypatch):
+    """Half rows take the sparse path too (multiplied in fp32, ``kernels/spmm/sparse.py``); an integer dtype does not."""
     monkeypatch.setenv("GNNDIST_KERNEL", "reference")  # the dispatcher decides from its arguments, not from this
     csr, x = _args()
     assert dispatch.select("spmm", csr, x, None, "sum")[0] == "sparse"
-    assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "reference"
-    assert "bfloat16" in dispatch.why_not("spmm", "sparse", csr, x.bfloat16(), None, "sum")
+    assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "sparse"
+    assert dispatch.select("spmm", csr, x.half(), None, "sum")[0] == "sparse"
+    assert "torch.int32" in dispatch.why_not("spmm", "sparse", csr, x.int(), None, "sum")
     assert dispatch.select("segment_max", csr, x)[0] == "reference"
 
 
@@ -66,11 +68,11 @@ def test_forcing_triton_on_cpu_without_interpreter_says_why(monkeypatch):
 def test_no_fitting_kernel_lists_every_reason(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setitem(dispatch.ORDER, "cpu", ("triton", "sparse"))
-    csr, x = _args(torch.bfloat16)
+    csr, x = _args(torch.int32)  # half rows fit the sparse path (multiplied in fp32); integer rows fit nothing
     with pytest.raises(NoKernelError) as info:
         spmm(csr, x)
     message = str(info.value)
-    assert "triton: " in message and "sparse: torch.sparse.mm has no torch.bfloat16 kernel on cpu" in message
+    assert "triton: " in message and "sparse: torch.sparse.mm has no torch.int32 kernel" in message
 
 
 def test_unknown_or_missing_implementation():

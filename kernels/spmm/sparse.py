@@ -14,8 +14,12 @@ Backward: ``grad_x = A^T grad`` on the cached transposed CSR, dispatched on its 
 (``transposed_product``); ``grad_w[e] = <grad[row e], x[col e]>``.
 
 bf16 / fp16 rows are multiplied in fp32 (MKL has no half kernel; on CUDA it makes the accumulation
-fp32 by construction) and the result rounded to their dtype once: a transient fp32 copy of the rows
-and of the output, ``[n_cols + n_rows, F]`` x 4 B. The Triton path reads half rows directly.
+fp32 by construction) and the result rounded to their dtype once, :data:`HALF_COLUMNS` columns at a
+time: the transient fp32 copy of the rows and of the output is ``[n_cols + n_rows, 16]`` x 4 B at any F
+(whole, ``[n_cols + n_rows, F]`` x 4 B, it was larger than what half activations save: a GCN of hidden 128
+on 1M nodes at P = 2 peaked 4.6 % below fp32 instead of ~30 %, ``benchmarks/README.md``, "Half precision:
+memory"). Each output column is its own sum, so the chunks change no bit. The Triton path reads half
+rows directly.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from . import transposed_product
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # half: multiplied in fp32
 _HALF = (torch.float16, torch.bfloat16)
+HALF_COLUMNS = 16  # columns of half rows multiplied in fp32 at a time (MKL is as fast at 16 as at 64: the table)
 
 
 def why_not(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> str | None:
@@ -76,7 +81,12 @@ class SparseSpmm(torch.autograd.Function):
             matrix = csr.cached(("sparse", acc), lambda: sparse_matrix(csr, values))
         else:
             matrix = sparse_matrix(csr, values)
-        return torch.sparse.mm(matrix, x.to(acc)).to(x.dtype)  # [n_rows, F]; no copy unless x is half
+        if x.dtype not in _HALF:
+            return torch.sparse.mm(matrix, x)  # [n_rows, F]
+        out = x.new_empty((csr.n_rows, x.shape[1]))  # [n_rows, F]
+        for j in range(0, x.shape[1], HALF_COLUMNS):  # fp32 of HALF_COLUMNS columns at a time
+            out[:, j:j + HALF_COLUMNS] = torch.sparse.mm(matrix, x[:, j:j + HALF_COLUMNS].to(acc).contiguous())
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
