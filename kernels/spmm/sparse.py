@@ -16,10 +16,10 @@ Backward: ``grad_x = A^T grad`` on the cached transposed CSR, dispatched on its 
 bf16 / fp16 rows are multiplied in fp32 (MKL has no half kernel; on CUDA it makes the accumulation
 fp32 by construction) and the result rounded to their dtype once, :data:`HALF_COLUMNS` columns at a
 time: the transient fp32 copy of the rows and of the output is ``[n_cols + n_rows, 16]`` x 4 B at any F
-(whole, ``[n_cols + n_rows, F]`` x 4 B, it was larger than what half activations save: a GCN of hidden 128
-on 1M nodes at P = 2 peaked 4.6 % below fp32 instead of ~30 %, ``benchmarks/README.md``, "Half precision:
-memory"). Each output column is its own sum, so the chunks change no bit. The Triton path reads half
-rows directly.
+(whole, it is ``[n_cols + n_rows, F]`` x 4 B, as large as the half activations of the layer it serves; on
+the 1M-node GCN of ``benchmarks/README.md``, "Half precision: memory", the rank's peak was elsewhere and
+did not move). Each output column is its own sum, so the chunks change no bit. The Triton path reads
+half rows directly.
 """
 
 from __future__ import annotations
