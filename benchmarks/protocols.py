@@ -5,7 +5,7 @@ summary gives each run and the mean ± std of the dataset's standard metric:
 
     heterophily (Platonov et al., ICLR 2023)   the family's recipe (gnndist.presets.heterophily): --arch residual,
                                                --splits all (the 10 shipped splits), the dataset's metric
-    Planetoid (Kipf & Welling, ICLR 2017)      public split, --runs 10 seeds, accuracy
+    Planetoid (Kipf & Welling, ICLR 2017)      public split, --runs 10 seeds, accuracy (GCNII: its preset, 64 layers)
     Amazon / Coauthor (Shchur et al. 2018)     --splits random --runs 10: 20/30 per class, the rest test, accuracy
 
 A row runs here, through the library, what ``gnndist run`` runs (the flags, the dataset's recipe and
@@ -18,6 +18,11 @@ and questions are not there).
     python benchmarks/protocols.py --ranks 2                       # every row, each with its full recipe
     python benchmarks/protocols.py --rows minesweeper-gcn,cora-gcn --ranks 2 --flags "--epochs 100"
     python benchmarks/protocols.py --quick                         # minesweeper + cora, 3 runs, 50 epochs
+    python benchmarks/protocols.py --rows cora-gcn --precisions fp32,bf16,fp16   # each row per --precision
+
+With ``--precisions``, every row runs once per ``--precision`` (same partition, same seeds and splits),
+and each half-precision row reports its mean's difference from the fp32 row's and whether it is within
+:data:`WITHIN` points (issue 35).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 
 # name -> (dataset, files under --root that must exist, protocol flags, recipe flags, published mean, std, source)
 SHCHUR = ["--splits", "random", "--runs", "10"]
+WITHIN = 0.5  # points of the metric (x 100) a half-precision mean may differ from fp32's
 PLATONOV = "Platonov et al. 2023"
 HETERO = {  # dataset -> (file, published test mean ± std of GCN, SAGE, GAT: the paper's repository, notebooks/results)
     "roman-empire": ("roman_empire/roman_empire.npz", (73.69, 0.74), (85.74, 0.67), (80.87, 0.30)),
@@ -46,6 +52,7 @@ ROWS: dict[str, tuple] = {
 }
 ROWS.update({
     "cora-gcn": ("cora", None, ["--runs", "10"], ["--model", "gcn"], 81.5, None, "Kipf & Welling 2017"),
+    "cora-gcn2": ("cora", None, ["--runs", "10"], ["--model", "gcn2"], 85.5, None, "Chen et al. 2020 (GCNII, 64 layers)"),
     "citeseer-gcn": ("citeseer", "citeseer/ind.citeseer.x", ["--runs", "10"], ["--model", "gcn"], 70.3, None,
                      "Kipf & Welling 2017"),
     "pubmed-gcn": ("pubmed", "pubmed/ind.pubmed.allx", ["--runs", "10"], ["--model", "gcn"], 79.0, None,
@@ -86,8 +93,8 @@ def run_row(cmd: list[str]) -> dict:
     import dataclasses
 
     import gnndist
-    from gnndist.cli import build_parser
-    from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.cli import build_parser, run_data_config
+    from gnndist.config import PartitionConfig, build_section
     from gnndist.parts.cache import ensure_partition
     from gnndist.presets import dataset_recipe, from_args
 
@@ -97,7 +104,7 @@ def run_row(cmd: list[str]) -> dict:
     recipe = dataset_recipe(args.dataset)
     print(f"  {args.dataset}: {recipe[0] if recipe else 'no family recipe'}; {cfg.model}, {cfg.optim}", flush=True)
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=cfg.dist.ranks)
-    partdir = ensure_partition(args.dataset, part, build_section(DataConfig, args), cfg.model)
+    partdir = ensure_partition(args.dataset, part, run_data_config(args, cfg), cfg.model)
     return gnndist.launch(rank_main, str(partdir), cfg, ranks=cfg.dist.ranks, backend="gloo",
                           timeout=cfg.dist.timeout)
 
@@ -111,42 +118,68 @@ def main() -> None:
                     '--hidden 64"): over the recipe, as on the command line')
     ap.add_argument("--runs", type=int, default=None, help="override --runs of the seed/random-split protocols")
     ap.add_argument("--quick", action="store_true", help="minesweeper-gcn and cora-gcn, 3 runs, 50 epochs")
+    ap.add_argument("--precisions", default=None, help="comma list of fp32, bf16, fp16: every row once per "
+                    "--precision, the half ones against fp32 (default: the flags' own)")
     ap.add_argument("--json", help="append each row's summary (one JSON line) to this file")
     args = ap.parse_args()
     flags = shlex.split(args.flags)
+    precisions = args.precisions.split(",") if args.precisions else [None]
+    if "--precision" in flags and args.precisions:
+        ap.error("--precision in --flags and --precisions: give one")
     if args.quick:
         args.rows, args.runs, flags = "minesweeper-gcn,cora-gcn", 3, [*flags, "--epochs", "50"]
     os.environ.setdefault("GNNDIST_DATA", tempfile.mkdtemp(prefix="gnndist-protocols-"))  # the partition cache
     table = []
     for row in args.rows.split(","):
         dataset, need, *_, published, pub_std, source = ROWS[row]
-        cmd = command(row, args.root, args.ranks, flags, args.runs)
-        shown = " ".join(cmd)
-        if need and not Path(args.root, need).is_file():
-            print(f"{row}: skipped, no {Path(args.root, need)}", flush=True)
-            table.append((row, shown, None, published, pub_std, source))
-            continue
-        t0, load0 = time.perf_counter(), os.getloadavg()
-        s = run_row(cmd)
-        s.update(row=row, command=shown, seconds=time.perf_counter() - t0, load_start=load0, load=os.getloadavg())
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(s) + "\n")
-        key = s["metric"].replace("-", "_")
-        print(f"{row}: {s['metric']} test {100 * s[f'test_{key}']:.2f} ± {100 * s[f'test_{key}_std']:.2f} over "
-              f"{len(s['runs'])} runs ({s['seconds']:.0f} s, load {load0[0]:.1f} -> {s['load'][0]:.1f}): {shown}",
-              flush=True)
-        table.append((row, shown, s, published, pub_std, source))
-    print("\n| row | metric | runs | gnndist test (mean ± std) | published | source | command |")
-    print("|---|---|---:|---:|---:|---|---|")
-    for row, shown, s, published, pub_std, source in table:
+        for precision in precisions:
+            cmd = command(row, args.root, args.ranks, [*flags, *(["--precision", precision] if precision else [])],
+                          args.runs)
+            shown = " ".join(cmd)
+            if need and not Path(args.root, need).is_file():
+                print(f"{row}: skipped, no {Path(args.root, need)}", flush=True)
+                table.append((row, precision, shown, None, published, pub_std, source))
+                continue
+            t0, load0 = time.perf_counter(), os.getloadavg()
+            s = run_row(cmd)
+            s.update(row=row, precision=precision, command=shown, seconds=time.perf_counter() - t0, load_start=load0,
+                     load=os.getloadavg())
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(s) + "\n")
+            mean, std = test_value(s)
+            print(f"{row}: {s['metric']} test {mean:.2f} ± {std:.2f} over {len(s['runs'])} runs ({s['seconds']:.0f} s, "
+                  f"load {load0[0]:.1f} -> {s['load'][0]:.1f}): {shown}", flush=True)
+            table.append((row, precision, shown, s, published, pub_std, source))
+    print_table(table, by_precision=args.precisions is not None)
+
+
+def test_value(s: dict) -> tuple[float, float]:
+    """A summary's test mean and std of its metric, in points (x 100)."""
+    key = s["metric"].replace("-", "_")
+    return 100 * s[f"test_{key}"], 100 * s[f"test_{key}_std"]
+
+
+def print_table(table: list[tuple], by_precision: bool) -> None:
+    """The markdown table; ``by_precision``: a precision column and each half row's difference from fp32's."""
+    fp32 = {row: test_value(s)[0] for row, precision, _, s, *_ in table if s is not None and precision == "fp32"}
+    extra = (" precision | vs fp32 |", "---|---:|") if by_precision else ("", "")
+    print(f"\n| row |{extra[0]} metric | runs | gnndist test (mean ± std) | published | source | command |")
+    print(f"|---|{extra[1]}---|---:|---:|---:|---|---|")
+    for row, precision, shown, s, published, pub_std, source in table:
         pub = f"{published:.2f}" + (f" ± {pub_std:.2f}" if pub_std is not None else "")
         if s is None:
-            print(f"| {row} | - | - | not run (no data) | {pub} | {source} | `{shown}` |")
+            cells = " - | - |" if by_precision else ""
+            print(f"| {row} |{cells} - | - | not run (no data) | {pub} | {source} | `{shown}` |")
             continue
-        key = s["metric"].replace("-", "_")
-        print(f"| {row} | {s['metric']} | {len(s['runs'])} | {100 * s[f'test_{key}']:.2f} ± "
-              f"{100 * s[f'test_{key}_std']:.2f} | {pub} | {source} | `{shown}` |")
+        mean, std = test_value(s)
+        cells = ""
+        if by_precision:
+            diff = "-" if precision == "fp32" or row not in fp32 else (
+                f"{mean - fp32[row]:+.2f} ({'within' if abs(mean - fp32[row]) <= WITHIN else 'beyond'} {WITHIN})")
+            cells = f" {precision} | {diff} |"
+        print(f"| {row} |{cells} {s['metric']} | {len(s['runs'])} | {mean:.2f} ± {std:.2f} | {pub} | {source} | "
+              f"`{shown}` |")
 
 
 if __name__ == "__main__":

@@ -116,15 +116,21 @@ def _dataset_of(partdir, read_meta) -> str | None:
         return None  # launch reports the bad directory in its own words
 
 
+def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
+    """``gnndist run``'s data section: the flags', and under ``--splits random`` one stored random split per run."""
+    dcfg = build_section(DataConfig, args)
+    if cfg.eval.splits == "random":
+        dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
+    return dcfg
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gnndist.launcher import place, stage, train
     from gnndist.strategies import strategy_from_config
 
     cfg = _train_config(args, args.dataset)
     _say_recipe(args.dataset, cfg)
-    dcfg = build_section(DataConfig, args)
-    if cfg.eval.splits == "random":  # the partition holds one random split per run
-        dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
+    dcfg = run_data_config(args, cfg)
     here = place()
     world = here.world if here.launched else cfg.dist.ranks
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
@@ -153,12 +159,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     net = sim.net
     records = simulate(data, sim.part_counts, sim.feature_dim, sim.layers, sim.replications, net, part.method,
-                       part.objective, part.partition_seed, part.constraints)
+                       part.objective, part.partition_seed, part.constraints, precision=sim.precision)
     if _json(args):
         print(json.dumps(records))
     else:
         name = getattr(data, "name", None) or Path(args.dataset).name
-        print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} network {net.name} "
+        print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} {sim.precision} network {net.name} "
               f"(alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
         print(format_table(records))
         print(f"simulated in {time.perf_counter() - t0:.1f}s")
@@ -363,9 +369,10 @@ def _add_simulate(sub) -> None:
                     "and memory of the sparsity-aware layouts (1d; 1.5d for each c of --replication with c | P "
                     "and 1 < c < P; 2d = 1.5d at c = sqrt(P) for a square P) and of CAGNET's sparsity-oblivious "
                     "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/parts/simulate.py. "
+                    "--precision bf16|fp16 models rows of 2 bytes (activations, buffers, the wire). "
                     "--json prints the records as one JSON list on the last line. Errors (exit 2): --parts "
                     "not a comma list of integers >= 1 or above the node count, a replication < 2, an "
-                    "unknown --network.")
+                    "unknown --network or --precision.")
     sm.add_argument("dataset", help="registered name or a path (as for run)")
     add_section(sm, SimulateConfig)
     add_section(sm, PartitionConfig, skip=("parts",))  # SimulateConfig's --parts: a list

@@ -105,12 +105,15 @@ class SimulateConfig:
     network: str = opt("ib", f"cost-model preset: {', '.join(NETWORKS)}")
     alpha: float | None = opt(None, "override the preset's seconds per message")
     beta: float | None = opt(None, "override the preset's bytes per second")
+    precision: str = opt("fp32", "arithmetic modelled: fp32, or bf16 / fp16 (activations, halo and send buffers and "
+                         "exchanged rows at 2 bytes an element; features, index and weights as in fp32)", PRECISIONS)
 
     def __post_init__(self) -> None:
         from gnndist.cost import network
 
         self.part_counts = parse_ints(self.parts, "--parts", 1)
         self.replications = parse_ints(self.replication, "--replication", 2)
+        _need(self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         _need(self.feature_dim >= 1, f"--feature-dim must be >= 1, got {self.feature_dim}")
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         self.net = network(self.network, self.alpha, self.beta)  # an unknown preset: one line naming --network

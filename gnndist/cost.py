@@ -343,6 +343,9 @@ class StepTime:
                                                    for k in ("aggregation", "dense", "exchange", "allreduce", "other")}}
 
 
+GRAD_ELEM = 4  # bytes per weight-gradient element: fp32 master weights at every --precision and --comm-dtype
+
+
 def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTime:
     """Modelled seconds of one training step: every layer forward and backward, the gradient
     all-reduce and the fixed overhead (the one model of :mod:`gnndist.cost`; see the module docstring).
@@ -352,7 +355,7 @@ def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTi
             list for every layer.
         layers: the step's :class:`Layer` list (:func:`model_layers`).
         net: machine constants.
-        elem: bytes per exchanged element.
+        elem: bytes per exchanged element (the rows; the weight gradients are fp32, :data:`GRAD_ELEM`).
     """
     per_layer = loads if loads and isinstance(loads[0], (list, tuple)) else [loads] * len(layers)
     if len(per_layer) != len(layers):
@@ -367,7 +370,7 @@ def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTi
         times.append(float(t.max(initial=0.0)))
         parts += layer_parts(lds[k], layer, net, elem)
     P = max((len(lds) for lds in per_layer), default=1)
-    allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, elem)
+    allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, GRAD_ELEM)  # fp32 at any --precision
     fixed = net.step_overhead * (STEP_FIXED + LAYER_FIXED * len(layers)) if net.step_overhead else 0.0
     total = sum(times) + allreduce + fixed
     return StepTime(float(total), *(float(v) for v in parts), float(allreduce), float(fixed), tuple(times))

@@ -12,10 +12,12 @@ def _args(dtype=torch.float32):
 
 
 def test_cpu_default_is_torch_sparse_for_fp32_and_half(monkeypatch):
+    """Half rows take the sparse path too (multiplied in fp32, ``kernels/spmm/sparse.py``); an integer dtype does not."""
     monkeypatch.setenv("GNNDIST_KERNEL", "reference")  # the dispatcher decides from its arguments, not from this
     csr, x = _args()
     assert dispatch.select("spmm", csr, x, None, "sum")[0] == "sparse"
-    assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "sparse"  # half rows multiplied in fp32
+    assert dispatch.select("spmm", csr, x.bfloat16(), None, "sum")[0] == "sparse"
+    assert dispatch.select("spmm", csr, x.half(), None, "sum")[0] == "sparse"
     assert "torch.int32" in dispatch.why_not("spmm", "sparse", csr, x.int(), None, "sum")
     assert dispatch.select("segment_max", csr, x)[0] == "reference"
 
@@ -66,7 +68,7 @@ def test_forcing_triton_on_cpu_without_interpreter_says_why(monkeypatch):
 def test_no_fitting_kernel_lists_every_reason(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setitem(dispatch.ORDER, "cpu", ("triton", "sparse"))
-    csr, x = _args(torch.int32)
+    csr, x = _args(torch.int32)  # half rows fit the sparse path (multiplied in fp32); integer rows fit nothing
     with pytest.raises(NoKernelError) as info:
         spmm(csr, x)
     message = str(info.value)

@@ -140,6 +140,25 @@ def test_check_catches_a_100_ulp_error():
         check("spmm 100 ulp off", perturbed, lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 37))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("width", [1, 16, 37, 128])
+def test_sparse_half_in_column_chunks_is_the_whole_product(width, dtype):
+    """The sparse path multiplies half rows in fp32 16 columns at a time (a bounded transient): bit for bit
+    the product of the whole fp32 copy, rounded once, forward and backward."""
+    from gnndist.kernels.spmm.sparse import edge_values, sparse_matrix
+
+    csr = graph("power-law-int32")
+    x = leaf((csr.num_cols, width), {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype], "cpu", 0)
+    out = spmm(csr, x, impl="sparse")
+    whole = torch.sparse.mm(sparse_matrix(csr, edge_values(csr, None, "sum", torch.float32)), x.detach().float())
+    assert out.dtype == x.dtype and torch.equal(out, whole.to(x.dtype))
+    grad = torch.randn(csr.n_rows, width).to(x.dtype)
+    out.backward(grad)
+    t = csr.transposed()
+    whole_t = torch.sparse.mm(sparse_matrix(t, edge_values(t, None, "sum", torch.float32)), grad.float())
+    assert torch.equal(x.grad, whole_t.to(x.dtype))
+
+
 @pytest.mark.parametrize("impl", ["reference", "sparse", pytest.param("triton", marks=pytest.mark.triton)])
 def test_no_edges_gives_zeros(impl):
     device = DEVICE if impl == "triton" else "cpu"

@@ -1,5 +1,5 @@
 """``gnndist simulate``: grid loads against a brute-force reading of the definitions, the 1D
-halo against the partition's own volumes, conservation, records and the CLI."""
+halo against the partition's own volumes, conservation, records, ``--precision`` and the CLI."""
 
 import json
 
@@ -10,7 +10,16 @@ from gnndist.partition import partition
 from gnndist.partition.book import csr_from_edge_index, halo_volumes
 
 from gnndist.cli import main
-from gnndist.parts.simulate import RECORD_KEYS, grid_exchange, grid_loads, layouts, simulate_partition
+from gnndist.parts.simulate import (
+    ACTIVATION_BYTES,
+    ELEM,
+    RECORD_KEYS,
+    ROW_COPIES,
+    grid_exchange,
+    grid_loads,
+    layouts,
+    simulate_partition,
+)
 
 F, LAYERS = 16, 2
 
@@ -122,6 +131,36 @@ def test_records(parts, P):
     assert next(r for r in recs if r["strategy"] == "1d")["vs_1d"] == 1.0
 
 
+def test_activation_bytes_are_the_dtypes():
+    from gnndist.config import PRECISIONS
+    from gnndist.training.precision import DTYPES
+
+    assert {name: DTYPES[name].itemsize for name in PRECISIONS} == ACTIVATION_BYTES
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_half_precision_halves_the_rows_not_the_rest(parts, precision):
+    """Under bf16 / fp16 each rank's predicted peak drops by half its activations, halo and send buffers, less the
+    first layer's half copy of its input; the features, index and per-node arrays do not change. Exchanged
+    bytes halve."""
+    p = parts[4]
+    full = {(r["strategy"], r["replication"]): r for r in simulate_partition(p.csr, p.book.offsets, F, LAYERS)}
+    half = {(r["strategy"], r["replication"]): r
+            for r in simulate_partition(p.csr, p.book.offsets, F, LAYERS, precision=precision)}
+    assert full.keys() == half.keys() and {r["precision"] for r in half.values()} == {precision}
+    act = ACTIVATION_BYTES[precision]
+    for c, name in ((1, "1d"), (2, "1.5d"), (2, "2d")):
+        loads = grid_exchange(p.csr, p.book.offsets, c).loads()
+        drop = [(ELEM - act) * F * LAYERS * (ROW_COPIES * ld.rows + ld.expand_recv + ld.fold_recv + ld.expand_send
+                                             + ld.fold_send) - act * F * ld.rows for ld in loads]
+        a, b = full[(name, c)], half[(name, c)]
+        assert [x - y for x, y in zip(a["peak_memory_per_rank"], b["peak_memory_per_rank"])] == drop, name
+        assert 2 * b["max_sent"] == a["max_sent"] and 2 * b["max_received"] == a["max_received"], name
+    assert 2 * half[("1d-oblivious", 1)]["max_sent"] == full[("1d-oblivious", 1)]["max_sent"]
+    # SUMMA's A blocks (index pairs and values) stay 4-byte words: less than half is saved
+    assert full[("2d-oblivious", 2)]["max_sent"] / 2 < half[("2d-oblivious", 2)]["max_sent"] < full[("2d-oblivious", 2)]["max_sent"]
+
+
 @pytest.fixture()
 def data_root(tmp_path, monkeypatch):
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path))
@@ -133,6 +172,24 @@ def test_cli_json(capsys, data_root):
     recs = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert isinstance(recs, list) and {r["parts"] for r in recs} == {2, 4}
     assert {r["strategy"] for r in recs} == {"1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious"}
+    assert {r["precision"] for r in recs} == {"fp32"}
+
+
+def test_cli_precision(capsys, data_root):
+    argv = ["simulate", "synthetic-200-d6", "--parts", "2", "--feature-dim", "8", "--json"]
+    assert main(argv) == 0
+    full = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*argv, "--precision", "bf16"]) == 0
+    half = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["precision"] for r in half} == {"bf16"}
+    assert [2 * r["max_sent"] for r in half] == [r["max_sent"] for r in full]
+    assert all(h < f for a, b in zip(full, half) if a["peak_memory_per_rank"]
+               for f, h in zip(a["peak_memory_per_rank"], b["peak_memory_per_rank"]))
+    with pytest.raises(SystemExit) as exit_:  # argparse's choices: one line, exit 2
+        main([*argv, "--precision", "fp8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice: 'fp8'" in err[0], err
 
 
 def test_cli_table(capsys, data_root):

@@ -66,7 +66,7 @@ class GATConv(MessagePassing):
         alpha = edges.dropout(graph, alpha, self.dropout, self.dropout_key("attention"), self.training)
         out = self.propagate(graph, h_ext, edge_weight=alpha)  # [n_owned, H, C]
         out = out.flatten(1) if self.concat else out.mean(dim=1)
-        return out + self.bias if self.bias is not None else out
+        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}"

@@ -40,4 +40,4 @@ class GCNConv(nn.Module):
             out = self.lin(graph.spmm(x, weight="gcn", tag=self.tag))  # [n_owned, out]
         else:
             out = graph.spmm(self.lin(x), weight="gcn", tag=self.tag)  # [n_owned, out]
-        return out + self.bias if self.bias is not None else out
+        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)

@@ -69,4 +69,4 @@ class RGCNConv(nn.Module):
                 out = out + spmm(csr, h @ weights[r], reduce="mean", impl=graph.kernel.impl, tune=graph.kernel.tune)
             else:
                 out = out + spmm(csr, h, reduce="mean", impl=graph.kernel.impl, tune=graph.kernel.tune) @ weights[r]
-        return out + self.bias if self.bias is not None else out
+        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)

@@ -31,7 +31,7 @@ class SAGEConv(nn.Module):
         if self.lin_l.out_features < self.lin_l.in_features:
             agg = graph.spmm(x @ self.lin_l.weight.t(), reduce="mean", tag=self.tag)  # [n_owned, out]
             if self.lin_l.bias is not None:
-                agg = agg + self.lin_l.bias
+                agg = agg + self.lin_l.bias.to(agg.dtype)  # half rows stay half (fp32: itself)
         else:
             agg = self.lin_l(graph.spmm(x, reduce="mean", tag=self.tag))  # [n_owned, out]
         return agg + self.lin_r(x)

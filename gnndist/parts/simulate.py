@@ -93,7 +93,9 @@ from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
 
-ELEM = 4  # bytes per feature element (float32)
+ELEM = 4  # bytes per feature element (float32: the input features at every --precision, and fp32's activations)
+# bytes per activation element (and per element of an exchanged row) at each --precision: the dtype's itemsize
+ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # A rank's resident memory before its part loads (python, torch, gloo, gnndist, Adam's lazy imports): VmRSS
 # measured by benchmarks/memory.py on the 2-core CPU machine (benchmarks/README.md, "Training memory per
 # adjacency entry"); the same for every rank and P.
@@ -106,7 +108,7 @@ STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-obliviou
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
     "max_sent", "max_received", "memory_per_rank", "model_time_s", "model_time_low_s", "model_time_high_s", "vs_1d",
-    "max_messages", "nnz_imbalance", "peak_memory_per_rank",
+    "max_messages", "nnz_imbalance", "peak_memory_per_rank", "precision",
 )
 
 
@@ -137,20 +139,23 @@ class Layout:
     peak: np.ndarray | None = None
 
 
-def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2) -> Layout:
-    """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward)."""
+def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, precision: str = "fp32") -> Layout:
+    """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward), rows in
+    ``precision``'s dtype."""
+    elem = ACTIVATION_BYTES[precision]
     loads = ex.loads()
-    b = [ld.bytes(width, ELEM) for ld in loads]
+    b = [ld.bytes(width, elem) for ld in loads]
     sent = np.array([d["fwd_sent"] + d["bwd_sent"] for d in b], dtype=np.int64)
     received = np.array([d["fwd_received"] + d["bwd_received"] for d in b], dtype=np.int64)
     memory = np.array([INDEX_BYTES * (ld.nnz + ld.rows + ld.fold_send + 1)
-                       + ELEM * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
+                       + elem * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
                        for ld in loads], dtype=np.int64)
-    return Layout(strategy, ex.replication, loads, sent, received, memory, aware_peaks(ex, [width] * (layers + 1)))
+    return Layout(strategy, ex.replication, loads, sent, received, memory,
+                  aware_peaks(ex, [width] * (layers + 1), precision=precision))
 
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
-                  dropout: float = DROPOUT) -> int:
+                  dropout: float = DROPOUT, precision: str = "fp32") -> int:
     """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the module doc.
 
     Args:
@@ -158,16 +163,21 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
         rows: owned rows; halo, send: rows received and sent per SpMM.
         widths: the model's widths, the input features first.
         dropout: the model's dropout (the input's mask and dropped copy when > 0).
+        precision: ``--precision``: the activations' and buffers' bytes per element
+            (:data:`ACTIVATION_BYTES`), and under half the first layer's cast of its input.
     """
     feat, hidden = widths[0], sum(widths[1:])
+    act = ACTIVATION_BYTES[precision]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
-    activations = ELEM * hidden * (ROW_COPIES * rows + halo + send)
+    activations = act * hidden * (ROW_COPIES * rows + halo + send)
     dropped = (ELEM + 1) * feat * rows if dropout > 0 else 0
-    return int(INTERPRETER_BYTES + index + SPMM_ENTRY_BYTES * nnz + ELEM * feat * rows + nodes + activations + dropped)
+    cast = act * feat * rows if act != ELEM else 0  # autocast's half copy of the (dropped) input, kept for backward
+    return int(INTERPRETER_BYTES + index + SPMM_ENTRY_BYTES * nnz + ELEM * feat * rows + nodes + activations + dropped
+               + cast)
 
 
-def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOUT) -> np.ndarray:
+def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOUT, precision: str = "fp32") -> np.ndarray:
     """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
 
     1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
@@ -177,13 +187,13 @@ def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOU
     loads = ex.loads()
     own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
     return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
-                                   ld.expand_send + ld.fold_send, widths, dropout)
+                                   ld.expand_send + ld.fold_send, widths, dropout, precision)
                      for k, ld in enumerate(loads)], dtype=np.int64)
 
 
 def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
-               memory, width: int, exchanges=None) -> Layout:
-    """Assemble a baseline from words of one SpMM forward; the backward moves the same again."""
+               memory, width: int, exchanges=None, elem: int = ELEM) -> Layout:
+    """Assemble a baseline from words of one SpMM forward (``elem`` bytes each); the backward moves the same again."""
     sent_words = np.asarray(sent_words, dtype=np.float64)
     recv_words = np.asarray(recv_words, dtype=np.float64)
     fold_words = np.asarray(fold_words, dtype=np.float64)
@@ -192,23 +202,24 @@ def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messag
                       messages=int(m), nnz=int(z), rows=int(n), exchanges=int(e))
              for s, r, f, m, z, n, e in zip(sent_words, recv_words, fold_words, messages, nnz, rows,
                                             np.ones(len(rows)) if exchanges is None else exchanges)]
-    sent = np.rint(2 * ELEM * (sent_words + fold_words)).astype(np.int64)
-    received = np.rint(2 * ELEM * (recv_words + fold_words)).astype(np.int64)
+    sent = np.rint(2 * elem * (sent_words + fold_words)).astype(np.int64)
+    received = np.rint(2 * elem * (recv_words + fold_words)).astype(np.int64)
     return Layout(strategy, c, loads, sent, received, np.rint(np.asarray(memory, dtype=np.float64)).astype(np.int64))
 
 
-def oblivious_1d(ex: GridExchange, width: int) -> Layout:
-    """CAGNET 1D: ring all-gather of X (``ex`` is the c = 1 exchange, for nnz and part sizes)."""
+def oblivious_1d(ex: GridExchange, width: int, elem: int = ELEM) -> Layout:
+    """CAGNET 1D: ring all-gather of X (``ex`` is the c = 1 exchange, for nnz and part sizes); ``elem`` bytes per
+    row element."""
     n = ex.rows
     N, P = int(n.sum()), len(n)
     recv = (N - n) * width
     sent = (N - np.roll(n, -1)) * width  # rank k forwards every block but rank k+1's own
     messages = np.full(P, P - 1)
-    memory = 8 * ex.nnz + 8 * (n + 1) + ELEM * width * N
-    return _oblivious("1d-oblivious", 1, sent, recv, np.zeros(P), messages, ex.nnz, n, memory, width)
+    memory = 8 * ex.nnz + 8 * (n + 1) + elem * width * N
+    return _oblivious("1d-oblivious", 1, sent, recv, np.zeros(P), messages, ex.nnz, n, memory, width, elem=elem)
 
 
-def oblivious_15d(ex: GridExchange, width: int) -> Layout:
+def oblivious_15d(ex: GridExchange, width: int, elem: int = ELEM) -> Layout:
     """CAGNET 1.5D: replicated block rows, slab broadcasts, all-reduce in the replica group."""
     c = ex.replication
     P = len(ex.rows)
@@ -224,15 +235,18 @@ def oblivious_15d(ex: GridExchange, width: int) -> Layout:
     nnz = cum_G[i, cut[j + 1]] - cum_G[i, cut[j]]
     allreduce = 2.0 * (c - 1) / c * R[i]
     messages = (cut[j + 1] - cut[j]) - own_in_slab + 2 * (c - 1)
-    memory = 8 * nnz + 8 * (R[i] + 1) + ELEM * width * (2 * R[i] + slab_rows)
+    memory = 8 * nnz + 8 * (R[i] + 1) + elem * width * (2 * R[i] + slab_rows)
     words = slab_rows * width
     calls = (cut[j + 1] - cut[j]) + 1  # a broadcast per row block of the slab, then the all-reduce
     return _oblivious("1.5d-oblivious", c, words, words, allreduce * width, messages, nnz, R[i], memory, width,
-                      calls)
+                      calls, elem)
 
 
-def oblivious_2d(ex: GridExchange, width: int) -> Layout:
-    """CAGNET 2D (SUMMA on s x s): broadcasts of A blocks along rows and H blocks along columns."""
+def oblivious_2d(ex: GridExchange, width: int, elem: int = ELEM) -> Layout:
+    """CAGNET 2D (SUMMA on s x s): broadcasts of A blocks along rows and H blocks along columns.
+
+    A's words (index pair and value) stay 4 bytes at any ``elem``: counted as ``4 / elem`` row words each.
+    """
     s = ex.replication
     P = len(ex.rows)
     R = ex.rows.reshape(s, s).sum(1)  # [s] rows of each block row
@@ -241,12 +255,12 @@ def oblivious_2d(ex: GridExchange, width: int) -> Layout:
     qq = np.arange(P) % s
     G = ex.group_nnz
     nnz = G[r, qq]
-    words = 3.0 * (G.sum(1)[r] - nnz) + (N - R[r]) * width / s
+    words = 3.0 * ELEM / elem * (G.sum(1)[r] - nnz) + (N - R[r]) * width / s  # in elem-byte words
     messages = np.full(P, 2 * (s - 1))
-    memory = 8 * nnz + 8 * (R[r] + 1) + ELEM * words + ELEM * width / s * R[r]
+    memory = 8 * nnz + 8 * (R[r] + 1) + elem * words + elem * width / s * R[r]
     rows = -(-R[r] // s)  # dense work of R_r rows x F / s columns
     return _oblivious("2d-oblivious", s, words, words, np.zeros(P), messages, nnz, rows, memory, width,
-                      np.full(P, 2 * s))  # a broadcast of A and one of H per SUMMA stage
+                      np.full(P, 2 * s), elem)  # a broadcast of A and one of H per SUMMA stage
 
 
 def square_root(P: int) -> int | None:
@@ -256,21 +270,23 @@ def square_root(P: int) -> int | None:
 
 
 def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8),
-            layers: int = 2) -> list[Layout]:
+            layers: int = 2, precision: str = "fp32") -> list[Layout]:
     """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
-    2d (square P), and their oblivious baselines (``layers``: the training peak's model depth)."""
+    2d (square P), and their oblivious baselines (``layers``: the training peak's model depth; ``precision``:
+    the rows' dtype, :data:`ACTIVATION_BYTES`)."""
     P = len(offsets) - 1
     s = square_root(P)
     cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
     exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
-    out = [aware_layout("1d", exchanges[1], width, layers)]
-    out += [aware_layout("1.5d", exchanges[c], width, layers) for c in cs]
+    elem = ACTIVATION_BYTES[precision]
+    out = [aware_layout("1d", exchanges[1], width, layers, precision)]
+    out += [aware_layout("1.5d", exchanges[c], width, layers, precision) for c in cs]
     if s:
-        out.append(aware_layout("2d", exchanges[s], width, layers))
-    out.append(oblivious_1d(exchanges[1], width))
-    out += [oblivious_15d(exchanges[c], width) for c in cs]
+        out.append(aware_layout("2d", exchanges[s], width, layers, precision))
+    out.append(oblivious_1d(exchanges[1], width, elem))
+    out += [oblivious_15d(exchanges[c], width, elem) for c in cs]
     if s:
-        out.append(oblivious_2d(exchanges[s], width))
+        out.append(oblivious_2d(exchanges[s], width, elem))
     return out
 
 
@@ -282,15 +298,15 @@ def max_bytes_per_rank(layout: Layout, layers: int) -> int:
     return int(np.maximum(layout.sent, layout.received).max()) * layers
 
 
-def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: int) -> dict:
-    """One JSON-able record of a layout over one epoch (``layers`` SpMMs of width ``width``).
+def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: int, precision: str = "fp32") -> dict:
+    """One JSON-able record of a layout over one epoch (``layers`` SpMMs of width ``width``, rows in ``precision``).
 
     ``base_bytes`` is the 1d layout's ``max_bytes_per_rank`` at the same P (for ``vs_1d``,
     which is None when the 1d layout moves nothing and this one does).
     """
     P = len(layout.loads)
     max_bytes = max_bytes_per_rank(layout, layers)
-    step = cost.step_time(layout.loads, [cost.Layer(width, width, width)] * layers, net, ELEM)
+    step = cost.step_time(layout.loads, [cost.Layer(width, width, width)] * layers, net, ACTIVATION_BYTES[precision])
     nnz = np.array([ld.nnz for ld in layout.loads], dtype=np.float64)
     return {
         "parts": P,
@@ -311,11 +327,13 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
         "max_messages": max(ld.messages for ld in layout.loads),
         "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
         "peak_memory_per_rank": [int(b) for b in layout.peak] if layout.peak is not None else None,
+        "precision": precision,
     }
 
 
 def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 128, layers: int = 2,
-                       replication: Iterable[int] = (2, 4, 8), net: Network | None = None) -> list[dict]:
+                       replication: Iterable[int] = (2, 4, 8), net: Network | None = None,
+                       precision: str = "fp32") -> list[dict]:
     """Records of every layout on one partition (see :func:`layouts`), 1d first.
 
     Args:
@@ -325,23 +343,24 @@ def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 1
         layers: SpMMs per epoch.
         replication: candidate c of the 1.5D layouts.
         net: cost-model constants (default ``cost.NETWORKS["ib"]``).
+        precision: ``--precision``: the dtype of the activations and exchanged rows (:data:`ACTIVATION_BYTES`).
     """
     net = net or cost.NETWORKS["ib"]
-    found = layouts(csr, offsets, feature_dim, replication, layers)
+    found = layouts(csr, offsets, feature_dim, replication, layers, precision)
     base = max_bytes_per_rank(found[0], layers)
-    return [record(lay, feature_dim, layers, net, base) for lay in found]
+    return [record(lay, feature_dim, layers, net, base, precision) for lay in found]
 
 
 def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2,
              replication: Iterable[int] = (2, 4, 8), net: Network | None = None, method: str = "metis",
              objective: str = "vol", seed: int = 0, balance: tuple[str, ...] = ("nodes", "edges", "train"),
-             progress: bool = True) -> list[dict]:
+             progress: bool = True, precision: str = "fp32") -> list[dict]:
     """Partition ``data`` into each P of ``parts`` and return the records of every layout.
 
     Args:
         data: a ``torch_geometric.data.Data`` (``gnndist.datasets.load``).
         parts: part counts P, each ``1 <= P <= N``.
-        feature_dim, layers, replication, net: see :func:`simulate_partition`.
+        feature_dim, layers, replication, net, precision: see :func:`simulate_partition`.
         method, objective, seed, balance: the partitioner's (``gnndist.partition.partition``).
         progress: a progress bar over P on a terminal.
     """
@@ -350,7 +369,7 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
     out = []
     for P in tqdm(parts, desc="simulate", unit="P", disable=None if progress else True):
         p = partition(data, P, method, objective, seed, balance, progress=progress)
-        for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net):
+        for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net, precision):
             out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
                         "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
     return out

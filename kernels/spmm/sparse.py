@@ -14,8 +14,12 @@ Backward: ``grad_x = A^T grad`` on the cached transposed CSR, dispatched on its 
 (``transposed_product``); ``grad_w[e] = <grad[row e], x[col e]>``.
 
 bf16 / fp16 rows are multiplied in fp32 (MKL has no half kernel; on CUDA it makes the accumulation
-fp32 by construction) and the result rounded to their dtype once: a transient fp32 copy of the rows
-and of the output, ``[n_cols + n_rows, F]`` x 4 B. The Triton path reads half rows directly.
+fp32 by construction) and the result rounded to their dtype once, :data:`HALF_COLUMNS` columns at a
+time: the transient fp32 copy of the rows and of the output is ``[n_cols + n_rows, 16]`` x 4 B at any F
+(whole, it is ``[n_cols + n_rows, F]`` x 4 B, as large as the half activations of the layer it serves; on
+the 1M-node GCN of ``benchmarks/README.md``, "Half precision: memory", the rank's peak was elsewhere and
+did not move). Each output column is its own sum, so the chunks change no bit. The Triton path reads
+half rows directly.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from . import transposed_product
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # half: multiplied in fp32
 _HALF = (torch.float16, torch.bfloat16)
+HALF_COLUMNS = 16  # columns of half rows multiplied in fp32 at a time (MKL is as fast at 16 as at 64: the table)
 
 
 def why_not(csr: CSR, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> str | None:
@@ -90,6 +95,16 @@ def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.
     return values
 
 
+def _product(matrix: Tensor, x: Tensor, acc: torch.dtype) -> Tensor:
+    """``matrix @ x`` in ``x``'s dtype; half rows multiplied in fp32, :data:`HALF_COLUMNS` columns at a time."""
+    if x.dtype not in _HALF:
+        return torch.sparse.mm(matrix, x)  # [n_rows, F]
+    out = x.new_empty((matrix.shape[0], x.shape[1]))  # [n_rows, F]
+    for j in range(0, x.shape[1], HALF_COLUMNS):
+        out[:, j : j + HALF_COLUMNS] = torch.sparse.mm(matrix, x[:, j : j + HALF_COLUMNS].to(acc).contiguous())
+    return out
+
+
 class SparseSpmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, csr: CSR, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
@@ -101,12 +116,11 @@ class SparseSpmm(torch.autograd.Function):
             blocks = csr.cached(("sparse", acc), lambda: row_blocks(csr, values))
         else:
             blocks = row_blocks(csr, values)
-        rows = x.to(acc)  # no copy unless x is half
         if len(blocks) == 1:
-            return torch.sparse.mm(blocks[0][1], rows).to(x.dtype)  # [n_rows, F]
-        out = torch.empty((csr.n_rows, x.shape[1]), dtype=x.dtype, device=x.device)  # [n_rows, F]
+            return _product(blocks[0][1], x, acc)  # [n_rows, F]
+        out = x.new_empty((csr.n_rows, x.shape[1]))  # [n_rows, F]
         for a, matrix in blocks:  # a block's rows at a time: the call's own copies are of the block, not of A
-            out[a : a + matrix.shape[0]] = torch.sparse.mm(matrix, rows)
+            out[a : a + matrix.shape[0]] = _product(matrix, x, acc)
         return out
 
     @staticmethod
