@@ -176,10 +176,11 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(part1, tmp_path, c
     else:
         real = Trainer.allreduce_grads
 
-        def poisoned(self):
-            real(self)
+        def poisoned(self, overflow=False):
+            flagged = real(self, overflow)
             if self.graph.context.current.epoch == 3:
                 self.model.convs[1].lin.weight.grad[0, 0] = float("inf")
+            return flagged
 
         monkeypatch.setattr(Trainer, "allreduce_grads", poisoned)
     ck = tmp_path / "ck"
