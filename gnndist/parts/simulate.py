@@ -52,19 +52,20 @@ feature rows of width F it holds during one SpMM, 4-byte floats):
 Peak memory of a training rank (bytes, sparsity-aware layouts; ``peak_memory_per_rank``): what
 ``train --json`` measures per rank (``per_rank[].peak_memory_bytes``, the resident high-water
 mark), for a GCN of widths ``F -> F ... -> F`` (``layers`` layers; :func:`training_peak` takes any
-widths) with the trainer's default dropout:
+widths):
 
     INTERPRETER_BYTES                                   python, torch, gloo, gnndist (measured constant)
   + 4 (nnz + nnz_t) + 4 (2 rows + halo + 3)             int32 columns of the block's CSRs, and of the
                                                         transposed patterns (1d: the boundary's alone,
                                                         the interior is symmetric; grids: every entry)
-  + SPMM_ENTRY_BYTES nnz                                during an SpMM on the CPU (MKL's own copy, the
-                                                        broadcast 1 made whole)
+  + SPMM_ENTRY_BYTES min(nnz, BLOCK_ENTRIES)            during an SpMM on the CPU (MKL's own copy, the
+                                                        broadcast 1 made whole), a block of rows at a time
   + 4 F rows                                            the features (the part's mapped rows)
   + 24 (rows + halo) + 15 rows + 8 (halo + send)        per node: dataset ids, degrees, GCN scaling,
                                                         labels, masks, halo ids, send plan
   + 4 sum(widths[1:]) (ROW_COPIES rows + halo + send)   activations, halo and send buffers of the layers
-  + 5 F rows  (dropout > 0)                             the dropped-out input and its mask
+
+and no term for dropout: a dropped copy is made again for the backward, not kept (``RunContext.rebuildable``).
 
 with ``halo`` and ``send`` the rows a rank receives and sends per SpMM (expand, plus fold on a grid).
 ``benchmarks/README.md`` ("Training memory per adjacency entry") compares it with the measured peak.
@@ -89,6 +90,7 @@ from tqdm import tqdm
 from gnndist import cost
 from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
+from gnndist.kernels.spmm.sparse import BLOCK_ENTRIES
 from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
@@ -103,7 +105,6 @@ INTERPRETER_BYTES = 369 * 2**20
 INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
 SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
 ROW_COPIES = 3  # [rows, w] tensors a layer of width w holds at the step's peak: its product, its aggregate, the gradient
-DROPOUT = 0.5  # the trainer's default (ModelConfig.dropout)
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
@@ -155,14 +156,13 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
 
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
-                  dropout: float = DROPOUT, precision: str = "fp32") -> int:
+                  precision: str = "fp32") -> int:
     """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the module doc.
 
     Args:
         nnz: entries of the rank's block; nnz_transposed: entries whose transposed pattern it keeps.
         rows: owned rows; halo, send: rows received and sent per SpMM.
         widths: the model's widths, the input features first.
-        dropout: the model's dropout (the input's mask and dropped copy when > 0).
         precision: ``--precision``: the activations' and buffers' bytes per element
             (:data:`ACTIVATION_BYTES`), and under half the first layer's cast of its input.
     """
@@ -171,13 +171,12 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
     activations = act * hidden * (ROW_COPIES * rows + halo + send)
-    dropped = (ELEM + 1) * feat * rows if dropout > 0 else 0
     cast = act * feat * rows if act != ELEM else 0  # autocast's half copy of the (dropped) input, kept for backward
-    return int(INTERPRETER_BYTES + index + SPMM_ENTRY_BYTES * nnz + ELEM * feat * rows + nodes + activations + dropped
-               + cast)
+    spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
+    return int(INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes + activations + cast)
 
 
-def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOUT, precision: str = "fp32") -> np.ndarray:
+def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32") -> np.ndarray:
     """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
 
     1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
@@ -187,7 +186,7 @@ def aware_peaks(ex: GridExchange, widths: Sequence[int], dropout: float = DROPOU
     loads = ex.loads()
     own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
     return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
-                                   ld.expand_send + ld.fold_send, widths, dropout, precision)
+                                   ld.expand_send + ld.fold_send, widths, precision)
                      for k, ld in enumerate(loads)], dtype=np.int64)
 
 
