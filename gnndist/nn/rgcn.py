@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from gnndist.nn.models import GNN
 from gnndist.nn.node_embedding import NodeEmbedding
-from gnndist.nn.norm import apply_norm, make_norm
 from gnndist.nn.rgcn_conv import RGCNConv
 
 
-class RGCN(nn.Module):
+class RGCN(GNN):
     """``layers`` :class:`RGCNConv` layers with dropout before each and norm + ReLU between them.
 
     The input rows of featureless types are a :class:`NodeEmbedding` (learned, 1/P of the table per
@@ -35,23 +34,13 @@ class RGCN(nn.Module):
     def __init__(self, graph, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
                  dropout: float = 0.5, norm: str = "none", num_bases: int = 0, seed: int = 0,
                  embedding: str = "learn"):
-        super().__init__()
-        learn = embedding == "learn" and not all(graph.hetero["featured"])
-        self.embedding = NodeEmbedding(graph, in_channels, seed) if learn else None
         R = len(graph.hetero["relations"])
-        widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(RGCNConv(a, b, R, num_bases) for a, b in zip(widths[:-1], widths[1:]))
-        for i, c in enumerate(self.convs):
-            c.tag = f"layer{i}"
-        self.norms = nn.ModuleList(make_norm(norm, hidden) for _ in range(layers - 1))
-        self.dropout = dropout
+        super().__init__(lambda a, b: RGCNConv(a, b, R, num_bases), in_channels, hidden, out_channels, layers,
+                         dropout, norm)
+        learn = embedding == "learn" and not all(graph.hetero["featured"])
+        self.embedding = NodeEmbedding(graph, in_channels, seed) if learn else None  # hashed rows: order-free
 
     def forward(self, graph, x: Tensor) -> Tensor:
         if self.embedding is not None:
             x = self.embedding(graph, x)  # [n_owned, in]: featureless rows learned
-        for i, conv in enumerate(self.convs):
-            x = graph.dropout(x, self.dropout, key=i, training=self.training)
-            x = conv(graph, x)
-            if i < len(self.convs) - 1:
-                x = F.relu(apply_norm(self.norms[i], graph, x))
-        return x
+        return super().forward(graph, x)
