@@ -13,8 +13,7 @@ from gnndist.partition import partition
 from gnndist.config import DistConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
-from gnndist.strategies import strategy_from_config
-from gnndist.testing import QUICK_PARTITION, rel_err, run_distributed
+from gnndist.testing import QUICK_PARTITION, p_differences, record_steps, run_distributed
 from gnndist.training.precision import DTYPES, LossScale, check_device, check_model, p_bound
 from gnndist.training.trainer import Trainer
 
@@ -65,24 +64,9 @@ def _rank_job(grid, partdir):
         if grid.world_size > 1 and grid.world_size not in worlds:
             continue
         for precision in PRECISIONS:
-            cfg = _cfg(model, norm, layers, precision)
             layout = strategy if grid.world_size > 1 else "1d"  # one process: the reference of every layout
-            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(_dist(layout)),
-                                   comm_dtype=cfg.wire_dtype)
-            trainer = Trainer(graph, cfg)
-            losses, grads = [], None
-            for epoch in range(STEPS):
-                with graph.context.step(seed=cfg.run.seed, epoch=epoch):
-                    losses.append(trainer.train_step(epoch))
-                if grads is None:  # the first step's, from the initial weights (the same for every P)
-                    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-            trainer.model.eval()
-            with trainer.precision.autocast():
-                logits = trainer.model(graph, graph.x).float()  # [n_owned, C]
-            halo = {t: b for t, b in graph.context.counter.per_tag().items() if t != "grad_allreduce"}
-            out[(model, norm, strategy, precision)] = dict(
-                losses=losses, grads=grads, logits=logits, ids=graph.orig_id[: graph.n_owned].clone(),
-                halo_bytes=halo, skipped=trainer.precision.scaler.skipped_total if trainer.precision.scaler else 0)
+            out[(model, norm, strategy, precision)] = record_steps(grid, partdir, _cfg(model, norm, layers, precision),
+                                                                    _dist(layout))
     return out
 
 
@@ -97,13 +81,6 @@ def runs(tmp_path_factory):
     return data, results
 
 
-def _logits(ranks, key, n):
-    full = torch.full((n, ranks[0][key]["logits"].shape[1]), float("nan"))
-    for r in ranks:
-        full[r[key]["ids"]] = r[key]["logits"]
-    return full
-
-
 CASE_IDS = [pytest.param((m, n, L, s), w, p, id=f"{m}-{s}-P{w}-{p}") for m, n, L, s, ws in CASES for w in ws
             for p in PRECISIONS]
 
@@ -113,25 +90,16 @@ def test_p_ranks_equal_one_within_bound(runs, case, world, precision):
     data, results = runs
     model, norm, layers, strategy = case
     key = (model, norm, strategy, precision)
-    ref, ranks = results[1][0][key], results[world]
+    ranks = results[world]
     bound = p_bound(DTYPES[precision], layers)
     for r in ranks:  # every rank took the same steps, with the same loss (all-reduced)
         assert r[key]["skipped"] == 0
         assert r[key]["losses"] == ranks[0][key]["losses"]
-    got = ranks[0][key]
-    loss_err = rel_err(torch.tensor(ref["losses"][:1]), torch.tensor(got["losses"][:1]))
-    assert loss_err <= bound.step, f"first loss: {loss_err:.2e} > {bound.step:.2e}"
-    # normwise over the model's whole gradient: an entry is a sum over nodes, rounded relative to its terms
-    # (a bias feeding a batch norm has an analytically zero gradient: rounding alone)
-    scale = max(g.abs().max().item() for g in ref["grads"].values())
-    for name, g in ref["grads"].items():
-        err = (g.double() - got["grads"][name].double()).abs().max().item() / scale
-        assert err <= bound.grad, f"grad {name}: max difference {err:.2e} of the largest gradient > {bound.grad:.2e}"
-    later = rel_err(torch.tensor(ref["losses"]), torch.tensor(got["losses"]))
-    assert later <= STEPS * bound.step, f"losses of {STEPS} steps: {later:.2e} > {STEPS * bound.step:.2e}"
-    n = data.num_nodes
-    lg = rel_err(_logits(results[1], key, n), _logits(ranks, key, n))
-    assert lg <= STEPS * bound.step, f"logits after {STEPS} steps: {lg:.2e} > {STEPS * bound.step:.2e}"
+    diff = p_differences([results[1][0][key]], [r[key] for r in ranks], data.num_nodes)
+    assert diff["first_loss"] <= bound.step, f"first loss: {diff['first_loss']:.2e} > {bound.step:.2e}"
+    assert diff["grad"] <= bound.grad, f"gradients: max difference {diff['grad']:.2e} of the largest > {bound.grad:.2e}"
+    for what in ("losses", "logits"):  # after STEPS steps
+        assert diff[what] <= STEPS * bound.step, f"{what}: {diff[what]:.2e} > {STEPS * bound.step:.2e} ({STEPS} steps)"
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
