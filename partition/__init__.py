@@ -380,7 +380,7 @@ def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
         plan = [(b, setting) for b in names]
         forced = None
     else:
-        plan, forced = auto_plan(csr.nnz, method)
+        plan, forced = auto_plan(csr.nnz, method, typed="types" in columns)
     objective = forced or job.objective
     usable = []
     for b, s in plan:

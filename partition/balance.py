@@ -77,6 +77,10 @@ AUTO_SETTINGS = (
     TIME,
     Setting(("time",), (1.10,)),
 )
+# a typed graph's extra candidate: every node type balanced, with the labelled (target-type) nodes and the
+# aggregation work; on synthetic-mag it holds every type within METIS's tolerance at less volume than
+# nodes,edges,train (docs/heterogeneous.md, "Balance per node type")
+TYPED = Setting(("types", "train", "edges"), (METIS_TOLERANCE,) * 3)
 
 
 def parse_balance(spec) -> Setting | None:
@@ -112,9 +116,12 @@ def parse_balance(spec) -> Setting | None:
     return Setting(tuple(names), tuple(tols))
 
 
-def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]], str | None]:
+def auto_plan(nnz: int, method: str = "metis", typed: bool = False) -> tuple[list[tuple[str, Setting]], str | None]:
     """The (backend, setting) pairs ``auto`` considers on a graph of ``nnz`` adjacency entries, and the METIS
     objective it forces; :func:`budget_plan` then keeps those that fit its time budget.
+
+    ``typed``: a heterogeneous graph; up to :data:`LARGE` METIS also tries :data:`TYPED` (every node type
+    balanced), which only METIS can weigh.
 
     ``method`` is ``auto`` (every backend that fits) or one backend. Each try is one partitioner run.
     METIS with the ``vol`` objective takes ~6 min at 50M entries here, with ``cut`` ~1.5 min
@@ -127,18 +134,20 @@ def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]
     if method == "random":
         return [], None
     single = [s for s in AUTO_SETTINGS if len(s.constraints) == 1]
+    typed_metis = (TYPED,) if typed else ()
     if method != "auto":
-        pool = AUTO_SETTINGS if method == "metis" else single
+        pool = AUTO_SETTINGS + typed_metis if method == "metis" else single
         if nnz <= MEDIUM:
             return [(method, s) for s in pool], None
         if nnz <= LARGE:
-            return [(method, s) for s in ((PLAIN, AUTO_SETTINGS[2]) if method == "metis" else (PLAIN,))], None
+            pool = (PLAIN, AUTO_SETTINGS[2], *typed_metis) if method == "metis" else (PLAIN,)
+            return [(method, s) for s in pool], None
         return [(method, PLAIN)], "cut" if method == "metis" else None
     if nnz > LARGE:
         if BACKENDS["kaminpar"].available() is None:
             return [("kaminpar", PLAIN)], None
         return [("metis", PLAIN)], "cut"
-    plan, forced = auto_plan(nnz, "metis")
+    plan, forced = auto_plan(nnz, "metis", typed)
     plan += [("kaminpar", PLAIN), ("hypergraph", PLAIN)]
     return plan, forced
 
@@ -150,7 +159,7 @@ def auto_plan(nnz: int, method: str = "metis") -> tuple[list[tuple[str, Setting]
 # others by how often they won (nodes,edges,train 4, three of them degenerate; time:1.1 3; ...), KaMinPar
 # early (the cheapest run, the best on Cora and Amazon Photo at 8 parts), the hypergraph last (the least
 # volume, but 20-200x METIS's time and never the least modelled time in the backends table).
-AUTO_PRIORITY = (("metis", TIME), ("metis", PLAIN), ("metis", ALL3), ("kaminpar", PLAIN), ("metis", AUTO_SETTINGS[7]),
+AUTO_PRIORITY = (("metis", TIME), ("metis", PLAIN), ("metis", TYPED), ("metis", ALL3), ("kaminpar", PLAIN), ("metis", AUTO_SETTINGS[7]),
                  ("metis", AUTO_SETTINGS[1]), ("metis", AUTO_SETTINGS[3]), ("metis", VOLUME),
                  ("metis", AUTO_SETTINGS[2]), ("hypergraph", PLAIN))
 

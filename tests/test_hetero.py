@@ -328,6 +328,25 @@ def test_embedding_zero_has_no_table(tmp_path):
     assert bool(torch.isfinite(h).all()) and float((h[author] - zero.convs[0].bias).abs().sum()) > 0
 
 
+def test_balance_auto_tries_every_type_balanced_on_a_typed_graph():
+    """``--balance auto`` on a typed graph adds METIS ``types,train,edges`` to its candidates (only METIS weighs
+    several constraints; a homogeneous graph has no types to balance); the candidate is the explicit setting's run."""
+    from gnndist.datasets import load
+    from gnndist.partition import partition
+    from gnndist.partition.balance import TYPED, auto_plan
+
+    assert ("metis", TYPED) in auto_plan(10_000, "auto", typed=True)[0]
+    assert ("metis", TYPED) in auto_plan(10_000, "metis", typed=True)[0]
+    assert all(s != TYPED for _, s in auto_plan(10_000, "auto")[0])
+    assert all(s != TYPED for _, s in auto_plan(10_000, "kaminpar", typed=True)[0])
+    data = load("synthetic-mag-2k")
+    auto = partition(data, 2, progress=False).report["auto"]
+    typed = [c for c in auto["candidates"] if c["method"] == "metis" and c["balance"] == TYPED.label]
+    assert len(typed) == 1
+    explicit = partition(data, 2, method="metis", balance=TYPED.label, progress=False).report
+    assert explicit["comm_volume"] == typed[0]["comm_volume"]
+
+
 def test_balance_types_bounds_every_types_imbalance(tmp_path, capsys):
     """``--balance types,train,edges`` on synthetic-mag at P = 4: one METIS constraint per node type, the target
     type's training nodes and the work; every type's max/mean within its tolerance (up to one node), where the
