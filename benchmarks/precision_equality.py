@@ -2,17 +2,23 @@
 
 Each case trains ``--steps`` steps from the same initial weights at P = 1 and at each P of the case, in each
 precision, with :func:`gnndist.testing.record_steps` (what ``tests/test_precision.py`` checks on a toy graph), and
-prints the relative differences (max norm) of :func:`gnndist.testing.p_differences`:
+prints the relative differences (max norm) of :func:`gnndist.testing.p_differences`. One step from the same
+weights, what :func:`gnndist.training.precision.p_bound` bounds (``docs/strategies.md``, "Half precision"):
 
-    first loss   the first step's loss
-    grad         the first step's gradients: the largest entry difference over the largest gradient entry
+    forward      all nodes' logits at the initial weights (eval mode)     <= bound step
+    first loss   the first step's loss (dropout on)                        <= bound step
+    grad         the first step's gradients: the largest entry difference
+                 over the largest gradient entry                            <= bound grad
+
+and the trajectory, measured, not bounded (Adam's first update is lr x sign(g), so a gradient entry within
+rounding of zero moves its weight by +-lr whichever way it rounds):
+
     losses       every step's loss
     logits       all nodes' logits after the steps
 
-beside :func:`gnndist.training.precision.p_bound` of the dtype and depth (``docs/strategies.md``, "Half
-precision": ``step`` bounds a loss or the logits after one step, ``grad`` the gradients; after ``S`` steps
-the losses and logits are held to ``S x step``). fp32's column is the same formula at fp32's unit roundoff.
-A 64-layer GCNII is measured too: its bound (``bf16`` 2.06) says nothing, the measurement does.
+fp32's bound is the same formula at fp32's unit roundoff. The fp16 loss scale is fixed (``--loss-scale``,
+default 2^10, no step skipped: at the CLI's 2^16 GIN's first steps on Cora overflow, so no gradient to compare).
+A 64-layer GCNII is measured too: its bound (bf16 2.06) says nothing, the measurement does.
 
     python benchmarks/precision_equality.py                              # Cora, every case, fp32 / bf16 / fp16
     python benchmarks/precision_equality.py --cases gcn-1d,gcn2-64 --precisions bf16
@@ -40,17 +46,17 @@ CASES = {
 }
 
 
-def _cfg(case: str, precision: str, steps: int):
+def _cfg(case: str, precision: str, steps: int, loss_scale: float):
     from gnndist.config import DistConfig, TrainConfig
 
     model, norm, layers, strategy, _ = CASES[case]
     cfg = TrainConfig()
     cfg.model.model, cfg.model.norm, cfg.model.layers = model, norm, layers
-    cfg.optim.epochs, cfg.optim.precision, cfg.run.progress = steps, precision, False
+    cfg.optim.epochs, cfg.optim.precision, cfg.optim.loss_scale, cfg.run.progress = steps, precision, loss_scale, False
     return cfg, DistConfig(strategy=strategy, replication=2 if strategy == "1.5d" else None)
 
 
-def _job(grid, partdir: str, cases: list[str], precisions: list[str], steps: int) -> dict:
+def _job(grid, partdir: str, cases: list[str], precisions: list[str], steps: int, loss_scale: float) -> dict:
     from gnndist.config import DistConfig
     from gnndist.testing import record_steps
 
@@ -59,7 +65,7 @@ def _job(grid, partdir: str, cases: list[str], precisions: list[str], steps: int
         if grid.world_size > 1 and grid.world_size not in CASES[case][4]:
             continue
         for precision in precisions:
-            cfg, dist = _cfg(case, precision, steps)
+            cfg, dist = _cfg(case, precision, steps, loss_scale)
             out[case, precision] = record_steps(grid, partdir, cfg, dist if grid.world_size > 1 else DistConfig())
     return out
 
@@ -71,11 +77,12 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--loss-scale", type=float, default=2.0**10, help="fp16's (fixed unless a step overflows)")
     args = ap.parse_args()
     import torch
-
     from gnndist.datasets import load
     from gnndist.partition import partition
+
     from gnndist.testing import QUICK_PARTITION, p_differences, run_distributed
     from gnndist.training.precision import DTYPES, p_bound
 
@@ -95,10 +102,12 @@ def main() -> None:
         for w in worlds:
             d = os.path.join(tmp, f"p{w}")
             partition(data, w, progress=False, **QUICK_PARTITION).save(d, dataset=args.dataset, progress=False)
-            results[w] = run_distributed(_job, w, d, cases, precisions, args.steps, timeout=3600.0)
+            results[w] = run_distributed(_job, w, d, cases, precisions, args.steps, args.loss_scale,
+                                         timeout=3600.0)
             print(f"  P = {w}: trained ({time.time() - t0:.0f} s)", flush=True)
-    print(f"\n{'case':10s} {'P':>2s} {'dtype':5s} {'first loss':>10s} {'grad':>9s} {'losses':>9s} {'logits':>9s}"
-          f" {'bound step':>10s} {'bound grad':>10s} {'skipped':>7s} within")
+    print(f"\n{'':18s} {'one step from the same weights':^32s}   {'bound':^19s}   {'trajectory':^19s}")
+    print(f"{'case':10s} {'P':>2s} {'dtype':5s} {'forward':>10s} {'1st loss':>10s} {'grad':>10s}   {'step':>9s}"
+          f" {'grad':>9s}   {'losses':>9s} {'logits':>9s} {'skipped':>7s} within")
     for case in cases:
         layers, case_worlds = CASES[case][2], CASES[case][4]
         for w in case_worlds:
@@ -106,12 +115,11 @@ def main() -> None:
                 key = case, p
                 d = p_differences([results[1][0][key]], [r[key] for r in results[w]], int(data.num_nodes))
                 b = p_bound(DTYPES[p], layers)
-                ok = (d["first_loss"] <= b.step and d["grad"] <= b.grad and d["losses"] <= args.steps * b.step
-                      and d["logits"] <= args.steps * b.step)
+                ok = d["forward"] <= b.step and d["first_loss"] <= b.step and d["grad"] <= b.grad
                 skipped = f"{results[1][0][key]['skipped']}/{results[w][0][key]['skipped']}"
-                print(f"{case:10s} {w:2d} {p:5s} {d['first_loss']:10.2e} {d['grad']:9.2e} {d['losses']:9.2e}"
-                      f" {d['logits']:9.2e} {b.step:10.2e} {b.grad:10.2e} {skipped:>7s} {'yes' if ok else 'NO'}",
-                      flush=True)
+                print(f"{case:10s} {w:2d} {p:5s} {d['forward']:10.2e} {d['first_loss']:10.2e} {d['grad']:10.2e}"
+                      f"   {b.step:9.2e} {b.grad:9.2e}   {d['losses']:9.2e} {d['logits']:9.2e} {skipped:>7s}"
+                      f" {'yes' if ok else 'NO'}", flush=True)
     print(f"\nload average at end: {os.getloadavg()}; {time.time() - t0:.0f} s")
 
 

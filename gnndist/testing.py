@@ -325,10 +325,10 @@ def shared_data(rel: str = "") -> str:
 def record_steps(grid, partdir: str, cfg, dist) -> dict:
     """Train ``cfg.optim.epochs`` steps on one partition and keep what P-equality compares.
 
-    ``dist``: the :class:`~gnndist.config.DistConfig` of the layout. The record: every step's loss,
-    the first step's gradients (from the initial weights, the same for every P), the logits of
-    the owned rows after the steps (in eval mode, under the step's autocast), their original ids,
-    the bytes of each exchange tag but the gradient all-reduce, and the fp16 steps skipped.
+    ``dist``: the :class:`~gnndist.config.DistConfig` of the layout. The record: the owned rows'
+    logits at the initial weights (the same for every P) and after the steps (eval mode, under the
+    step's autocast), their original ids, every step's loss, the first step's gradients, the bytes
+    of each exchange tag but the gradient all-reduce, and the fp16 steps skipped.
     :func:`p_differences` compares P ranks' records with one process's.
     """
     from gnndist.graph import DistGraph
@@ -337,40 +337,50 @@ def record_steps(grid, partdir: str, cfg, dist) -> dict:
 
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(dist), comm_dtype=cfg.wire_dtype)
     trainer = Trainer(graph, cfg)
+
+    def logits():
+        trainer.model.eval()
+        with torch.no_grad(), trainer.precision.autocast():
+            out = trainer.model(graph, graph.x).float()  # [n_owned, C]
+        trainer.model.train()
+        return out
+
+    forward = logits()
     losses, grads = [], None
     for epoch in range(cfg.optim.epochs):
         with graph.context.step(seed=cfg.run.seed, epoch=epoch):
             losses.append(trainer.train_step(epoch))
         if grads is None:
             grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    trainer.model.eval()
-    with trainer.precision.autocast():
-        logits = trainer.model(graph, graph.x).float()  # [n_owned, C]
+    after = logits()
     halo = {t: b for t, b in graph.context.counter.per_tag().items() if t != "grad_allreduce"}
     scaler = trainer.precision.scaler
-    return dict(losses=losses, grads=grads, logits=logits, ids=graph.orig_id[: graph.n_owned].clone(),
+    return dict(forward=forward, losses=losses, grads=grads, logits=after, ids=graph.orig_id[: graph.n_owned].clone(),
                 halo_bytes=halo, skipped=scaler.skipped_total if scaler else 0)
 
 
 def p_differences(ref: list[dict], ranks: list[dict], num_nodes: int) -> dict[str, float]:
     """Relative differences (max norm) of P ranks' :func:`record_steps` records from one process's.
 
-    ``ref``, ``ranks``: the per-rank records (``ref`` of one rank). ``first_loss``: the first step's
-    loss; ``grad``: the largest difference of any gradient entry over the model's largest gradient
-    entry (an entry is a sum over nodes, rounded relative to its terms; a bias feeding a batch norm
-    has an analytically zero gradient, so each tensor's own scale would be rounding over rounding);
-    ``losses``: every step's loss; ``logits``: the logits after the steps, all nodes.
+    ``ref``, ``ranks``: the per-rank records (``ref`` of one rank). One step from the same weights
+    (what the per-dtype bound covers): ``forward``, all nodes' logits at the initial weights;
+    ``first_loss``, the first step's loss; ``grad``, the largest difference of any gradient entry over
+    the model's largest gradient entry (an entry is a sum over nodes, rounded relative to its terms;
+    a bias feeding a batch norm has an analytically zero gradient, so each tensor's own scale would be
+    rounding over rounding). The trajectory: ``losses``, every step's loss; ``logits``, all nodes'
+    logits after the steps.
     """
     one, got = ref[0], ranks[0]
     scale = max(g.abs().max().item() for g in one["grads"].values())
     grad = max((g.double() - got["grads"][n].double()).abs().max().item() for n, g in one["grads"].items()) / scale
 
-    def gather(records):
-        full = torch.full((num_nodes, records[0]["logits"].shape[1]), float("nan"))
+    def gather(records, key):
+        full = torch.full((num_nodes, records[0][key].shape[1]), float("nan"))
         for r in records:
-            full[r["ids"]] = r["logits"]
+            full[r["ids"]] = r[key]
         return full
 
-    return dict(first_loss=rel_err(torch.tensor(one["losses"][:1]), torch.tensor(got["losses"][:1])), grad=grad,
+    return dict(forward=rel_err(gather(ref, "forward"), gather(ranks, "forward")),
+                first_loss=rel_err(torch.tensor(one["losses"][:1]), torch.tensor(got["losses"][:1])), grad=grad,
                 losses=rel_err(torch.tensor(one["losses"]), torch.tensor(got["losses"])),
-                logits=rel_err(gather(ref), gather(ranks)))
+                logits=rel_err(gather(ref, "logits"), gather(ranks, "logits")))

@@ -1,10 +1,12 @@
 """``--precision bf16|fp16``: P ranks equal one process within the dtype's derived bound; fp16's loss scale.
 
-One job per world size (1, 2, 3, 4) trains every case in bf16 and fp16: the first step's loss and every
-gradient (from the same initial weights), the next two steps' losses, and the logits after them. The
-parent compares P = 2, 3, 4 with one process under :func:`gnndist.training.precision.p_bound` (derived in
-``docs/strategies.md``, "Half precision"). fp32 keeps its own contract (``tests/test_exactness.py``).
+One job per world size (1, 2, 3, 4) trains every case in bf16 and fp16: the logits, the first step's loss
+and every gradient from the same initial weights, and the next two steps' losses. The parent compares
+P = 2, 3, 4 with one process under :func:`gnndist.training.precision.p_bound` (derived in
+``docs/strategies.md``, "Half precision"; the measured differences on Cora: ``benchmarks/precision_equality.py``). fp32 keeps its own contract (``tests/test_exactness.py``).
 """
+
+import json
 
 import pytest
 import torch
@@ -78,6 +80,7 @@ def runs(tmp_path_factory):
         d = tmp_path_factory.mktemp(f"p{world}")
         partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
         results[world] = run_distributed(_rank_job, world, str(d))
+        results[world, "meta"] = json.loads((d / "META.json").read_text())
     return data, results
 
 
@@ -96,26 +99,28 @@ def test_p_ranks_equal_one_within_bound(runs, case, world, precision):
         assert r[key]["skipped"] == 0
         assert r[key]["losses"] == ranks[0][key]["losses"]
     diff = p_differences([results[1][0][key]], [r[key] for r in ranks], data.num_nodes)
-    assert diff["first_loss"] <= bound.step, f"first loss: {diff['first_loss']:.2e} > {bound.step:.2e}"
+    for what in ("forward", "first_loss"):  # one forward from the same weights: the derived bound
+        assert diff[what] <= bound.step, f"{what}: {diff[what]:.2e} > {bound.step:.2e}"
     assert diff["grad"] <= bound.grad, f"gradients: max difference {diff['grad']:.2e} of the largest > {bound.grad:.2e}"
-    for what in ("losses", "logits"):  # after STEPS steps
-        assert diff[what] <= STEPS * bound.step, f"{what}: {diff[what]:.2e} > {STEPS * bound.step:.2e} ({STEPS} steps)"
+    # the trajectory is not what the bound covers (Adam's first update is lr x sign(g): a gradient entry within
+    # rounding of zero moves its weight +-lr either way); the losses of STEPS steps are held to STEPS x the step
+    # bound as a tripwire (on Cora every model's stays within it, benchmarks/precision_equality.py)
+    assert diff["losses"] <= STEPS * bound.step, f"losses: {diff['losses']:.2e} > {STEPS * bound.step:.2e} ({STEPS} steps)"
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_half_rows_travel_in_half(runs, precision):
     """Under bf16 / fp16 the halo rows are 2 bytes per element (``--comm-dtype auto``): half of fp32's.
 
-    The GCN's rows after its first layer are 4 wide (classes) in every precision, so each layer's
-    bytes are the partition's volume x width x 2."""
+    The GCN's rows after its first layer are 4 wide (classes) in every precision, so the layer's forward
+    sends the partition's halo rows x 4 x 2 bytes; the counter holds the last training step's forward
+    (each step starts it from zero) and the evaluation forward after it."""
     _, results = runs
     key = ("gcn", "none", "1d", precision)
     fwd = sum(r[key]["halo_bytes"]["layer1"]["fwd_sent"] for r in results[2])
     recv = sum(r[key]["halo_bytes"]["layer1"]["fwd_received"] for r in results[2])
-    assert fwd == recv and fwd > 0
-    assert fwd % (4 * 2 * STEPS) == 0  # 2 bytes x 4 wide, per step
-    vol = fwd // (4 * 2 * (STEPS + 1))  # STEPS training forwards + one evaluation forward
-    assert vol * 4 * 2 * (STEPS + 1) == fwd
+    rows = sum(layout[0] for layout in results[2, "meta"]["layouts"]["1"])  # each rank's halo rows sent
+    assert rows > 0 and fwd == recv == rows * 4 * 2 * 2
 
 
 def test_bounds_are_derived_from_the_unit_roundoff():
