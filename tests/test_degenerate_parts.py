@@ -118,6 +118,36 @@ def test_training_on_degenerate_parts_equals_one_process(runs, world, model):
                     assert_close(f"{label} {k}", w, got["weights"][k], rtol=1e-5, atol=1e-7)
 
 
+def _triton_job(grid, partdir, model, norm):
+    """:func:`_job`'s 1d training with every kernel forced to Triton (under ``TRITON_INTERPRET=1`` on a CPU)."""
+    from gnndist.kernels import KernelSettings
+
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy="1d")),
+                           kernel=KernelSettings("triton"))
+    trainer = Trainer(graph, _cfg(model, norm, "1d"))
+    trainer.fit()
+    return dict(losses=[row["loss"] for row in trainer.history],
+                weights={k: v.clone() for k, v in trainer.model.state_dict().items()})
+
+
+@pytest.mark.triton
+def test_triton_kernels_on_a_rank_with_no_halo_and_no_nonzeros(runs, tmp_path):
+    """P = 4: one rank owns a component (no halo), another only isolated nodes (an empty CSR): the Triton SpMM
+    launches on both and the GCN trains as one process does (the other kernels on an empty CSR, one process:
+    ``tests/test_kernels_training.py``; GAT here took ~60 s under the interpreter, too long for the suite)."""
+    model, norm = "gcn", "none"
+    sizes, isolated = GRAPHS[4]
+    partition(components(sizes, isolated), 4, progress=False).save(tmp_path, dataset="components", progress=False)
+    ref = runs[4][1][("1d", None, model)]
+    for rank, got in enumerate(run_distributed(_triton_job, 4, str(tmp_path), model, norm)):
+        label = f"triton P=4 rank {rank} {model}"
+        assert_close(f"{label} losses", torch.tensor(ref["losses"], dtype=torch.float64),
+                     torch.tensor(got["losses"], dtype=torch.float64), rtol=1e-5)
+        for k, w in ref["weights"].items():
+            if w.is_floating_point():
+                assert_close(f"{label} {k}", w, got["weights"][k], rtol=1e-5, atol=1e-7)
+
+
 # ---------------------------------------------------------------------- the collective check itself
 def _skips_one(grid, skipper: int, last: bool):
     """Every rank all-reduces twice, then all-gathers; rank ``skipper`` leaves out its first all-reduce,
