@@ -22,6 +22,7 @@ A 64-layer GCNII is measured too: its bound (bf16 2.06) says nothing, the measur
 
     python benchmarks/precision_equality.py                              # Cora, every case, fp32 / bf16 / fp16
     python benchmarks/precision_equality.py --cases gcn-1d,gcn2-64 --precisions bf16
+    python benchmarks/precision_equality.py --quick                      # gcn-1d and revgnn-1d in bf16
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def main() -> None:
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--loss-scale", type=float, default=2.0**10, help="fp16's (fixed unless a step overflows)")
+    ap.add_argument("--quick", action="store_true", help="--cases gcn-1d,revgnn-1d --precisions bf16")
     args = ap.parse_args()
+    if args.quick:
+        args.cases, args.precisions = "gcn-1d,revgnn-1d", "bf16"
     import torch
     from gnndist.datasets import load
     from gnndist.partition import partition
