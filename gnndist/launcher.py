@@ -251,7 +251,9 @@ def report(summary, cfg: TrainConfig) -> None:
     where = f"{last.dataset}: {last.model} on {last.nproc} rank(s)"
     modelled = f", modelled {last.model_epoch_time_s * 1e3:.4g} ms ({last.model_network})" \
         if last.model_epoch_time_s is not None else ""
-    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch{modelled}, {last.comm_bytes_per_epoch:,} comm bytes/epoch)"
+    scaled = last.loss_scale
+    fp16 = f", fp16: {scaled['skipped_steps']} steps skipped, loss scale {scaled['scale']:g}" if scaled else ""
+    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch{modelled}, {last.comm_bytes_per_epoch:,} comm bytes/epoch{fp16})"
     if len(summary.runs) <= 1:
         print(f"{where}, best epoch {last.best.epoch}: {m} train {last.best.train:.4f} "
               f"val {last.best.val:.4f} test {last.best.test:.4f} {cost}", flush=True)

@@ -163,6 +163,23 @@ def test_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(runs, tmp_path):
         assert r == dict(unchanged=True, scale=2.0**15, skipped=1)
 
 
+def test_the_run_reports_fp16s_skipped_steps_and_final_scale(tmp_path, capsys):
+    """A loss scale that overflows every step: each is skipped and halves it; the summary line and --json say so."""
+    import json
+
+    from gnndist.cli import main
+
+    partition(_data(), 1, progress=False, **QUICK_PARTITION).save(tmp_path, dataset="toy", progress=False)
+    flags = ["train", str(tmp_path), "--epochs", "2", "--no-progress", "--precision", "fp16", "--loss-scale", "1e30"]
+    assert main(flags) == 0
+    assert "fp16: 2 steps skipped, loss scale 2.5e+29" in capsys.readouterr().out
+    assert main(flags + ["--json"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["precision"] == "fp16" and line["loss_scale"] == {"scale": 2.5e29, "skipped_steps": 2}
+    assert main(flags[:-4] + ["--json"]) == 0  # fp32: no scale
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["loss_scale"] is None
+
+
 def test_loss_scale_warns_after_many_skipped_steps():
     scale = LossScale(2.0**16)
     with pytest.warns(RuntimeWarning, match=r"--loss-scale\).*--precision bf16"):

@@ -62,6 +62,9 @@ class RunSummary:
     model_epoch_time_s: float | None = None
     model_network: str | None = None
     model_constants: dict | None = None
+    precision: str = "fp32"  # --precision
+    # fp16 only: the loss scale at the end and the steps skipped for an overflow (on every rank), else None
+    loss_scale: dict | None = None
     history: list[dict] = field(default_factory=list, repr=False)  # one row per epoch (the JSON lines)
 
     def value(self, split: str) -> float:

@@ -251,7 +251,13 @@ class Trainer:
             nproc=self.grid.world_size, strategy=cfg.dist.strategy, model=cfg.model.model,
             dataset=g.meta.get("dataset"), model_epoch_time_s=self.modelled.total if self.modelled else None,
             model_network=self.model_network.name if self.model_network else None,
-            model_constants=self.model_network.as_dict() if self.model_network else None, history=history)
+            model_constants=self.model_network.as_dict() if self.model_network else None,
+            precision=cfg.optim.precision, loss_scale=self._loss_scale_report(), history=history)
+
+    def _loss_scale_report(self) -> dict | None:
+        """fp16's loss scale at the end of the run and the steps it skipped (the same on every rank); else None."""
+        scaler = self.precision.scaler
+        return None if scaler is None else {"scale": scaler.scale, "skipped_steps": scaler.skipped_total}
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
