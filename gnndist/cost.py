@@ -163,9 +163,11 @@ def aggregate_first(f_in: int, f_out: int) -> bool:
     Mapping first costs an SpMM of width ``f_out`` forward and its ``A^T`` product backward;
     aggregating the input first costs one forward SpMM of width ``f_in`` (the input needs no
     gradient, so there is no backward SpMM and no reverse exchange). So aggregate first when
-    ``f_in <= 2 * f_out``: never more SpMM work or halo bytes.
+    ``f_in < 2 * f_out``: less SpMM work and fewer halo bytes. At ``f_in == 2 * f_out`` both orders
+    cost the same and the layer maps first, for memory: its SpMM's input, output and halo buffers
+    are ``f_out`` wide, not ``f_in`` (benchmarks/README.md, "The first layer at F = 2 x hidden").
     """
-    return f_in <= 2 * f_out
+    return f_in < 2 * f_out
 
 
 def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:

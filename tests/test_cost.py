@@ -79,6 +79,21 @@ def test_gcn_step_aggregates_first_and_per_layer_layouts():
     assert t.aggregation == pytest.approx(9 + 12, rel=1e-12) and t.exchange == pytest.approx(9 + 10, rel=1e-12)
 
 
+def test_the_first_gcn_layer_maps_first_where_both_orders_cost_the_same():
+    """At F = 2 x hidden, aggregating first (one SpMM of width F, forward) and mapping first (width hidden,
+    forward and backward) move the same rows and entries: the layer maps first, whose buffers are hidden wide,
+    in the model the cost model describes and in the one that runs. Below the tie it aggregates first."""
+    from gnndist.nn import GCNConv
+    from gnndist.nn.models import GNN
+
+    tie, below = model_layers("gcn", (4, 2))[0], model_layers("gcn", (3, 2))[0]
+    assert (tie.width, tie.backward) == (2, True) and (below.width, below.backward) == (3, False)
+    load = RankLoad(expand_send=3, expand_recv=5, fold_send=0, fold_recv=0, messages=2, nnz=7, rows=4, exchanges=1)
+    assert sum(load.bytes(4).values()) // 2 == sum(load.bytes(2).values())  # F forward only = hidden both ways
+    assert GNN(GCNConv, 64, 32, 8).convs[0].aggregate_first is False
+    assert GNN(GCNConv, 63, 32, 8).convs[0].aggregate_first is True
+
+
 def test_a_dense_input_and_a_grid_layouts_fold_cost_their_passes():
     """Dense features (over half nonzero) take ELEMENTWISE_IN passes; a rank that folds partial rows (2d, 1.5d)
     pays FOLD_PASSES elementwise passes per element it sends or receives, each direction; a product bound by
