@@ -361,7 +361,9 @@ class DistGraph:
 
         The seed and epoch are the step's (``graph.context``). On the input features
         (``x is graph.x``) with mostly zero entries, the mask is only evaluated at the cached
-        nonzeros: the result is the same, the cost is ``O(nnz)``.
+        nonzeros: the result is the same, the cost is ``O(nnz)``. Under autocast the input features come out
+        in the autocast dtype (:func:`compute_dtype`), as the first layer would cast them: the backward
+        then rebuilds the dropped half rows instead of keeping autocast's copy of them.
 
         Shapes:
             x ``[n_owned, F]``
@@ -371,14 +373,17 @@ class DistGraph:
         step = self.context.current
         ids = self.orig_id[: x.shape[0]]
         keys = node_keys(ids, step.seed, step.epoch, key)  # [n_owned]
-        nonzero = self.derived("x_nonzero", self._x_nonzero) if x is self.x else None
-        if nonzero is not None:
-            return self.context.rebuildable(_sparse_dropout(x, nonzero, keys, p), lambda: _sparse_dropout(x, nonzero, keys, p))
+        features = x is self.x
+        nonzero = self.derived("x_nonzero", self._x_nonzero) if features else None
+        # the features (fp32 as stored) leave in the compute dtype: the next layer saves this rebuildable tensor,
+        # not autocast's half copy of it (n x F half cells fewer under bf16 | fp16; the same values)
+        dtype = compute_dtype(x[:0]).dtype if features else x.dtype
         version = x._version
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
-            return dropout(x, keys, p)
-        return self.context.rebuildable(dropout(x, keys, p), build)  # the dispatcher's: one fused Triton pass on CUDA
+            out = _sparse_dropout(x, nonzero, keys, p) if nonzero is not None else dropout(x, keys, p)
+            return out.to(dtype)  # the dispatcher's dropout: one fused Triton pass on CUDA
+        return self.context.rebuildable(build(), build)
 
     def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """The nonzero cells of the input features (int32 rows and columns, values) where they are under

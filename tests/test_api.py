@@ -72,6 +72,30 @@ def test_dropped_rows_are_rebuilt_for_the_backward_not_kept(part1, monkeypatch, 
     assert torch.equal(rebuilt, kept)
 
 
+@pytest.mark.parametrize("dense", [True, False], ids=["dense-x", "sparse-x"])
+def test_half_dropped_features_are_rebuilt_in_the_compute_dtype(part1, monkeypatch, dense):
+    """Under autocast the input features leave the dropout in the autocast dtype, as the first layer would cast
+    them: the layer saves that rebuildable tensor (nothing of it lives between forward and backward) instead of
+    autocast's copy, and the gradients are bit for bit those of dropping in fp32 and letting autocast cast."""
+    graph = DistGraph.load(part1, ProcessGrid())
+    if dense:  # Cora's x is mostly zero: without its nonzeros cached, the dense dropout runs on it
+        monkeypatch.setattr(DistGraph, "_x_nonzero", lambda self: None)
+    lin = torch.nn.Linear(graph.x.shape[1], 7)
+    grads = []
+    for x in (graph.x, graph.x.clone()):  # the features themselves; a copy of them, not the graph's features
+        lin.zero_grad()
+        with graph.context.step(seed=3, epoch=2), torch.autocast("cpu", dtype=torch.bfloat16):
+            d = graph.dropout(x, 0.5, key=0)
+            assert d.dtype == (torch.bfloat16 if x is graph.x else torch.float32)
+            ref = weakref.ref(d)
+            loss = graph.spmm(lin(d)).float().square().sum()
+            del d
+            assert ref() is None, "the dropped rows are rebuilt for the backward, not kept"
+        loss.backward()
+        grads.append(lin.weight.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_trainer_takes_a_model_factory_or_module(part1):
     """A factory gets (in_channels, out_channels) after seeding: the same model as --model trains the same."""
     graph = DistGraph.load(part1, ProcessGrid())

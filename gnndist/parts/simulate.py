@@ -164,16 +164,15 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
         rows: owned rows; halo, send: rows received and sent per SpMM.
         widths: the model's widths, the input features first.
         precision: ``--precision``: the activations' and buffers' bytes per element
-            (:data:`ACTIVATION_BYTES`), and under half the first layer's cast of its input.
+            (:data:`ACTIVATION_BYTES`).
     """
     feat, hidden = widths[0], sum(widths[1:])
     act = ACTIVATION_BYTES[precision]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
     activations = act * hidden * (ROW_COPIES * rows + halo + send)
-    cast = act * feat * rows if act != ELEM else 0  # autocast's half copy of the (dropped) input, kept for backward
     spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
-    return int(INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes + activations + cast)
+    return int(INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes + activations)
 
 
 def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32") -> np.ndarray:
