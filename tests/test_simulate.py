@@ -12,13 +12,13 @@ from gnndist.partition.book import csr_from_edge_index, halo_volumes
 from gnndist.cli import main
 from gnndist.parts.simulate import (
     ACTIVATION_BYTES,
-    ELEM,
     RECORD_KEYS,
-    ROW_COPIES,
+    activation_phases,
     grid_exchange,
     grid_loads,
     layouts,
     simulate_partition,
+    training_peak,
 )
 
 F, LAYERS = 16, 2
@@ -138,21 +138,33 @@ def test_activation_bytes_are_the_dtypes():
     assert {name: DTYPES[name].itemsize for name in PRECISIONS} == ACTIVATION_BYTES
 
 
+def test_the_training_peak_is_the_largest_moment_of_the_step():
+    """By hand, 10 rows, 3 halo and 2 sent, GCN 8 -> 4 -> 2 (maps first: 8 = 2 x 4) and 6 -> 4 -> 2 (aggregates
+    first): the features' dropout, each layer's SpMM (its dropped input, 4 row buffers + halo + sent rows), the
+    backward of the second layer's linear map (its rebuilt input, gradient and mask over what the forward kept)."""
+    assert activation_phases(10, 3, 2, [8, 4, 2]) == [5 * 80, 320 + 4 * 4 * 45, 160 + 160 + 4 * 2 * 45, 160 + 9 * 40]
+    assert activation_phases(10, 3, 2, [8, 4, 2], "bf16") == [7 * 80, 160 + 2 * 4 * 45, 80 + 80 + 2 * 2 * 45, 80 + 5 * 40]
+    kept = 4 * 6 * 10 + 4 * 4 * 10  # the aggregate and the ReLU's output
+    assert activation_phases(10, 3, 2, [6, 4, 2]) == [5 * 60, 4 * 6 * 45, kept + 160 + 4 * 2 * 45, kept + 9 * 40]
+    assert training_peak(50, 7, 10, 3, 2, [8, 4, 2]) - training_peak(50, 7, 10, 3, 2, [8, 4, 2], "bf16") == 1040 - 560
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_halves_the_rows_not_the_rest(parts, precision):
-    """Under bf16 / fp16 each rank's predicted peak drops by half its activations, halo and send buffers (the
-    features leave their dropout in the half dtype: no copy of them is kept); the features, index and per-node
-    arrays do not change. Exchanged bytes halve."""
+    """Under bf16 / fp16 each rank's predicted peak drops by what the step's largest moment saves in half (its
+    activations, halo and send buffers); the features, index and per-node arrays do not change. Exchanged bytes
+    halve."""
     p = parts[4]
     full = {(r["strategy"], r["replication"]): r for r in simulate_partition(p.csr, p.book.offsets, F, LAYERS)}
     half = {(r["strategy"], r["replication"]): r
             for r in simulate_partition(p.csr, p.book.offsets, F, LAYERS, precision=precision)}
     assert full.keys() == half.keys() and {r["precision"] for r in half.values()} == {precision}
-    act = ACTIVATION_BYTES[precision]
     for c, name in ((1, "1d"), (2, "1.5d"), (2, "2d")):
         loads = grid_exchange(p.csr, p.book.offsets, c).loads()
-        drop = [(ELEM - act) * F * LAYERS * (ROW_COPIES * ld.rows + ld.expand_recv + ld.fold_recv + ld.expand_send
-                                             + ld.fold_send) for ld in loads]
+        widths = [F] * (LAYERS + 1)
+        drop = [max(activation_phases(ld.rows, h, t, widths)) - max(activation_phases(ld.rows, h, t, widths, precision))
+                for ld in loads for h, t in [(ld.expand_recv + ld.fold_recv, ld.expand_send + ld.fold_send)]]
+        assert all(d > 0 for d in drop), name
         a, b = full[(name, c)], half[(name, c)]
         assert [x - y for x, y in zip(a["peak_memory_per_rank"], b["peak_memory_per_rank"])] == drop, name
         assert 2 * b["max_sent"] == a["max_sent"] and 2 * b["max_received"] == a["max_received"], name

@@ -52,7 +52,8 @@ feature rows of width F it holds during one SpMM, 4-byte floats):
 Peak memory of a training rank (bytes, sparsity-aware layouts; ``peak_memory_per_rank``): what
 ``train --json`` measures per rank (``per_rank[].peak_memory_bytes``, the resident high-water
 mark), for a GCN of widths ``F -> F ... -> F`` (``layers`` layers; :func:`training_peak` takes any
-widths):
+widths): the bytes every moment of the step holds, plus the largest of what a moment adds
+(:func:`activation_phases`):
 
     INTERPRETER_BYTES                                   python, torch, gloo, gnndist (measured constant)
   + 4 (nnz + nnz_t) + 4 (2 rows + halo + 3)             int32 columns of the block's CSRs, and of the
@@ -63,9 +64,22 @@ widths):
   + 4 F rows                                            the features (the part's mapped rows)
   + 24 (rows + halo) + 15 rows + 8 (halo + send)        per node: dataset ids, degrees, GCN scaling,
                                                         labels, masks, halo ids, send plan
-  + 4 sum(widths[1:]) (ROW_COPIES rows + halo + send)   activations, halo and send buffers of the layers
+  + max over the step's moments of                      (a the activations' bytes per element, 4 or 2)
+      the features' dropout                             (4 + 1 [+ a under half]) F rows: its fp32
+                                                        output, its mask, its half cast
+      layer l's SpMM of width w                         what earlier layers keep + its dropped input
+                                                        (a w_in rows, mapping first) + a w (ROW_BUFFERS
+                                                        rows + halo + send): the input, its scaled
+                                                        copy, the interior and boundary products, the
+                                                        rows sent and received
+      layer l >= 1's linear in the backward             what the forward kept + (2 a + 1) w_in rows:
+                                                        its input rebuilt from the dropout, its
+                                                        gradient, the mask
 
-and no term for dropout: a dropped copy is made again for the backward, not kept (``RunContext.rebuildable``).
+where what a layer keeps is its ReLU output (a w rows; every layer but the last) and, for a first
+layer that aggregates first (:func:`gnndist.cost.aggregate_first`), its aggregate (a F rows, the
+linear map's input). A dropped copy is made again for the backward, not kept
+(``RunContext.rebuildable``).
 
 with ``halo`` and ``send`` the rows a rank receives and sends per SpMM (expand, plus fold on a grid).
 ``benchmarks/README.md`` ("Training memory per adjacency entry") compares it with the measured peak.
@@ -100,11 +114,16 @@ ELEM = 4  # bytes per feature element (float32: the input features at every --pr
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # A rank's resident memory before its part loads (python, torch, gloo, gnndist, Adam's lazy imports): VmRSS
 # measured by benchmarks/memory.py on the 2-core CPU machine (benchmarks/README.md, "Training memory per
-# adjacency entry"); the same for every rank and P.
-INTERPRETER_BYTES = 369 * 2**20
+# adjacency entry"; 458 MiB on 2026-12-03, torch 2.13.0: 369 on the machines of 2026-12-01/02); the same for
+# every rank and P.
+INTERPRETER_BYTES = 458 * 2**20
 INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
 SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
-ROW_COPIES = 3  # [rows, w] tensors a layer of width w holds at the step's peak: its product, its aggregate, the gradient
+# [rows, w] tensors an SpMM of width w holds at once: its input, the input scaled by D^-1/2, the interior and the
+# boundary products (fitted with MASK_BYTES on the 1M-node graph at P = 2 and 4, hidden 16-256: benchmarks/README.md,
+# "Training memory: where the peak is")
+ROW_BUFFERS = 4
+MASK_BYTES = 1  # a dropout mask: a bool per element, in every dtype
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
@@ -163,16 +182,32 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
         nnz: entries of the rank's block; nnz_transposed: entries whose transposed pattern it keeps.
         rows: owned rows; halo, send: rows received and sent per SpMM.
         widths: the model's widths, the input features first.
-        precision: ``--precision``: the activations' and buffers' bytes per element
-            (:data:`ACTIVATION_BYTES`).
+        precision: ``--precision``: the activations' and buffers' bytes per element (:data:`ACTIVATION_BYTES`).
     """
-    feat, hidden = widths[0], sum(widths[1:])
-    act = ACTIVATION_BYTES[precision]
+    feat = widths[0]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
-    activations = act * hidden * (ROW_COPIES * rows + halo + send)
     spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
-    return int(INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes + activations)
+    held = INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes
+    return int(held + max(activation_phases(rows, halo, send, widths, precision)))
+
+
+def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], precision: str = "fp32") -> list[int]:
+    """Bytes a GCN's step adds at each moment that can be its peak (see the module doc), in order: the features'
+    dropout, each layer's forward SpMM, each layer past the first's linear map in the backward."""
+    act = ACTIVATION_BYTES[precision]
+    feat = widths[0]
+    phases = [(ELEM + MASK_BYTES + (act if act != ELEM else 0)) * feat * rows]
+    kept = 0  # bytes the forward keeps for the backward so far
+    for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
+        agg = i == 0 and cost.aggregate_first(f_in, f_out)
+        width = f_in if agg else f_out
+        dropped = 0 if agg else act * f_in * rows  # the layer's dropped input, alive while it runs
+        phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send))
+        kept += act * f_in * rows if agg else 0  # the aggregate, the linear map's saved input
+        kept += act * f_out * rows if i < len(widths) - 2 else 0  # the ReLU's output
+    phases += [kept + (2 * act + MASK_BYTES) * w * rows for w in widths[1:-1]]
+    return phases
 
 
 def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32") -> np.ndarray:
