@@ -71,7 +71,9 @@ widths): the bytes every moment of the step holds, plus the largest of what a mo
                                                         (a w_in rows, mapping first) + a w (ROW_BUFFERS
                                                         rows + halo + send): the input, its scaled
                                                         copy, the interior and boundary products, the
-                                                        rows sent and received
+                                                        rows sent and received; under half + 4 * 2
+                                                        min(w, HALF_COLUMNS) rows (the CPU path's fp32
+                                                        column chunk of the input and the output)
       layer l >= 1's linear in the backward             what the forward kept + (2 a + 1) w_in rows:
                                                         its input rebuilt from the dropout, its
                                                         gradient, the mask
@@ -104,7 +106,7 @@ from tqdm import tqdm
 from gnndist import cost
 from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
-from gnndist.kernels.spmm.sparse import BLOCK_ENTRIES
+from gnndist.kernels.spmm.sparse import BLOCK_ENTRIES, HALF_COLUMNS
 from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
@@ -203,7 +205,9 @@ def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], pr
         agg = i == 0 and cost.aggregate_first(f_in, f_out)
         width = f_in if agg else f_out
         dropped = 0 if agg else act * f_in * rows  # the layer's dropped input, alive while it runs
-        phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send))
+        # half rows are multiplied in fp32 a column chunk at a time on the CPU: the chunk of the input and the output
+        chunk = ELEM * min(width, HALF_COLUMNS) * 2 * rows if act != ELEM else 0
+        phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send) + chunk)
         kept += act * f_in * rows if agg else 0  # the aggregate, the linear map's saved input
         kept += act * f_out * rows if i < len(widths) - 2 else 0  # the ReLU's output
     phases += [kept + (2 * act + MASK_BYTES) * w * rows for w in widths[1:-1]]
