@@ -140,14 +140,19 @@ def test_check_catches_a_100_ulp_error():
         check("spmm 100 ulp off", perturbed, lambda **t: spmm(csr, impl="reference", **t), inputs, _terms(csr, 37))
 
 
+@pytest.mark.parametrize("blocked", [False, True], ids=["one-block", "row-blocks"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("width", [1, 16, 37, 128])
-def test_sparse_half_in_column_chunks_is_the_whole_product(width, dtype):
-    """The sparse path multiplies half rows in fp32 16 columns at a time (a bounded transient): bit for bit
-    the product of the whole fp32 copy, rounded once, forward and backward."""
+def test_sparse_half_in_column_chunks_is_the_whole_product(monkeypatch, width, dtype, blocked):
+    """The sparse path multiplies half rows in fp32 16 columns at a time (a bounded transient), each chunk for
+    every block of rows: bit for bit the product of the whole fp32 copy, rounded once, forward and backward."""
+    from gnndist.kernels.spmm import sparse
     from gnndist.kernels.spmm.sparse import edge_values, sparse_matrix
 
+    if blocked:
+        monkeypatch.setattr(sparse, "BLOCK_ENTRIES", 16)
     csr = graph("power-law-int32")
+    assert (len(sparse.row_blocks(csr, torch.ones(csr.nnz))) >= 4) == blocked
     x = leaf((csr.num_cols, width), {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype], "cpu", 0)
     out = spmm(csr, x, impl="sparse")
     whole = torch.sparse.mm(sparse_matrix(csr, edge_values(csr, None, "sum", torch.float32)), x.detach().float())

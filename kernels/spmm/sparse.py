@@ -95,13 +95,17 @@ def edge_values(csr: CSR, edge_weight: Tensor | None, reduce: str, dtype: torch.
     return values
 
 
-def _product(matrix: Tensor, x: Tensor, acc: torch.dtype) -> Tensor:
-    """``matrix @ x`` in ``x``'s dtype; half rows multiplied in fp32, :data:`HALF_COLUMNS` columns at a time."""
-    if x.dtype not in _HALF:
-        return torch.sparse.mm(matrix, x)  # [n_rows, F]
-    out = x.new_empty((matrix.shape[0], x.shape[1]))  # [n_rows, F]
-    for j in range(0, x.shape[1], HALF_COLUMNS):
-        out[:, j : j + HALF_COLUMNS] = torch.sparse.mm(matrix, x[:, j : j + HALF_COLUMNS].to(acc).contiguous())
+def _product(blocks: list[tuple[int, Tensor]], x: Tensor, acc: torch.dtype, n_rows: int) -> Tensor:
+    """``A @ x`` in ``x``'s dtype, ``A`` as :func:`row_blocks`; half rows multiplied in fp32, :data:`HALF_COLUMNS`
+    columns at a time (each chunk of ``x`` made fp32 once, for every block)."""
+    if len(blocks) == 1 and x.dtype not in _HALF:
+        return torch.sparse.mm(blocks[0][1], x)  # [n_rows, F]
+    out = x.new_empty((n_rows, x.shape[1]))  # [n_rows, F]
+    step = HALF_COLUMNS if x.dtype in _HALF else max(x.shape[1], 1)
+    for j in range(0, x.shape[1], step):
+        cols = x[:, j : j + step].to(acc).contiguous() if x.dtype in _HALF else x  # [n_cols, <= step]
+        for a, matrix in blocks:  # a block's rows at a time: the call's own copies are of the block, not of A
+            out[a : a + matrix.shape[0], j : j + step] = torch.sparse.mm(matrix, cols)
     return out
 
 
@@ -116,12 +120,7 @@ class SparseSpmm(torch.autograd.Function):
             blocks = csr.cached(("sparse", acc), lambda: row_blocks(csr, values))
         else:
             blocks = row_blocks(csr, values)
-        if len(blocks) == 1:
-            return _product(blocks[0][1], x, acc)  # [n_rows, F]
-        out = x.new_empty((csr.n_rows, x.shape[1]))  # [n_rows, F]
-        for a, matrix in blocks:  # a block's rows at a time: the call's own copies are of the block, not of A
-            out[a : a + matrix.shape[0]] = _product(matrix, x, acc)
-        return out
+        return _product(blocks, x, acc, csr.n_rows)  # [n_rows, F]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
