@@ -116,9 +116,9 @@ ELEM = 4  # bytes per feature element (float32: the input features at every --pr
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # A rank's resident memory before its part loads (python, torch, gloo, gnndist, Adam's lazy imports): VmRSS
 # measured by benchmarks/memory.py on the 2-core CPU machine (benchmarks/README.md, "Training memory per
-# adjacency entry"; 458 MiB on 2026-12-03, torch 2.13.0: 369 on the machines of 2026-12-01/02); the same for
-# every rank and P.
-INTERPRETER_BYTES = 458 * 2**20
+# adjacency entry"; 389-391 MiB on 2026-12-03 16:30-16:41 UTC, torch 2.13.0; 458 on the same machine an hour
+# earlier and 369 on the machines of 2026-12-01/02, for causes not found); the same for every rank and P.
+INTERPRETER_BYTES = 390 * 2**20
 INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
 SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
 # [rows, w] tensors an SpMM of width w holds at once: its input, the input scaled by D^-1/2, the interior and the
