@@ -105,6 +105,14 @@ def _relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
     return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
 
 
+def meta_digest(meta: dict) -> str:
+    """A short digest of a partition's META.json as read (every rank of a job must read the same)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class DistGraph:
     """One rank's part of a partitioned graph, read-only; layers call :meth:`spmm`, :meth:`halo`, :meth:`extend`.
 
@@ -141,6 +149,8 @@ class DistGraph:
         kernel = kernel or KernelSettings()
         wire = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[comm_dtype]  # None: as they are
         strat = strategy or Halo1D()  # by name, with options: gnndist.strategies.strategy_from_config
+        grid.agree(meta_digest(meta), "partition (META.json differs: hosts that see different partitions at one "
+                   "path, or one re-made while the job read it)", must_match=True)
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
         x = t["x"]  # [n_owned, F]

@@ -130,15 +130,16 @@ class GroupOptions:
     device: str = "auto"
 
 
-def run_here(fn: Callable, args: tuple, opts: GroupOptions):
+def run_here(fn: Callable, args: tuple, opts: GroupOptions, on_stuck: Callable[[str], None] | None = None):
     """Join the group from the environment (torchrun, a spawned rank, or none: one rank), run ``fn(grid, *args)``.
 
     A failed collective becomes a one-line :class:`~gnndist.errors.PeerFailed` naming it; the group is
-    destroyed however ``fn`` ends.
+    destroyed however ``fn`` ends. ``on_stuck``: hears the rank's last line if a wait outlives ``--timeout``
+    (:class:`~gnndist.dist.grid.Watchdog`), just before the rank exits.
     """
     import torch.distributed as dist
 
-    grid = join_group(place(), opts.backend, opts.timeout, opts.device, opts.check_collectives)
+    grid = join_group(place(), opts.backend, opts.timeout, opts.device, opts.check_collectives, on_stuck)
     logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
     try:
@@ -318,8 +319,13 @@ def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rank = place().rank
+
+    def stuck(line: str) -> None:  # the watchdog's last word, the rank's own error for the launcher's report
+        _error_path(errdir, rank).write_text(json.dumps({"time": time.time(), "message": line, "secondary": False,
+                                                         "code": 2}))
+
     try:
-        result = run_here(fn, args, opts)
+        result = run_here(fn, args, opts, stuck)
     except Exception as e:
         record = failure_record(e, rank)
         _error_path(errdir, rank).write_text(json.dumps(record))

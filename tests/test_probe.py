@@ -11,7 +11,7 @@ from gnndist.kernels import CSR
 from gnndist.config import DistConfig
 from gnndist.cost import Network
 from gnndist.dist import probe as probe_mod
-from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.grid import ProcessGrid, host_identity
 from gnndist.dist.probe import cache_key, probe, probed, read_cached, write_cached
 from gnndist.errors import UserError
 from gnndist.strategies import Auto
@@ -66,7 +66,7 @@ def test_cache_is_reused_and_reprobe_measures_again(tmp_path, fake_probe):
     said = []
     assert probed(ProcessGrid(), path, say=said.append) == FAKE
     assert fake_probe == [1] and "probed" in said[-1]
-    entry = json.loads(path.read_text())[cache_key(1, "cpu")]
+    entry = json.loads(path.read_text())[cache_key([host_identity()] * 1, "cpu")]
     assert entry["torch"] == torch.__version__ and entry["spread"] == 0.02 and entry["date"]
     assert probed(ProcessGrid(), path, say=said.append) == FAKE  # from the file: no probe
     assert fake_probe == [1] and "reused" in said[-1]
@@ -76,11 +76,11 @@ def test_cache_is_reused_and_reprobe_measures_again(tmp_path, fake_probe):
 
 def test_another_world_size_or_an_unreadable_cache_probes(tmp_path, fake_probe):
     path = tmp_path / "probe.json"
-    write_cached(path, cache_key(2, "cpu"), FAKE, 0.0)  # measured at P = 2
-    assert read_cached(path, cache_key(2, "cpu")) == FAKE
+    write_cached(path, cache_key([host_identity()] * 2, "cpu"), FAKE, 0.0)  # measured at P = 2
+    assert read_cached(path, cache_key([host_identity()] * 2, "cpu")) == FAKE
     probed(ProcessGrid(), path)  # P = 1 here: not the same constants
     assert fake_probe == [1]
-    assert set(json.loads(path.read_text())) == {cache_key(1, "cpu"), cache_key(2, "cpu")}
+    assert set(json.loads(path.read_text())) == {cache_key([host_identity()] * k, "cpu") for k in (1, 2)}
     path.write_text("{not json")
     probed(ProcessGrid(), path)
     assert fake_probe == [1, 1]

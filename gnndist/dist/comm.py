@@ -113,6 +113,10 @@ def _exchange(rows: Tensor, out_counts: list[int], in_counts: list[int], plan: E
     return rows, None  # an axis of one rank: nothing leaves (plans never send to self)
 
 
+def _axis_name(plan: ExchangePlan) -> str:
+    return plan.axis if isinstance(plan.axis, str) else plan.axis.name
+
+
 class PendingGather:
     """A gather in flight: ``wait()`` returns the received rows ``[n_recv, F]``."""
 
@@ -127,7 +131,7 @@ class PendingGather:
     def wait(self) -> Tensor:
         if self.work is not None:
             with phase(_timer(self.counter), "comm"):
-                self.work.wait()
+                self.plan.grid.wait(self.work, f"the gather of {self.tag} on {_axis_name(self.plan)}")
             self.work = None
         return self.recv.to(self.dtype)  # arithmetic in the rows' own dtype
 
@@ -178,7 +182,7 @@ class PendingFold:
     def wait(self) -> Tensor:
         if self.work is not None:
             with phase(_timer(self.counter), "comm"):
-                self.work.wait()
+                self.plan.grid.wait(self.work, f"the fold of {self.tag} on {_axis_name(self.plan)}")
             self.work = None
         out = self.back.new_zeros((self.n_out,) + tuple(self.back.shape[1:]), dtype=self.dtype)
         return out.index_add_(0, self.plan.send_idx, self.back.to(self.dtype))  # summed in the rows' own dtype

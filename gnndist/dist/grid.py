@@ -13,10 +13,17 @@ when ranks share a GPU under gloo, stages them through host memory.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
+import pickle
+import socket
 import sys
+import threading
+import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -25,6 +32,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnndist.errors import CollectiveDesync, PeerFailed, UserError, first_line
+
+log = logging.getLogger("gnndist")
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,13 @@ class ProcessGrid:
     so collectives copy them to host memory and the results back.
     ``checker``: with ``--check-collectives``, every collective is first compared across
     ranks (:class:`CollectiveCheck`); ``None`` otherwise.
+    ``hosts``: every rank's host as its peers reach it (:func:`host_identity`), in rank order: which ranks
+    share a machine, and the key of what a probe measured (:func:`gnndist.dist.probe.cache_key`).
+    ``watchdog``: ends this rank when one of the grid's waits outlives ``timeout`` (:class:`Watchdog`).
+
+    One value for the job: where ranks read something of their own that steers what collectives they enter
+    (a file, a clock), :meth:`share` gives every rank rank 0's and :meth:`agree` also names the ranks whose
+    own differed.
     """
 
     rank: int = 0
@@ -70,12 +86,20 @@ class ProcessGrid:
     timeout: float = 600.0
     staged: bool = False
     checker: CollectiveCheck | None = field(default=None, repr=False)
+    hosts: tuple[str, ...] = ()
+    watchdog: Watchdog | None = field(default=None, repr=False)
     _axes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.device = torch.device(self.device)
         if self.device.type == "cuda" and self.device.index is None:  # tensors report cuda:k, never "cuda"
             self.device = torch.device("cuda", torch.cuda.current_device())
+        if not self.hosts:
+            self.hosts = (host_identity(),) * self.world_size  # one machine until join_group learns otherwise
+
+    @property
+    def num_hosts(self) -> int:
+        return len(set(self.hosts))
 
     @property
     def distributed(self) -> bool:
@@ -118,10 +142,21 @@ class ProcessGrid:
         group = None
         if self.distributed:
             for m in members:  # every rank creates every group, in the same order
-                g = dist.new_group(m) if len(m) < self.world_size else None
+                g = self._new_group(m, name) if len(m) < self.world_size else None
                 if m is members[which]:
                     group = g
         return Axis(members[which], index, group, name)
+
+    def _new_group(self, members: list[int], name: str):
+        """``dist.new_group(members)`` within ``--timeout`` (torch's own default is 30 minutes); a rank whose
+        peers never come fails in one line naming the axis."""
+        try:
+            with self.waiting(f"new_group {name} of ranks {members}"):
+                return dist.new_group(members, timeout=timedelta(seconds=self.timeout))
+        except (RuntimeError, dist.DistError) as e:
+            raise PeerFailed(f"rank {self.rank}: creating the {name} group of ranks {members} failed within "
+                             f"--timeout {self.timeout:g}s: its peers never came (did the ranks choose different "
+                             f"layouts? --check-collectives names it): {first_line(e)}") from None
 
     def axis(self, name: str, c: int = 1) -> Axis:
         """The named axis: ``world``, or ``row`` / ``col`` of replication ``c``."""
@@ -144,13 +179,31 @@ class ProcessGrid:
         ``"out"`` / ``"inout"`` tensors are copied back on the work's ``wait()``.
         """
         if not self.staged:
-            return op(*(t for t, _ in args))
+            if async_op:
+                return op(*(t for t, _ in args))
+            with self.waiting(_op_name(op)):
+                return op(*(t for t, _ in args))
         host = [to_host(t, copy=mode != "out") for t, mode in args]
         work = StagedWork(op(*host), [(t, h) for (t, mode), h in zip(args, host) if mode != "in"])
         if async_op:
             return work
-        work.wait()
+        self.wait(work, _op_name(op))
         return None
+
+    def wait(self, work, what: str = "a collective") -> None:
+        """Wait for ``work`` (an async collective's) under the watchdog."""
+        with self.waiting(what):
+            work.wait()
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Within it, this rank waits on its peers (``what``): the watchdog ends the rank if it lasts past
+        ``--timeout``. Nested waits count as the outermost."""
+        if self.watchdog is None:
+            yield
+            return
+        with self.watchdog.waiting(what):
+            yield
 
     def all_reduce_(self, t: Tensor, axis: str | Axis = "world", op: str = "sum", async_op: bool = False):
         """Reduce ``t`` in place over ``axis`` (``sum`` or ``max``); no-op on one rank.
@@ -163,8 +216,8 @@ class ProcessGrid:
             return None if async_op else t
         self._check(f"all_reduce_({op})", ax)
         red = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
-        work = self._run(lambda h: dist.all_reduce(h, op=red, group=ax.group, async_op=async_op), [(t, "inout")],
-                         async_op)
+        work = self._run(_named(lambda h: dist.all_reduce(h, op=red, group=ax.group, async_op=async_op),
+                                f"all_reduce on {ax.name}"), [(t, "inout")], async_op)
         return work if async_op else t
 
     def broadcast_(self, t: Tensor, src: int = 0) -> Tensor:
@@ -172,7 +225,7 @@ class ProcessGrid:
         self.check_devices("broadcast_", t)
         if self.distributed:
             self._check(f"broadcast_(src={src})", "world")
-            self._run(lambda h: dist.broadcast(h, src), [(t, "inout")], False)
+            self._run(_named(lambda h: dist.broadcast(h, src), "broadcast"), [(t, "inout")], False)
         return t
 
     def all_gather_object(self, obj) -> list:
@@ -181,8 +234,35 @@ class ProcessGrid:
             return [obj]
         self._check("all_gather_object", "world")
         out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        with self.waiting("all_gather_object"):
+            dist.all_gather_object(out, obj)
         return out
+
+    def share(self, obj):
+        """Rank 0's ``obj`` on every rank (collective): what rank 0 alone read (a file) becomes the job's value."""
+        return self.all_gather_object(obj)[0] if self.distributed else obj
+
+    def agree(self, obj, what: str, must_match: bool = False):
+        """Rank 0's ``obj`` on every rank (collective), where every rank has its own (read from a file, measured).
+
+        Ranks whose own differs are named: a warning on rank 0, the job taking rank 0's value; with
+        ``must_match`` a one-line :class:`UserError` on every rank instead (a value no rank may replace, such
+        as the partition's META.json beside each rank's part). Compared as pickled bytes.
+        """
+        if not self.distributed:
+            return obj
+        every = self.all_gather_object(obj)
+        first = pickle.dumps(every[0])
+        differ = [k for k, v in enumerate(every) if pickle.dumps(v) != first]
+        if differ:
+            hosts = sorted({self.hosts[k] for k in differ})
+            said = (f"rank{'s' * (len(differ) > 1)} {_ranks_text(differ)} (on {', '.join(hosts)}) had another "
+                    f"{what} than rank 0 (on {self.hosts[0]})")
+            if must_match:
+                raise UserError(said)
+            if self.is_main:
+                log.warning(f"{said}; every rank takes rank 0's")
+        return every[0]
 
     def all_to_all_single(self, out: Tensor, inp: Tensor, out_splits: list[int] | None = None,
                           in_splits: list[int] | None = None, axis: str | Axis = "world", async_op: bool = False):
@@ -202,8 +282,9 @@ class ProcessGrid:
             out.copy_(inp)
             return None
         self._check("all_to_all_single", ax)
-        return self._run(lambda o, i: dist.all_to_all_single(o, i, out_splits, in_splits, group=ax.group,
-                                                             async_op=async_op), [(out, "out"), (inp, "in")], async_op)
+        return self._run(_named(lambda o, i: dist.all_to_all_single(o, i, out_splits, in_splits, group=ax.group,
+                                                                    async_op=async_op), f"all_to_all on {ax.name}"),
+                         [(out, "out"), (inp, "in")], async_op)
 
     def synchronize(self) -> None:
         """Wait for the device (for timers); a no-op on CPU."""
@@ -213,14 +294,23 @@ class ProcessGrid:
     def barrier(self) -> None:
         if self.distributed:
             self._check("barrier", "world")
-            dist.barrier()
+            with self.waiting("barrier"):
+                dist.barrier()
 
     def _check(self, op: str, axis: Axis | str) -> None:
         """With ``--check-collectives``: compare this collective with every rank's next one (else nothing)."""
         if self.checker is not None:
             self.checker.check(op, axis if isinstance(axis, str) else axis.name)
 
+    def check_agreement(self, what: str) -> None:
+        """With ``--check-collectives``: every rank must say the same ``what`` here (a decision that steers the
+        collectives to come, such as a layer's layout), else a :class:`CollectiveDesync` naming both; else nothing."""
+        self._check(what, "world")
+
     def destroy(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
         if self.checker is not None:
             self.checker.close()  # a rank still waiting in a collective hears that this one has left
             self.checker = None
@@ -236,6 +326,107 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def host_identity() -> str:
+    """This host as its peers reach it: ``hostname/addr,addr`` with the IPv4 addresses of its network interfaces
+    (loopback aside), read in this process's network namespace; the hostname alone where they cannot be read."""
+    import fcntl
+    import struct
+
+    addrs = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                try:
+                    req = struct.pack("256s", name.encode()[:15])
+                    addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
+                except OSError:  # an interface without an IPv4 address
+                    continue
+                if not addr.startswith("127."):
+                    addrs.append(addr)
+    except OSError:
+        pass
+    return socket.gethostname() + ("/" + ",".join(sorted(addrs)) if addrs else "")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+
+
+def _named(fn, name: str):
+    fn.__gnndist_name__ = name
+    return fn
+
+
+def _op_name(fn) -> str:
+    return getattr(fn, "__gnndist_name__", "a collective")
+
+
+class Watchdog:
+    """Ends this rank when one of the grid's waits lasts past ``timeout`` + :attr:`GRACE` seconds.
+
+    torch bounds most waits by the group's timeout and then raises (the rank's one line names the collective);
+    this is the backstop for a wait that does not (a store, a group's creation, a collective whose peer is
+    alive but elsewhere). A daemon thread looks every second; when a wait is overdue it prints one line naming
+    the wait and where it was entered (the main thread's innermost gnndist frames), calls ``on_stuck`` with it
+    (the launcher records it as the rank's error) and exits the process with code 2. The launcher then stops
+    the other ranks of its host, and every peer waiting on this rank fails at once (its connection is gone).
+    """
+
+    GRACE = 15.0
+
+    def __init__(self, rank: int, timeout: float, on_stuck: Callable[[str], None] | None = None,
+                 exit: Callable[[int], None] = os._exit, poll: float = 1.0):
+        self.rank, self.timeout, self.on_stuck, self._exit, self._poll = rank, timeout, on_stuck, exit, poll
+        self.what: str | None = None
+        self.since = 0.0
+        self._main = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gnndist-watchdog", daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        if self.what is not None or threading.get_ident() != self._main:  # nested, or not the rank's own thread
+            yield
+            return
+        self.what, self.since = what, time.monotonic()
+        try:
+            yield
+        finally:
+            self.what = None
+
+    def overdue(self, now: float | None = None) -> str | None:
+        """The line to leave with, when the current wait is overdue; else ``None``."""
+        what, since = self.what, self.since
+        if what is None:
+            return None
+        waited = (now if now is not None else time.monotonic()) - since
+        if waited <= self.timeout + self.GRACE:
+            return None
+        frame = sys._current_frames().get(self._main)
+        where = _caller(frame=frame) if frame is not None else "?"
+        return (f"rank {self.rank}: stuck {waited:.0f}s in {what} (from {where}), past --timeout {self.timeout:g}s: "
+                f"leaving the job")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll):
+            line = self.overdue()
+            if line is None:
+                continue
+            print(f"gnndist: error: {line}", file=sys.stderr, flush=True)
+            if self.on_stuck is not None:
+                try:
+                    self.on_stuck(line)
+                except Exception:
+                    pass
+            sys.stdout.flush()
+            self._exit(2)
+            return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def to_host(t: Tensor, copy: bool = True) -> Tensor:
@@ -299,7 +490,8 @@ class CollectiveCheck:
 
     def __init__(self, world_size: int, timeout: float):
         self.world_size, self.timeout = world_size, timeout
-        self.group = dist.new_group(backend="gloo")  # a CPU group of its own: never queued behind the real ones
+        # a CPU group of its own: never queued behind the real ones
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
         self.calls = 0
 
     def check(self, op: str, axis: str) -> None:
@@ -350,14 +542,14 @@ def _package_dirs() -> tuple[str, ...]:
     return tuple(sorted(dirs, key=len, reverse=True))  # the innermost folder first
 
 
-def _caller(depth: int = 3) -> str:
+def _caller(depth: int = 3, frame=None) -> str:
     """The innermost ``depth`` functions that led to a collective: gnndist's own (outside this module) and the
     caller's code (a script, a custom model, a test); not the standard library's or other installed packages'."""
     import sysconfig
 
     ours = _package_dirs()
     libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
-    out, frame = [], sys._getframe(1)
+    out, frame = [], frame if frame is not None else sys._getframe(1)
     while frame is not None and len(out) < depth:
         code = frame.f_code
         name = code.co_filename
@@ -424,7 +616,7 @@ def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
 
 
 def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, device: str = "auto",
-               check_collectives: bool = False) -> ProcessGrid:
+               check_collectives: bool = False, on_stuck: Callable[[str], None] | None = None) -> ProcessGrid:
     """Build the :class:`ProcessGrid` of ``place`` (``gnndist.init()`` is this with the environment's place).
 
     Args:
@@ -434,6 +626,7 @@ def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, devi
         timeout: seconds a rank waits for missing peers or a collective before failing.
         device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
         check_collectives: compare every collective across ranks before it runs (:class:`CollectiveCheck`).
+        on_stuck: called with the rank's last line when a wait outlives ``timeout`` (:class:`Watchdog`).
     """
     world, rank, local_rank, local_world = place.world, place.rank, place.local_rank, place.local_world
     split_threads(local_world)
@@ -468,4 +661,7 @@ def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, devi
                 f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
                 f"(a peer never joined?): {first_line(e)}"
             ) from None
+    if distributed:
+        grid.watchdog = Watchdog(rank, timeout, on_stuck)
+        grid.hosts = tuple(grid.all_gather_object(host_identity()))  # [P]: which ranks share a machine
     return grid

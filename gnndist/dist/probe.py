@@ -8,11 +8,17 @@ gets rank 0's values.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
 import json
+import logging
 import os
-import platform
+import socket
 import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -20,6 +26,8 @@ import numpy as np
 import torch
 
 from gnndist.cost import NETWORKS, Network
+
+log = logging.getLogger("gnndist")
 
 TOLERANCE = 0.15  # two consecutive rounds of the probe agree within 15 % on every constant
 ROUNDS = 5  # at most this many rounds
@@ -33,9 +41,22 @@ def default_cache() -> Path:
     return Path(default_root()) / "probe.json"
 
 
-def cache_key(world_size: int, device: torch.device | str) -> str:
-    """The machine, torch version, device type and world size a probe's result holds for."""
-    return f"{platform.node()}|torch {torch.__version__}|{torch.device(device).type}|P={world_size}"
+def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
+    """What a probe's result holds for: the hosts of the job's ranks (``hosts[k]``: rank ``k``'s, as
+    :func:`~gnndist.dist.grid.host_identity` names it: hostname and addresses, so the network between them),
+    the ranks on each, the torch version, the device type and the world size.
+
+    One host: ``vm/192.0.2.2|torch 2.13.0|cpu|P=4``; several: ``16 hosts x 1 (vm/10.77.0.1, ...; 3f2a91c0)|...``
+    with a digest of every host's identity and rank count.
+    """
+    count = Counter(hosts)
+    if len(count) == 1:
+        where = hosts[0]
+    else:
+        per = sorted(set(count.values()))
+        digest = hashlib.sha256(json.dumps(sorted(count.items())).encode()).hexdigest()[:8]
+        where = f"{len(count)} hosts x {'/'.join(map(str, per))} ({min(count)}, ...; {digest})"
+    return f"{where}|torch {torch.__version__}|{torch.device(device).type}|P={len(hosts)}"
 
 
 def read_cached(path: Path, key: str) -> Network | None:
@@ -48,17 +69,30 @@ def read_cached(path: Path, key: str) -> Network | None:
 
 
 def _store(path: Path, key: str, entry: dict) -> None:
-    """``entry`` under ``key`` in the JSON table ``path`` (atomically; other keys kept), dated."""
+    """``entry`` under ``key`` in the JSON table ``path``, dated; other keys kept.
+
+    Called by one process of a job (rank 0). Atomic on a home directory many hosts share: written to a
+    temporary file named by host, process and a random part, then renamed over the table, so a reader sees
+    the old table or the new one; the table is re-read just before, so another job's entries are kept (two
+    jobs writing at the same moment: the later one's table wins). A table that cannot be written is a
+    warning, not a failure: the next run measures again.
+    """
     path = Path(path)
     try:
         table = json.loads(path.read_text())
     except (OSError, ValueError):
         table = {}
     table[key] = {**entry, "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        log.warning(f"could not keep the cost model's measurements in {path} ({e.strerror or e}); "
+                    f"the next run measures them again")
 
 
 def write_cached(path: Path, key: str, net: Network, spread: float) -> None:
@@ -84,12 +118,12 @@ def probed(grid, cache: Path | None, reprobe: bool = False, csr=None, kernel=Non
     """The probe's constants for this machine and world size: from ``cache`` when it holds them
     (and not ``reprobe``), else measured (:func:`probe`, collective) and stored there by rank 0.
 
-    Rank 0 reads the file and its values go to every rank, so all ranks use the same constants.
-    ``cache`` ``None``: measure, store nothing. ``say``: called with one line on rank 0.
+    Rank 0 alone reads the file and its values go to every rank (:meth:`~gnndist.dist.grid.ProcessGrid.share`):
+    hosts sharing a home directory may see it at different moments, so no other rank's reading of it steers
+    anything. ``cache`` ``None``: measure, store nothing. ``say``: called with one line on rank 0.
     """
-    key = cache_key(grid.world_size, grid.device)
-    found = read_cached(cache, key) if cache is not None and not reprobe and grid.is_main else None
-    found = grid.all_gather_object(found)[0]
+    key = cache_key(grid.hosts, grid.device)
+    found = grid.share(read_cached(cache, key) if cache is not None and not reprobe and grid.is_main else None)
     if found is not None:
         if say and grid.is_main:
             say(f"cost model: probe constants of {key} reused from {cache} (--reprobe measures them again)")
@@ -129,11 +163,11 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
         spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
         if spread <= tolerance:  # the same decision on every rank: the timings are all-reduced
             break
-    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, csr), spread
+    return _constants(np.median(np.stack(taken), axis=0), grid.world_size), spread
 
 
 # a round's timings, in this order (seconds): tiny all-to-all on the world, on a 2-rank axis (0 when there is
-# none), big all-to-all, SpMM at width 32, X @ W, elementwise multiply, tiny training step
+# none), big all-to-all, SpMM at width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step
 _BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
 _DENSE = (2048, 256, 64)
 _ELEM = 1 << 20
@@ -158,7 +192,9 @@ def _round(grid, csr, kernel, repeats: int):
         t = [median_time(lambda: grid.all_to_all_single(small_out, small)),
              median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair)) if pair else 0.0,
              median_time(lambda: grid.all_to_all_single(big_out, big)),
-             median_time(lambda: spmm(csr, x, **k), True) if x is not None else 0.0,
+             # seconds per nonzero and column, this rank's own: the all-reduce below then gives every rank the
+             # slowest rank's rate (the slowest time over each rank's own nonzeros differs per rank, issue 51)
+             median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None else 0.0,
              median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True)]
         vals = torch.tensor(t, dtype=torch.float64, device=dev)
         grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
@@ -192,9 +228,9 @@ def _timer(grid, repeats: int):
     return median_time
 
 
-def _constants(t: np.ndarray, P: int, csr) -> Network:
+def _constants(t: np.ndarray, P: int) -> Network:
     """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks."""
-    t_world, t_pair, t_big, t_spmm, t_dense, t_elem, t_step = (float(v) for v in t)
+    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step = (float(v) for v in t)
     if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
         overhead = max(t_pair - alpha, 0.0)
@@ -202,7 +238,7 @@ def _constants(t: np.ndarray, P: int, csr) -> Network:
         alpha, overhead = t_world / max(P - 1, 1), 0.0
     big_bytes = _BIG_PER_PEER * P * 4 * (P - 1) / P
     inv_beta = max(t_big - t_world, 1e-9) / big_bytes if P > 1 else 0.0
-    gamma_s = t_spmm / (csr.nnz * 32) if t_spmm else NETWORKS["ethernet"].gamma_sparse
+    gamma_s = spmm_rate if spmm_rate else NETWORKS["ethernet"].gamma_sparse
     m, kk, n = _DENSE
     return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s,
                    t_dense / (2 * m * kk * n), overhead, t_elem / _ELEM, t_step)

@@ -75,13 +75,14 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
 
 
 def probed_network(parts: int):
-    """``--partition-network probe``: the constants the probe cached for this machine at ``parts`` ranks (on the
+    """``--partition-network probe``: the constants the probe cached for this machine alone at ``parts`` ranks (on the
     device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
     import torch
 
+    from gnndist.dist.grid import host_identity
     from gnndist.dist.probe import cache_key, default_cache, read_cached
 
-    key = cache_key(parts, "cuda" if torch.cuda.is_available() else "cpu")
+    key = cache_key([host_identity()] * parts, "cuda" if torch.cuda.is_available() else "cpu")  # this machine
     net = read_cached(default_cache(), key)
     if net is None:
         raise UserError(f"--partition-network probe: {default_cache()} holds no constants for {key}; a run with "

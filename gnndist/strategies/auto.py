@@ -176,12 +176,16 @@ class Auto(Strategy):
             say = log.info if grid.is_main else None
             self.network = with_overrides(probed(grid, self.cache, self.reprobe, part.csr, kernel, say),
                                           **self.overrides)
+        # every input of a decision is one value for the job: the counts (each rank read them from its META.json)
+        # and the constants (flags each rank parsed, or the probe's); a rank that differs is named
+        self.loads = grid.agree(self.loads, "layout counts (META.json layouts)")
+        self.network = grid.agree(self.network, "cost-model constants (--network, --alpha, --beta, the probe)")
 
-    def _decision_key(self, width: int, backward: bool) -> str:
+    def decision_key(self, width: int, backward: bool) -> str:
         """Where a timed decision is kept: the machine, the candidates' counts on every rank, the width."""
         counts = [[ld.as_array().tolist() for ld in lds] for lds in self.loads]
         digest = hashlib.sha256(json.dumps([[s.describe() for s in self.options], counts]).encode()).hexdigest()[:16]
-        return f"{cache_key(self.grid.world_size, self.grid.device)}|layouts {digest}|F={width}|bwd={int(backward)}"
+        return f"{cache_key(self.grid.hosts, self.grid.device)}|layouts {digest}|F={width}|bwd={int(backward)}"
 
     def _measure(self, k: int, width: int, backward: bool) -> float:
         """Seconds of one SpMM of candidate ``k`` at ``width`` (forward, and backward when the layer's has one):
@@ -208,8 +212,8 @@ class Auto(Strategy):
 
     def _kept(self, key: str | None) -> dict | None:
         """An earlier run's decision under ``key``, read by rank 0 and given to every rank (collective)."""
-        kept = read_decision(self.cache, key) if key and not self.reprobe and self.grid.is_main else None
-        return self.grid.all_gather_object(kept)[0]  # rank 0's file decides for every rank
+        return self.grid.share(read_decision(self.cache, key) if key and not self.reprobe and self.grid.is_main
+                               else None)  # rank 0's file decides for every rank
 
     def _built(self, k: int) -> BlockStrategy:
         """Candidate ``k``, built on first use (collective: every rank asks for the same candidates)."""
@@ -223,12 +227,15 @@ class Auto(Strategy):
         report (:meth:`choices`) and rank 0's line."""
         if tag not in self.chosen:
             names = [s.describe() for s in self.options]
-            key = self._decision_key(width, backward) if self.cache is not None else None
+            key = self.decision_key(width, backward) if self.cache is not None else None
             d = decide(self.loads, names, width, backward, self.network, self.elem, self.error, self._kept(key),
                        lambda k: self._measure(k, width, backward))
+            # the same inputs give the same decision on every rank; should one still differ, rank 0's is the job's
+            # (a layout some ranks build while others multiply with another never finishes)
+            d = self.grid.agree(d, f"auto decision for {tag} (F={width})")
             if d.measured and not d.remembered and key and self.grid.is_main:
                 write_decision(self.cache, key, names[d.best], {names[k]: t for k, t in d.measured.items()})
-            self.chosen[tag] = self._built(d.best)  # every rank chose the same
+            self.chosen[tag] = self._built(d.best)  # every rank has the same decision
             self.decisions[tag] = decision_report(d, names, self.loads, width, self.elem, self.chosen[tag],
                                                   self.network)
             if self.grid.is_main:

@@ -70,6 +70,27 @@ class Checkpoints:
         """The checkpoints in the directory, oldest first."""
         return sorted(self.dir.glob("ckpt-*.pt"))
 
+    def _read(self, path: Path) -> dict:
+        """A checkpoint's state, checked (format and checksum); raises on a corrupt one."""
+        state = torch.load(path, map_location=self.grid.device, weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"not a gnndist checkpoint of format {CHECKPOINT_FORMAT}")
+        if state.pop("sha256", None) != digest(state):
+            raise ValueError("checksum mismatch")  # a flipped bit loads without complaint otherwise
+        return state
+
+    def _newest_readable(self) -> tuple[str | None, list[str], int]:
+        """``(path, skipped, count)``: the newest checkpoint that reads back whole (``None``: none does), the
+        ones skipped on the way (each with why), and how many there are."""
+        found, skipped = self.found(), []
+        for path in reversed(found):
+            try:
+                self._read(path)
+                return str(path), skipped, len(found)
+            except Exception as e:  # truncated, bit-flipped or foreign: try the one before
+                skipped.append(f"{path} ({first_line(e).split('. ')[0]})")
+        return None, skipped, len(found)
+
     def save(self, epoch: int, model: nn.Module, optim: torch.optim.Optimizer, best: Best, config: dict,
              widths: tuple[int, int] = (0, 0), edge_dim: int = 0, hetero: dict | None = None) -> None:
         """Checkpoint every ``every`` epochs (and the last), and ``best.pt`` when ``best`` is this epoch
@@ -99,30 +120,31 @@ class Checkpoints:
     def resume(self, model: nn.Module, optim: torch.optim.Optimizer, required: bool) -> tuple[int, Best] | None:
         """Load the newest readable checkpoint into ``model`` and ``optim``; ``(next epoch, best)``, or None if none.
 
-        Corrupt or truncated checkpoints are skipped (a warning each); every rank reads the same file.
+        Corrupt or truncated checkpoints are skipped (a warning each). Rank 0 chooses the file and every rank
+        reads that one (collective): hosts sharing the directory may list it at different moments, and ranks
+        resuming from different epochs would run different steps. A rank that cannot read it fails them all.
         """
-        found = self.found()
-        if not found:
+        path, skipped, count = self.grid.share(self._newest_readable() if self.grid.is_main else None)
+        if not count:
             if required:
                 raise UserError(f"--resume: no checkpoint in {self.dir} (ckpt-*.pt); train with --checkpoint "
                                 f"{self.dir} first")
             return None
-        state, skipped = None, []
-        for path in reversed(found):
-            try:
-                state = torch.load(path, map_location=self.grid.device, weights_only=True)
-                if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-                    raise ValueError(f"not a gnndist checkpoint of format {CHECKPOINT_FORMAT}")
-                if state.pop("sha256", None) != digest(state):
-                    raise ValueError("checksum mismatch")  # a flipped bit loads without complaint otherwise
-                break
-            except Exception as e:  # truncated, bit-flipped or foreign: try the one before
-                state = None
-                skipped.append(f"{path} ({first_line(e).split('. ')[0]})")
-        if state is None:
-            raise UserError(f"no readable checkpoint in {self.dir}: all {len(found)} are corrupt, e.g. {skipped[0]}")
+        if path is None:
+            raise UserError(f"no readable checkpoint in {self.dir}: all {count} are corrupt, e.g. {skipped[0]}")
         for line in skipped if self.grid.is_main else ():
             log.warning(f"skipped the unreadable checkpoint {line}")
+        path, state, error = Path(path), None, None
+        try:
+            state = self._read(path)
+        except Exception as e:
+            error = e
+        failed = self.grid.all_reduce_(torch.tensor([float(error is not None)], device=self.grid.device))
+        if error is not None:
+            raise UserError(f"rank {self.grid.rank}: cannot read {path}, the checkpoint rank 0 resumes from: "
+                            f"{first_line(error)}") from None
+        if failed.item() > 0:
+            raise PeerFailed(f"rank {self.grid.rank}: another rank cannot read {path}, the checkpoint to resume from")
         state["model"], state["optim"] = own_state(model, state["model"], optim, state["optim"])  # this rank's rows
         check_same_model(path, state, model)
         model.load_state_dict(state["model"])

@@ -192,7 +192,7 @@ def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: st
     """
     grid, strategy = graph.grid, graph.strategy
     tags = list(graph.context.calls)  # in the order the layers ran
-    probe = read_cached(default_cache(), cache_key(grid.world_size, grid.device)) \
+    probe = read_cached(default_cache(), cache_key(grid.hosts, grid.device)) \
         if network == "probe" and grid.is_main else None
     mine = ([strategy.layout_for(t).load().as_array() for t in tags], int(torch.count_nonzero(graph.x)), probe)
     every = grid.all_gather_object(mine)

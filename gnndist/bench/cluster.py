@@ -1,0 +1,250 @@
+"""A cluster in a box: H emulated hosts on this machine, each a network namespace with one shaped link.
+
+    with EmulatedCluster(hosts=16, rate="100mbit") as c:       # needs root, `ip` and `tc`
+        results = c.run(["train", "parts/", "--strategy", "auto"], env={"GNNDIST_DATA": "/shared"}, timeout=900)
+
+The hosts hang off one bridge inside a "switch" namespace of their own (no address is given outside the
+namespaces made here). Host ``k`` is the namespace ``gdc<tag>-h<k>`` with link ``eth0`` at ``10.77.<n>.<k+1>/16``;
+its traffic is shaped both ways by ``tc tbf`` (the host's egress on ``eth0``, its ingress on the switch's port),
+at ``rate`` (``tc``'s units: ``100mbit``, ``1gbit``; ``None``: unshaped). Latency needs netem, which this kernel
+lacks: the link has the bridge's own (tens of microseconds). :meth:`EmulatedCluster.run` starts one ``torchrun``
+agent per host (``--nnodes H --nproc-per-node G``, c10d rendezvous on host 0's address; ``GLOO_SOCKET_IFNAME``
+the host's link) running ``gnndist <args>``: the product's own command, as on a cluster. Everything is torn
+down on exit, Ctrl-C, SIGTERM or failure: every process left in a namespace is killed and the namespaces (with
+their links) deleted.
+
+Time dilation: the H x G ranks share this machine's cores, so compute runs H x G / cores times slower than on a
+host of its own, while each link keeps its rate. A run at ``rate`` R therefore stands for a cluster whose links
+carry R x H x G / cores per unit of its compute: 16 hosts x 1 rank on 2 cores at 100 Mbit/s is a cluster of one
+core per host on 800 Mbit/s links (:func:`dilation`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gnndist.errors import UserError
+
+PORT = 29531  # c10d rendezvous on host 0
+
+
+def dilation(hosts: int, ranks_per_host: int, cores: int | None = None) -> float:
+    """How many times slower each rank computes here than on cores of its own (ranks over this machine's cores)."""
+    return max(1.0, hosts * ranks_per_host / (cores or os.cpu_count() or 1))
+
+
+def why_not() -> str | None:
+    """Why this machine cannot emulate hosts (not root, no ``ip`` / ``tc``), or ``None`` when it can."""
+    if os.geteuid() != 0:
+        return "emulated hosts need root (network namespaces, veth links, tc)"
+    missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
+    if missing:
+        return f"emulated hosts need {' and '.join(missing)} (iproute2)"
+    return None
+
+
+def _sh(*cmd: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise UserError(f"{' '.join(full)}: {(r.stderr or r.stdout).strip().splitlines()[-1:] or ['failed']}")
+    return r
+
+
+def _burst(rate: str) -> str:
+    """A tbf bucket of about 10 ms of traffic at ``rate`` (at least 64 KiB: one large segment train)."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
+    r = rate.lower()
+    unit = next((u for u in units if r.endswith(u)), None)
+    if unit is None:
+        raise UserError(f"link rate {rate!r}: give it in tc's units, e.g. 100mbit or 10gbit")
+    bits = float(r[: -len(unit)]) * units[unit]
+    return f"{max(64 * 1024, int(bits / 8 / 100))}b"
+
+
+@dataclass
+class HostResult:
+    """What one host's agent did: its exit code (``None``: killed at the timeout), output, and seconds."""
+
+    host: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class EmulatedCluster:
+    """``hosts`` namespaces on a bridge, each link shaped to ``rate``; a context manager that tears all down.
+
+    Args:
+        hosts: emulated hosts (one torchrun agent each).
+        ranks_per_host: ranks each agent starts (``--nproc-per-node``).
+        rate: every link's rate in tc's units (``None``: unshaped).
+        tag: names the namespaces ``gdc<tag>-*`` (default: this process's id, so two harnesses never collide).
+    """
+
+    def __init__(self, hosts: int, ranks_per_host: int = 1, rate: str | None = "100mbit", tag: str | None = None):
+        if hosts < 1 or hosts > 250 or ranks_per_host < 1:
+            raise UserError(f"--hosts {hosts} --ranks-per-host {ranks_per_host}: need 1-250 hosts and >= 1 rank each")
+        self.hosts, self.ranks_per_host, self.rate = hosts, ranks_per_host, rate
+        self.tag = tag or str(os.getpid())
+        self.net = 77 + (int(self.tag) % 100 if self.tag.isdigit() else 0)  # 10.<net>.0.0/16
+        self.switch = f"gdc{self.tag}-sw"
+        self.names = [f"gdc{self.tag}-h{k}" for k in range(hosts)]
+        self._made: list[str] = []
+        self._procs: list[subprocess.Popen] = []
+        self._old_term = None
+
+    def address(self, host: int) -> str:
+        return f"10.{self.net}.{host // 250}.{host % 250 + 1}"
+
+    # ------------------------------------------------------------------ set-up and tear-down
+    def __enter__(self) -> EmulatedCluster:
+        reason = why_not()
+        if reason:
+            raise UserError(reason)
+        self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        _sh("ip", "netns", "add", self.switch)
+        self._made.append(self.switch)
+        _sh("ip", "link", "add", "br0", "type", "bridge", ns=self.switch)
+        _sh("ip", "link", "set", "br0", "up", ns=self.switch)
+        for k, ns in enumerate(self.names):
+            _sh("ip", "netns", "add", ns)
+            self._made.append(ns)
+            port = f"p{k}"
+            _sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
+            _sh("ip", "link", "set", port, "master", "br0", ns=self.switch)
+            _sh("ip", "link", "set", port, "up", ns=self.switch)
+            _sh("ip", "addr", "add", f"{self.address(k)}/16", "dev", "eth0", ns=ns)
+            _sh("ip", "link", "set", "eth0", "up", ns=ns)
+            _sh("ip", "link", "set", "lo", "up", ns=ns)
+            if self.rate:
+                shape = ["rate", self.rate, "burst", _burst(self.rate), "latency", "100ms"]
+                _sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", *shape, ns=ns)  # the host's egress
+                _sh("tc", "qdisc", "add", "dev", port, "root", "tbf", *shape, ns=self.switch)  # its ingress
+
+    def close(self) -> None:
+        """Kill every process of the run and in the namespaces, delete the namespaces (idempotent)."""
+        for p in self._procs:
+            if p.poll() is None:
+                _kill_group(p)
+        for ns in self._made:
+            pids = _sh("ip", "netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for ns in reversed(self._made):
+            for _ in range(20):  # a namespace whose last process is still exiting is busy for a moment
+                if _sh("ip", "netns", "delete", ns, check=False).returncode == 0 or ns not in leftovers(""):
+                    break
+                time.sleep(0.1)
+        self._made.clear()
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+
+    # ------------------------------------------------------------------ jobs
+    def agent_command(self, host: int, args: list[str], rdzv_id: str) -> list[str]:
+        """The command host ``host`` runs: one torchrun agent of ``gnndist <args>``."""
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.hosts),
+                "--nproc-per-node", str(self.ranks_per_host), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"{self.address(0)}:{PORT}", "--rdzv-id", rdzv_id,
+                "--rdzv-conf", f"is_host={int(host == 0)}",  # the namespaces share one hostname: say who serves
+                "--local-addr", self.address(host), "-m", "gnndist.cli", *args]
+
+    def run(self, args: list[str], env: dict[str, str] | None = None, timeout: float = 900.0,
+            on_timeout=None) -> list[HostResult]:
+        """Run ``gnndist <args>`` on every host at once (one torchrun agent each) and wait for all of them.
+
+        ``timeout``: seconds after which every agent still running is killed (its ``returncode`` ``None``);
+        ``on_timeout(cluster)`` is called first (e.g. to dump the ranks' stacks).
+        """
+        rdzv = f"gdc{self.tag}-{time.monotonic_ns()}"
+        base = {**os.environ, **(env or {}), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
+        logs = []
+        for k, ns in enumerate(self.names):
+            out, err = _tempfile(f"host{k}.out"), _tempfile(f"host{k}.err")
+            logs.append((out, err))
+            cmd = ["ip", "netns", "exec", ns, *self.agent_command(k, args, rdzv)]
+            self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=base, start_new_session=True))
+        procs = self._procs[-self.hosts:]
+        t0 = time.monotonic()
+        ended = [None] * self.hosts
+        while time.monotonic() - t0 < timeout:
+            for k, p in enumerate(procs):
+                if ended[k] is None and p.poll() is not None:
+                    ended[k] = time.monotonic() - t0
+            if all(e is not None for e in ended):
+                break
+            time.sleep(0.2)
+        if any(p.poll() is None for p in procs):
+            if on_timeout is not None:
+                on_timeout(self)
+            for p in procs:
+                if p.poll() is None:
+                    _kill_group(p)
+        results = []
+        for k, (p, (out, err)) in enumerate(zip(procs, logs)):
+            p.wait()
+            rc = p.returncode if ended[k] is not None or p.returncode >= 0 else None
+            results.append(HostResult(k, rc, _read(out), _read(err), ended[k] if ended[k] is not None else timeout))
+        return results
+
+    def rank_pids(self) -> dict[int, list[int]]:
+        """Host -> process ids in its namespace (agents and ranks), for stack dumps."""
+        return {k: [int(p) for p in _sh("ip", "netns", "pids", ns, check=False).stdout.split()]
+                for k, ns in enumerate(self.names)}
+
+
+def leftovers(tag: str = "") -> list[str]:
+    """Network namespaces this harness made (``gdc<tag>*``) that still exist: none after a clean exit."""
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    names = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(f"gdc{tag}")]
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tempfile(name: str):
+    import tempfile
+
+    f = tempfile.NamedTemporaryFile("w+", prefix="gdc-", suffix=f"-{name}", delete=False)
+    return f
+
+
+def _read(f) -> str:
+    f.flush()
+    f.seek(0)
+    text = f.read()
+    f.close()
+    Path(f.name).unlink(missing_ok=True)
+    return text
