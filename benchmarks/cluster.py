@@ -1,0 +1,88 @@
+"""Run a gnndist command on H emulated hosts (network namespaces, shaped links), repeatedly; count hangs.
+
+    sudo python benchmarks/cluster.py --hosts 16 --rate 100mbit --repeat 10 --fresh-root -- \
+        train parts/cornell5-p16 --strategy auto --hidden 128 --epochs 1 --no-progress
+
+Each run starts one torchrun agent per host (:class:`gnndist.bench.cluster.EmulatedCluster`) and waits at
+most ``--limit`` seconds; a run still going then is a hang: every rank's Python stack is printed (py-spy, where
+installed) and the run killed. ``--fresh-root``: each run gets an empty ``$GNNDIST_DATA`` (no probe cached, as
+on a new shared home directory) in which the partition's dataset folder, if named by ``--link``, is linked.
+Prints a line per run (exit codes, seconds, the 1-minute load) and, at the end, the hangs and any namespace
+left behind (there should be none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from gnndist.bench.cluster import EmulatedCluster, dilation, leftovers
+
+
+def dump_stacks(cluster: EmulatedCluster) -> None:
+    spy = shutil.which("py-spy")
+    if spy is None:
+        print("  (py-spy not installed: no stacks)")
+        return
+    for host, pids in cluster.rank_pids().items():
+        for pid in pids:
+            r = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True)
+            frames = [ln.strip() for ln in r.stdout.splitlines() if "(gnndist/" in ln][:4]
+            if frames:
+                print(f"  host {host} pid {pid}: " + " < ".join(frames))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--ranks-per-host", type=int, default=1)
+    p.add_argument("--rate", default="100mbit", help="each link's rate in tc's units; 'none': unshaped")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--limit", type=float, default=900.0, help="seconds after which a run counts as hung")
+    p.add_argument("--fresh-root", action="store_true", help="an empty $GNNDIST_DATA for every run")
+    p.add_argument("--link", default=None, help="with --fresh-root: a dataset folder to link into each root")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the gnndist command line")
+    a = p.parse_args()
+    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    rate = None if a.rate == "none" else a.rate
+    print(f"{a.hosts} hosts x {a.ranks_per_host} ranks, links {rate or 'unshaped'}; compute dilated "
+          f"{dilation(a.hosts, a.ranks_per_host):.1f}x on {os.cpu_count()} cores: gnndist {' '.join(args)}")
+    hangs = failures = 0
+    for i in range(a.repeat):
+        env = {}
+        if a.fresh_root:
+            root = tempfile.mkdtemp(prefix="gdc-root-")
+            if a.link:
+                os.symlink(os.path.abspath(a.link), Path(root) / Path(a.link).name)
+            env["GNNDIST_DATA"] = root
+        t0 = time.time()
+        with EmulatedCluster(a.hosts, a.ranks_per_host, rate) as c:
+            results = c.run(args, env=env, timeout=a.limit, on_timeout=dump_stacks)
+        codes = [r.returncode for r in results]
+        hung = any(rc is None for rc in codes)
+        hangs += hung
+        failures += not hung and any(codes)
+        print(f"run {i}: {'HUNG' if hung else 'ok' if not any(codes) else 'failed'} in {time.time() - t0:.0f} s, "
+              f"exit codes {codes}, load {os.getloadavg()[0]:.1f}", flush=True)
+        for r in results:
+            lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gnndist: ")]
+            if r.host == 0 or r.returncode:
+                for ln in lines[-6:]:
+                    print(f"  host {r.host}: {ln[:400]}")
+            if r.host == 0:
+                for ln in r.stdout.strip().splitlines()[-1:]:
+                    print(f"  host 0: {ln[:400]}")
+        if a.fresh_root:
+            shutil.rmtree(env["GNNDIST_DATA"], ignore_errors=True)
+    left = leftovers()
+    print(f"{hangs} hang(s), {failures} failed run(s) in {a.repeat}; namespaces left: {left or 'none'}")
+    return 1 if hangs or failures or left else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
