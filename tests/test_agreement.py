@@ -204,8 +204,9 @@ def test_meta_digest_is_the_same_for_the_same_meta_in_any_key_order():
 
 
 def _probe_parts_of_different_sizes(grid):
-    from gnndist.dist.probe import probe
     from gnndist.kernels import CSR
+
+    from gnndist.dist.probe import probe
 
     n = 40 * (1 + 9 * grid.rank)  # rank 1's part has 10x the nonzeros of rank 0's
     row = torch.arange(n).repeat_interleave(3)
