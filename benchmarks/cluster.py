@@ -32,7 +32,7 @@ def dump_stacks(cluster: EmulatedCluster) -> None:
     for host, pids in cluster.rank_pids().items():
         for pid in pids:
             r = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True)
-            frames = [ln.strip() for ln in r.stdout.splitlines() if "(gnndist/" in ln][:4]
+            frames = [ln.strip() for ln in r.stdout.splitlines() if "(gnndist/" in ln or "elastic" in ln][:4]
             if frames:
                 print(f"  host {host} pid {pid}: " + " < ".join(frames))
 
@@ -46,6 +46,8 @@ def main() -> int:
     p.add_argument("--limit", type=float, default=900.0, help="seconds after which a run counts as hung")
     p.add_argument("--fresh-root", action="store_true", help="an empty $GNNDIST_DATA for every run")
     p.add_argument("--link", default=None, help="with --fresh-root: a dataset folder to link into each root")
+    p.add_argument("--cut", default=None, help="HOST:SECONDS: cut that host's link that long after each start "
+                   "(a pulled cable; every rank should exit within --timeout, naming the collective)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the gnndist command line")
     a = p.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -53,6 +55,7 @@ def main() -> int:
     print(f"{a.hosts} hosts x {a.ranks_per_host} ranks, links {rate or 'unshaped'}; compute dilated "
           f"{dilation(a.hosts, a.ranks_per_host):.1f}x on {os.cpu_count()} cores: gnndist {' '.join(args)}")
     hangs = failures = 0
+    tags = []
     for i in range(a.repeat):
         env = {}
         if a.fresh_root:
@@ -61,14 +64,20 @@ def main() -> int:
                 os.symlink(os.path.abspath(a.link), Path(root) / Path(a.link).name)
             env["GNNDIST_DATA"] = root
         t0 = time.time()
+        at = []
+        if a.cut:
+            host, seconds = (float(v) for v in a.cut.split(":"))
+            at.append((seconds, lambda c, h=int(host): c.link(h, False)))
         with EmulatedCluster(a.hosts, a.ranks_per_host, rate) as c:
-            results = c.run(args, env=env, timeout=a.limit, on_timeout=dump_stacks)
+            tags.append(c.tag)
+            results = c.run(args, env=env, timeout=a.limit, on_timeout=dump_stacks, at=at)
         codes = [r.returncode for r in results]
         hung = any(rc is None for rc in codes)
         hangs += hung
         failures += not hung and any(codes)
         print(f"run {i}: {'HUNG' if hung else 'ok' if not any(codes) else 'failed'} in {time.time() - t0:.0f} s, "
-              f"exit codes {codes}, load {os.getloadavg()[0]:.1f}", flush=True)
+              f"exit codes {codes}, agents exited at {min(r.seconds for r in results):.0f}-"
+              f"{max(r.seconds for r in results):.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
         for r in results:
             lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gnndist: ")]
             if r.host == 0 or r.returncode:
@@ -79,7 +88,7 @@ def main() -> int:
                     print(f"  host 0: {ln[:400]}")
         if a.fresh_root:
             shutil.rmtree(env["GNNDIST_DATA"], ignore_errors=True)
-    left = leftovers()
+    left = [n for tag in set(tags) for n in leftovers(tag)]
     print(f"{hangs} hang(s), {failures} failed run(s) in {a.repeat}; namespaces left: {left or 'none'}")
     return 1 if hangs or failures or left else 0
 

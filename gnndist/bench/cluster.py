@@ -172,13 +172,19 @@ class EmulatedCluster:
                 "--rdzv-conf", f"is_host={int(host == 0)}",  # the namespaces share one hostname: say who serves
                 "--local-addr", self.address(host), "-m", "gnndist.cli", *args]
 
+    def link(self, host: int, up: bool) -> None:
+        """Cut host ``host``'s link (``up=False``: as a pulled cable, no packet in or out) or bring it back."""
+        _sh("ip", "link", "set", f"p{host}", "up" if up else "down", ns=self.switch)
+
     def run(self, args: list[str], env: dict[str, str] | None = None, timeout: float = 900.0,
-            on_timeout=None) -> list[HostResult]:
+            on_timeout=None, at: list[tuple[float, object]] = ()) -> list[HostResult]:
         """Run ``gnndist <args>`` on every host at once (one torchrun agent each) and wait for all of them.
 
         ``timeout``: seconds after which every agent still running is killed (its ``returncode`` ``None``);
-        ``on_timeout(cluster)`` is called first (e.g. to dump the ranks' stacks).
+        ``on_timeout(cluster)`` is called first (e.g. to dump the ranks' stacks). ``at``: ``(seconds, action)``
+        pairs, ``action(cluster)`` called that long after the start (e.g. ``lambda c: c.link(3, False)``).
         """
+        pending = sorted(at, key=lambda a: a[0])
         rdzv = f"gdc{self.tag}-{time.monotonic_ns()}"
         base = {**os.environ, **(env or {}), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
         logs = []
@@ -191,6 +197,8 @@ class EmulatedCluster:
         t0 = time.monotonic()
         ended = [None] * self.hosts
         while time.monotonic() - t0 < timeout:
+            while pending and time.monotonic() - t0 >= pending[0][0]:
+                pending.pop(0)[1](self)
             for k, p in enumerate(procs):
                 if ended[k] is None and p.poll() is not None:
                     ended[k] = time.monotonic() - t0
