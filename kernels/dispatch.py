@@ -28,12 +28,13 @@ keeps it in its backward (:func:`pinned`), and an unforced one its ``tune`` (:fu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 import torch
@@ -160,7 +161,7 @@ def _measure(op: str, csr: CSR, args: tuple, names: list[str], tune: bool) -> tu
         try:
             if tune:
                 _tune(op, name, csr, args)
-            times[name] = _time(getattr(_module(op, name), op), csr, args)
+            times[name] = (_TIMER.get() or _time)(getattr(_module(op, name), op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
             log.warning("%s: the %s path failed while being timed, not used: %s", op, name,
@@ -178,6 +179,22 @@ def _tune(op: str, name: str, csr: CSR, args: tuple) -> None:
     module = _module(op, name)
     if hasattr(module, "tune"):
         module.tune(csr, *args)
+
+
+# how a path is timed: (the path's op, csr, args) -> seconds; None: the device clock (_time)
+Timer = Callable[[Callable, CSR, tuple], float]
+_TIMER: ContextVar[Timer | None] = ContextVar("gnndist_dispatch_timer", default=None)
+
+
+@contextlib.contextmanager
+def timed_by(timer: Timer) -> Iterator[None]:
+    """Within it, the dispatcher times each path with ``timer(fn, csr, args)`` (seconds) instead of the device's
+    clock: the seam through which a test hands it a fake clock. The previous timer is back on exit."""
+    token = _TIMER.set(timer)
+    try:
+        yield
+    finally:
+        _TIMER.reset(token)
 
 
 def _time(fn: Callable, csr: CSR, args: tuple, reps: int = 5) -> float:

@@ -4,6 +4,7 @@ from gnndist.kernels.testing import use_interpreter
 
 DEVICE = use_interpreter()  # before any Triton kernel is imported
 
+import contextlib
 import importlib
 
 import pytest
@@ -11,6 +12,14 @@ import torch
 from gnndist.kernels import dispatch, spmm
 from gnndist.kernels.spmm import reference
 from gnndist.kernels.testing import graph
+
+
+@pytest.fixture
+def timing():
+    """``timing(fn)``: for the rest of the test the dispatcher times each path with ``fn(op, csr, args)`` (its
+    seam, :func:`gnndist.kernels.dispatch.timed_by`)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda fn: stack.enter_context(dispatch.timed_by(fn))
 
 
 @pytest.fixture
@@ -23,7 +32,7 @@ def measured(monkeypatch):
 
 @pytest.mark.triton
 @pytest.mark.parametrize("fastest", ["triton", "sparse"])
-def test_fastest_fitting_path_is_chosen_once_and_cached(measured, monkeypatch, fastest):
+def test_fastest_fitting_path_is_chosen_once_and_cached(measured, monkeypatch, fastest, timing):
     timed = []
 
     def fake_time(fn, csr, args, reps=5):
@@ -31,7 +40,7 @@ def test_fastest_fitting_path_is_chosen_once_and_cached(measured, monkeypatch, f
         timed.append((name, torch.is_grad_enabled()))
         return 1.0 if name == fastest else 2.0
 
-    monkeypatch.setattr(dispatch, "_time", fake_time)
+    timing(fake_time)
     csr = graph("power-law-int32", DEVICE)
     x = torch.randn(csr.num_cols, 8, device=DEVICE, requires_grad=True)
     assert dispatch.select("spmm", csr, x, None, "sum")[0] == fastest
@@ -48,7 +57,8 @@ def test_fastest_fitting_path_is_chosen_once_and_cached(measured, monkeypatch, f
 @pytest.mark.triton
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize(("forward", "backward"), [("triton", "sparse"), ("sparse", "triton")])
-def test_backward_is_chosen_on_the_transpose_by_its_own_timing(measured, monkeypatch, forward, backward, reduce):
+def test_backward_is_chosen_on_the_transpose_by_its_own_timing(measured, monkeypatch, forward, backward, reduce,
+                                                               timing):
     """A^T grad is timed on the transposed CSR: each direction runs its own fastest path, exactly."""
     csr = graph("power-law-int32", DEVICE)
     csr_t, _ = csr.transpose()
@@ -58,7 +68,7 @@ def test_backward_is_chosen_on_the_transpose_by_its_own_timing(measured, monkeyp
         name = fn.__module__.rsplit(".", 1)[1]
         return 1.0 if name == (forward if timed_csr is csr else backward) else 2.0
 
-    monkeypatch.setattr(dispatch, "_time", fake_time)
+    timing(fake_time)
     _record_paths(monkeypatch, ran)
     x = torch.randn(csr.num_cols, 8, device=DEVICE, dtype=torch.float32, requires_grad=True)
     w = torch.rand(csr.nnz, device=DEVICE)
@@ -75,8 +85,8 @@ def test_backward_is_chosen_on_the_transpose_by_its_own_timing(measured, monkeyp
 
 @pytest.mark.triton
 @pytest.mark.parametrize("impl", ["triton", "sparse"])
-def test_a_forced_forward_keeps_its_path_backwards(measured, monkeypatch, impl):
-    monkeypatch.setattr(dispatch, "_time", lambda *a, **k: pytest.fail("timed a forced path"))
+def test_a_forced_forward_keeps_its_path_backwards(measured, monkeypatch, impl, timing):
+    timing(lambda *a, **k: pytest.fail("timed a forced path"))
     ran = []
     _record_paths(monkeypatch, ran)
     csr = graph("power-law-int32", DEVICE)
@@ -101,36 +111,36 @@ def _recording(fn, name, ran):
     return spmm
 
 
-def test_forced_path_is_not_timed(monkeypatch):
+def test_forced_path_is_not_timed(monkeypatch, timing):
     monkeypatch.setattr(dispatch, "MEASURE_ON", ("cpu",))
-    monkeypatch.setattr(dispatch, "_time", lambda *a, **k: pytest.fail("timed a forced path"))
+    timing(lambda *a, **k: pytest.fail("timed a forced path"))
     csr = graph("power-law-int32")
     assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4), None, "sum", impl="sparse")[0] == "sparse"
 
 
 @pytest.mark.triton
-def test_a_path_that_fails_while_timed_is_skipped(measured, monkeypatch):
+def test_a_path_that_fails_while_timed_is_skipped(measured, monkeypatch, timing):
 
     def fake_time(fn, csr, args, reps=5):
         if fn.__module__.endswith("triton"):
             raise RuntimeError("no kernel image for this GPU")
         return 1.0
 
-    monkeypatch.setattr(dispatch, "_time", fake_time)
+    timing(fake_time)
     csr = graph("power-law-int32", DEVICE)
     assert dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")[0] == "sparse"
-    monkeypatch.setattr(dispatch, "_time", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("all broken")))
+    timing(lambda *a, **k: (_ for _ in ()).throw(RuntimeError("all broken")))
     with pytest.raises(RuntimeError, match="all broken"):
         dispatch.select("spmm", graph("empty-rows-int64", DEVICE), torch.randn(40, 4, device=DEVICE), None, "sum")
 
 
 @pytest.mark.triton
-def test_tune_false_reaches_the_backward(measured, monkeypatch):
+def test_tune_false_reaches_the_backward(measured, monkeypatch, timing):
     """An unforced call with tune=False: both directions are timed, neither tunes its tiles."""
     from gnndist.kernels.spmm import triton as tk
 
     monkeypatch.setattr(tk, "tune", lambda *a: pytest.fail("tuned with tune=False"))
-    monkeypatch.setattr(dispatch, "_time", lambda fn, csr, args, reps=5: 1.0 if fn.__module__ == tk.__name__ else 2.0)
+    timing(lambda fn, csr, args, reps=5: 1.0 if fn.__module__ == tk.__name__ else 2.0)
     csr = graph("power-law-int32", DEVICE)
     x = torch.randn(csr.num_cols, 8, device=DEVICE, requires_grad=True)
     spmm(csr, x, tune=False).sum().backward()
@@ -218,12 +228,12 @@ def test_a_tile_option_that_fails_is_skipped(monkeypatch):
 
 
 @pytest.mark.triton
-def test_dispatch_lets_the_triton_path_tune_before_timing_it(measured, monkeypatch):
+def test_dispatch_lets_the_triton_path_tune_before_timing_it(measured, monkeypatch, timing):
     from gnndist.kernels.spmm import triton as tk
 
     events = []
     monkeypatch.setattr(tk, "tune", lambda csr, *args: events.append(("tune", csr)))
-    monkeypatch.setattr(dispatch, "_time", lambda fn, csr, args, reps=5: events.append(("time", fn.__module__)) or 1.0)
+    timing(lambda fn, csr, args, reps=5: events.append(("time", fn.__module__)) or 1.0)
     csr = graph("power-law-int32", DEVICE)
     dispatch.select("spmm", csr, torch.randn(csr.num_cols, 4, device=DEVICE), None, "sum")
     assert events[:2] == [("tune", csr), ("time", tk.__name__)]
