@@ -72,7 +72,7 @@ def _train_config(args: argparse.Namespace, dataset: str | None):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gnndist.launcher import train
+    from gnndist.train import train
     from gnndist.partition import read_meta
 
     dataset = _dataset_of(args.partdir, read_meta)
@@ -84,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _say_modelled_widths(partdir, cfg, read_meta) -> None:
     """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
-    from gnndist.launcher import stage
+    from gnndist.train import stage
     from gnndist.partition.balance import model_widths
 
     try:
@@ -100,7 +100,7 @@ def _say_modelled_widths(partdir, cfg, read_meta) -> None:
 
 
 def _say_recipe(dataset: str | None, cfg) -> None:
-    from gnndist.launcher import stage
+    from gnndist.train import stage
     from gnndist.presets import dataset_recipe
 
     recipe = dataset_recipe(dataset)
@@ -125,7 +125,8 @@ def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnndist.launcher import place, stage, train
+    from gnndist.launcher import place
+    from gnndist.train import stage, train
     from gnndist.strategies import strategy_from_config
 
     cfg = _train_config(args, args.dataset)

@@ -1,7 +1,7 @@
 """Start the ranks: in this process (one rank, or one rank of ``torchrun``) or ``--ranks N`` local ranks.
 
 :func:`launch` runs any ``fn(grid, *args)`` on every rank (the public API, what ``gnndist
-train`` uses with :func:`train_rank`). ``ranks=N`` starts the ranks through PyTorch's own elastic launcher
+train`` uses with :func:`gnndist.train.train_rank`). ``ranks=N`` starts the ranks through PyTorch's own elastic launcher
 (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs), so the
 training code path is the one ``torchrun`` gives, and:
 
@@ -45,7 +45,6 @@ from pathlib import Path
 
 import torch
 
-from gnndist.config import TrainConfig
 from gnndist.dist.grid import Place, ProcessGrid, join_group
 from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError, first_line
 
@@ -90,11 +89,6 @@ def _supported(cls, **kwargs) -> dict:
 
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in kwargs.items() if k in names}
-
-
-def stage(msg: str, cfg: TrainConfig) -> None:
-    """Say which stage the run is in, terminal or not (to standard error under ``--json``, whose stdout is data)."""
-    print(f"gnndist: {msg}", file=sys.stderr if cfg.run.json else sys.stdout, flush=True)
 
 
 def collective_error(e: BaseException, rank: int, timeout: float) -> PeerFailed | None:
@@ -199,31 +193,6 @@ def ranks_started_by(start: Starter) -> Iterator[None]:
         _STARTER.reset(token)
 
 
-def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.summary.Summary`.
-
-    ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
-    partition) while the other ranks wait in the process group; a failure there stops every rank.
-    After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
-    """
-    from gnndist.graph import DistGraph
-    from gnndist.strategies import strategy_from_config
-    from gnndist.training.runs import fit_runs
-
-    if prepare is not None:
-        together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
-    arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
-                            "(see its error)")  # before any collective of the build: the ranks fail together
-    graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
-                      kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
-    if grid.is_main:
-        stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
-              f"{grid.describe()}", cfg)  # the backend and device, once
-    summary = fit_runs(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0)
-    grid.barrier()
-    return summary
-
-
 def together(grid, action: Callable[[], object] | None, peer_failed: str):
     """Run ``action`` (a local one, on the ranks that have one) and fail on every rank at once if it raised.
 
@@ -241,57 +210,6 @@ def together(grid, action: Callable[[], object] | None, peer_failed: str):
     if failed.item() > 0:
         raise PeerFailed(f"rank {grid.rank}: {peer_failed}")
     return result
-
-
-def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
-    if cfg.run.json:
-        print(json.dumps(summary.to_dict()), flush=True)
-        return
-    last, m = summary.last, summary.metric
-    where = f"{last.dataset}: {last.model} on {last.nproc} rank(s)"
-    modelled = f", modelled {last.model_epoch_time_s * 1e3:.4g} ms ({last.model_network})" \
-        if last.model_epoch_time_s is not None else ""
-    scaled = last.loss_scale
-    fp16 = f", fp16: {scaled['skipped_steps']} steps skipped, loss scale {scaled['scale']:g}" if scaled else ""
-    cost = f"({last.epoch_time_s * 1e3:.1f} ms/epoch{modelled}, {last.comm_bytes_per_epoch:,} comm bytes/epoch{fp16})"
-    if len(summary.runs) <= 1:
-        print(f"{where}, best epoch {last.best.epoch}: {m} train {last.best.train:.4f} "
-              f"val {last.best.val:.4f} test {last.best.test:.4f} {cost}", flush=True)
-        return
-    for r in summary.runs:
-        split = "" if r.split is None else f" split {r.split}"
-        b = r.summary.best
-        print(f"run {r.run} (seed {r.seed}{split}): best epoch {b.epoch} of {r.summary.epochs_run}: "
-              f"{m} train {b.train:.4f} val {b.val:.4f} test {b.test:.4f}")
-    print(f"{where}, {len(summary.runs)} runs, {m} mean ± std: " + " ".join(
-        f"{s} {summary.mean[s]:.4f} ± {summary.std[s]:.4f}" for s in ("train", "val", "test"))
-        + f" {cost}", flush=True)
-
-
-def train(partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None) -> int:
-    """``gnndist train``: one rank per part; prints the summary; returns the exit code (0).
-
-    ``prepare`` (under torchrun only): made on rank 0 inside the process group before loading (:func:`train_rank`).
-    """
-    from gnndist.partition import read_meta
-    from gnndist.strategies import strategy_from_config
-    from gnndist.training.runs import plan_runs
-
-    meta = read_meta(partdir) if prepare is None else None
-    if meta is not None:
-        plan_runs(cfg, meta)  # a split or run that cannot be: one line, before any rank starts
-    d = cfg.dist
-    if not under_torchrun() and d.ranks > 1:
-        strategy_from_config(d).grid_shape(d.ranks)  # a layout that cannot fit: one line, before any rank starts
-        if meta["parts"] != d.ranks:
-            raise UserError(f"{partdir} has {meta['parts']} parts but --ranks is {d.ranks}: they must match")
-        stage(f"starting {d.ranks} ranks", cfg)
-    summary = launch(train_rank, partdir, cfg, prepare, ranks=d.ranks, max_restarts=d.max_restarts, backend=d.backend,
-                     timeout=d.timeout, check_collectives=d.check_collectives)
-    if place().rank == 0:
-        report(summary, cfg)
-    return 0
 
 
 # ---------------------------------------------------------------------- spawned ranks

@@ -224,7 +224,7 @@ def _discipline_job(grid, partdir, ckpt):
     """A training through the launcher's rank body (load, checks, fit with batch norm, checkpoints) under the mode."""
     import numpy as np
 
-    from gnndist.launcher import train_rank
+    from gnndist.train import train_rank
 
     ProcessGrid.check_devices = _strict_check
     from_numpy = torch.from_numpy
