@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gnndist.errors import UserError
+from gnndist.nn.conv.pyg_adapter import PyGAdapter
 
 log = logging.getLogger("gnndist")
 
@@ -67,17 +68,17 @@ def check_device(device: torch.device, name: str) -> None:
 
 
 def check_model(model: nn.Module, name: str) -> None:
-    """A one-line :class:`UserError` naming the first module of ``model`` that declares it cannot run in half.
+    """A one-line :class:`UserError` naming the first layer of ``model`` that cannot run in half.
 
-    A module declares it with an attribute ``half_precision``, the reason (default: none, it can), e.g.
-    :class:`~gnndist.nn.PyGAdapter`: a wrapped PyG layer's scatter sums in the rows' dtype.
+    Such a layer is a :class:`~gnndist.nn.PyGAdapter` (its ``half_precision`` says why: a wrapped PyG layer's
+    scatter sums in the rows' dtype), in any model, one handed to the trainer too; a registered model declares
+    it in its spec (:attr:`gnndist.nn.ModelSpec.half_precision`).
     """
     if name == "fp32":
         return
     for path, module in model.named_modules():
-        reason = getattr(module, "half_precision", None)
-        if isinstance(reason, str):
-            where = path or "the model"
+        if isinstance(module, PyGAdapter):
+            reason, where = module.half_precision, path or "the model"
             raise UserError(f"--precision {name}: {type(module).__name__} ({where}) cannot run in half precision: "
                             f"{reason}; use --precision fp32")
 

@@ -19,8 +19,7 @@ from gnndist.config import ModelConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
-from gnndist.nn import build_model
-from gnndist.nn.models import HETERO_MODELS
+from gnndist.nn.models import ModelSpec, model_spec
 from gnndist.nn.node_embedding import sharded_parameters
 from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
@@ -64,18 +63,19 @@ class Trainer:
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
         self.precision = Precision(cfg.optim.precision, self.grid.device, cfg.optim.loss_scale)
+        # --model's spec; a model handed in declares nothing: every layout, one parameter group, not modelled
+        self.spec = model_spec(cfg.model.model) if model is None else None
         self.model = self._model(model, *self.widths).to(self.grid.device)
         check_model(self.model, cfg.optim.precision)
         self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
-        self.model_name = cfg.model.model if model is None else None  # a model handed in: the cost model's unknown
         own = sharded_parameters(self.model)  # this rank's rows (embeddings): neither broadcast nor all-reduced
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             if id(p) not in own:
                 self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in own]
         self.sharded = [p for p in self.model.parameters() if p.requires_grad and id(p) in own]
-        groups = getattr(self.model, "param_groups", None)  # a model's own weight decay per group (GCNII)
-        self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params + self.sharded, lr=cfg.optim.lr,
+        groups = self.spec.optimiser_groups(self.model, cfg.optim.weight_decay) if self.spec else None  # GCNII's own
+        self.optim = torch.optim.Adam(groups or self.params + self.sharded, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
         self.metric = metric_of(cfg, graph)
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
@@ -97,10 +97,9 @@ class Trainer:
             return model
         if model is not None:
             return model(f_in, f_out)
-        if self.cfg.model.model in HETERO_MODELS and self.cfg.dist.strategy != "1d":
-            raise UserError(f"--model {self.cfg.model.model} runs on --strategy 1d only (its relations aggregate on "
-                            f"the 1d halo), not --strategy {self.cfg.dist.strategy}")
-        return model_of(self.cfg.model, self.graph, self.cfg.run.seed)
+        self.spec.check_layout(self.cfg.dist.strategy)
+        self.spec.check_precision(self.cfg.optim.precision)
+        return model_of(self.cfg.model, self.graph, self.cfg.run.seed, self.spec)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -197,8 +196,8 @@ class Trainer:
             self.step_bytes = g.context.counter.per_tag()  # this rank's, before evaluate() adds its forward
             if epoch == self.start_epoch:
                 g.strategy.after_first_step()  # auto: every layer has chosen; free the other layouts
-                self.modelled, self.model_network = modelled_step(g, self.model_name, self.cost_widths(),
-                                                                  self.cfg.dist.network)
+                self.modelled, self.model_network = modelled_step(g, self.spec.cost if self.spec else None,
+                                                                  self.cost_widths(), self.cfg.dist.network)
             self.per_layer = global_bytes_per_tag(self.step_bytes, grid)
             self.predicted = global_bytes_per_tag(g.predicted_bytes(), grid)
         comm_bytes = sum(v["fwd_sent"] + v["bwd_sent"] for v in self.per_layer.values())
@@ -292,12 +291,13 @@ def edge_width(graph: DistGraph) -> int:
     return rows2d(ea).shape[1] if ea is not None else 0
 
 
-def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0) -> nn.Module:
-    """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths
-    (``seed``: of a typed graph's embeddings)."""
-    return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
-                       m.recompute, edge_dim=edge_width(graph), arch=m.arch, graph=graph, num_bases=m.num_bases,
-                       seed=seed, embedding=m.embedding)
+def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0, spec: ModelSpec | None = None) -> nn.Module:
+    """The registered model ``--model`` of the config ``m`` (``spec``: its spec, looked up by default) for this
+    graph's feature and output widths (``seed``: of a typed graph's embeddings)."""
+    spec = spec or model_spec(m.model)
+    return spec.build(graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm, m.recompute,
+                      m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
+                      embedding=m.embedding)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:

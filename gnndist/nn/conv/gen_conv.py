@@ -7,7 +7,7 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
-from gnndist.nn.message_passing import MessagePassing
+from gnndist.nn.conv.message_passing import MessagePassing
 from gnndist.nn.norm import apply_norm, make_norm
 
 
