@@ -120,7 +120,7 @@ class Trainer:
         Under ``--precision fp16`` each rank's overflow flag (its gradients are not finite) travels as one
         more element of the buffer, so every rank learns of any rank's overflow in the same all-reduce.
         """
-        flagged = self.precision.scaler is not None
+        flagged = self.precision.scaled
         if not self.grid.distributed:
             return overflow
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -145,31 +145,14 @@ class Trainer:
         with t.phase("dense"):
             with self.precision.autocast():  # fp32: nothing
                 loss = self.loss(self.model(g, g.x))  # fp32 (autocast computes losses in fp32)
-            (loss * self.precision.scale if self.precision.scaler else loss).backward()
+            self.precision.backward(loss)  # fp16: scaled
         with t.phase("comm"):
-            overflow = self.allreduce_grads(self.precision.scaler is not None and not self._grads_finite())
+            overflow = self.allreduce_grads(self.precision.overflowed(self.params))
             total = self.grid.all_reduce_(loss.detach().clone())
-        with t.phase("other"):
-            if self.precision.scaler is not None:  # fp16: skip the step on every rank, or unscale
-                self.precision.scaler.update(overflow or not bool(torch.isfinite(total)), epoch)
-                if overflow or not bool(torch.isfinite(total)):
-                    return float(total)
-                self._unscale()
-            self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
-            self.optim.step()
+        with t.phase("other"):  # loss and gradients are global here: every rank decides alike
+            self.precision.step(self.optim, self.params, overflow, total, epoch,
+                                check=lambda: self._check_finite(epoch, total))
             return float(total)
-
-    def _grads_finite(self) -> bool:
-        """Whether every gradient of this rank is finite (fp16's overflow test, before the all-reduce)."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        return bool(torch.stack([g.isfinite().all() for g in grads]).all()) if grads else True
-
-    def _unscale(self) -> None:
-        """Divide the summed gradients by the loss scale they were computed at (a power of two: exact)."""
-        inv = 1.0 / self.precision.scaler.scale
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.mul_(inv)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -255,8 +238,7 @@ class Trainer:
 
     def _loss_scale_report(self) -> dict | None:
         """fp16's loss scale at the end of the run and the steps it skipped (the same on every rank); else None."""
-        scaler = self.precision.scaler
-        return None if scaler is None else {"scale": scaler.scale, "skipped_steps": scaler.skipped_total}
+        return self.precision.report()
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
