@@ -75,11 +75,12 @@ def _losses(grid, partdir: str, cfg_dict: dict, reversible: bool) -> list[float]
     """One rank's training: the per-epoch global losses."""
     from gnndist.config import TrainConfig
     from gnndist.graph import DistGraph
+    from gnndist.nn import RevGNN
     from gnndist.training.trainer import Trainer
 
     cfg = TrainConfig.from_dict(cfg_dict)
     trainer = Trainer(DistGraph.load(partdir, grid), cfg)
-    if hasattr(trainer.model, "reversible"):
+    if isinstance(trainer.model, RevGNN):
         trainer.model.reversible = reversible
     trainer.fit()
     return [row["loss"] for row in trainer.history]

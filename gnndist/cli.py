@@ -302,10 +302,17 @@ def _add_info(sub) -> None:
     si.set_defaults(func=cmd_info)
 
 
+def _model_help() -> str:
+    """``--model``'s help, read from the registered models' specs."""
+    from gnndist.nn.models import models_help
+
+    return models_help()
+
+
 def _add_train(sub) -> None:
     st = sub.add_parser("train", help="train on a saved partition (one rank per part)")
     st.add_argument("partdir", help="a partition directory with one part per rank (--ranks N, or torchrun's ranks)")
-    add_train_args(st)
+    add_train_args(st, _model_help())
     st.set_defaults(func=cmd_train)
 
 
@@ -317,7 +324,7 @@ def _add_run(sub) -> None:
                                     "else ~/.cache/gnndist; never under --root)")
     add_section(sr, DataConfig)
     add_section(sr, PartitionConfig, skip=("parts",))  # one part per rank
-    add_train_args(sr)
+    add_train_args(sr, _model_help())
     sr.set_defaults(func=cmd_run)
 
 

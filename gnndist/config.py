@@ -165,8 +165,8 @@ class DistConfig:
 
 @dataclass
 class ModelConfig:
-    model: str = opt("gcn", "model name from gnndist.nn.MODELS (gcn, sage, gin, gat, gen, gcn2, resgcn, revgnn, ...); "
-                     "its preset sets the defaults of the flags not given")
+    model: str = opt("gcn", "a registered model's name (gnndist.nn.MODELS: the CLI lists them); its preset sets the "
+                     "defaults of the flags not given")
     layers: int = opt(2, "number of GNN layers")
     hidden: int = opt(16, "hidden width")
     dropout: float = opt(0.5, "dropout probability (partition-invariant masks)")
@@ -367,9 +367,10 @@ TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig
                   "eval": EvalConfig}
 
 
-def add_train_args(parser: argparse.ArgumentParser) -> None:
+def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
+    """The training flags (``model_help``: ``--model``'s, listing the registered models)."""
     for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec, suppress=True)
+        add_section(parser, sec, suppress=True, help={"model": model_help} if sec is ModelConfig and model_help else None)
 
 
 def with_fields(cfg: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:

@@ -412,20 +412,17 @@ def epoch_time(loads: list[RankLoad], widths: tuple[int, ...], net: Network, ele
     return step_time(loads, model_layers("gcn", widths), net, elem).total
 
 
-MODELLED = ("gcn", "sage")  # the models model_layers describes
-
-
-def run_time(model: str, widths: tuple[int, ...], loads: list[list[RankLoad]], net: Network,
+def run_time(form: str | None, widths: tuple[int, ...], loads: list[list[RankLoad]], net: Network,
              feature_density: float = 1.0, elem: int = 4) -> StepTime | None:
     """Modelled seconds of one training step of a run (what its epoch should take): :func:`step_time` of
-    :func:`model_layers` ``(model, widths, feature_density)``, each layer on the loads of the layout it ran.
+    :func:`model_layers` ``(form, widths, feature_density)``, each layer on the loads of the layout it ran.
 
     The one home of a run's modelled epoch: the run's summary and per-epoch log (``model_epoch_time_s``),
     and ``gnndist bench``'s model columns call it.
 
     Args:
-        model: the registered model name; ``None`` is returned for one the model does not describe (not in
-            :data:`MODELLED`).
+        form: the model's form here, ``"gcn"`` or ``"sage"`` (its spec's ``cost``,
+            :class:`gnndist.nn.ModelSpec`); ``None`` (a model the cost model does not describe) returns ``None``.
         widths: ``(F, hidden, ..., hidden, out)``, the model's widths (``out``: its output width, 1 for a
             binary task).
         loads: per layer, in the model's order, every rank's :class:`RankLoad` of the layout that layer ran
@@ -434,6 +431,6 @@ def run_time(model: str, widths: tuple[int, ...], loads: list[list[RankLoad]], n
         feature_density: the fraction of the input features that is nonzero.
         elem: bytes per exchanged element (2 for ``--comm-dtype bf16``).
     """
-    if model not in MODELLED or len(loads) != len(widths) - 1:
+    if form is None or len(loads) != len(widths) - 1:
         return None
-    return step_time(loads, model_layers(model, tuple(widths), feature_density), net, elem)
+    return step_time(loads, model_layers(form, tuple(widths), feature_density), net, elem)

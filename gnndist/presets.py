@@ -4,7 +4,7 @@
 
 A dataset family's recipe is a :data:`Preset` ``(TrainConfig) -> TrainConfig`` in :data:`DATASET_RECIPES`. A
 model's preset is data, config fields by section, registered with the model (:func:`gnndist.nn.register_model`,
-the one registry: :data:`gnndist.nn.models.PRESETS`, where the built-in models' are too) and applied here with
+the one registry: its spec in :data:`gnndist.nn.models.MODELS`, where the built-in models' are too) and applied here with
 :func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import the config.
 """
 
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from gnndist.config import TRAIN_SECTIONS, Preset, TrainConfig, with_fields
-from gnndist.errors import UserError
 
 
 def amazon(cfg: TrainConfig) -> TrainConfig:
@@ -78,11 +77,9 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> Tra
 
     The model's preset is its own architecture's recipe: it is left out with ``--arch residual``.
     """
-    from gnndist.nn.models import MODELS, PRESETS
+    from gnndist.nn.models import model_spec
 
-    name = given.get("model", {}).get("model", TrainConfig().model.model)
-    if name not in MODELS:
-        raise UserError(f"unknown --model {name!r}; known: {', '.join(sorted(MODELS))}")
+    spec = model_spec(given.get("model", {}).get("model", TrainConfig().model.model))  # one line when unknown
     cfg = TrainConfig()
     recipe = dataset_recipe(dataset)
     if recipe is not None:
@@ -90,5 +87,5 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> Tra
     if "split" in given.get("eval", {}) and "splits" not in given["eval"]:  # --split K over a recipe's --splits all
         given = {**given, "eval": {**given["eval"], "splits": "one"}}
     if given.get("model", {}).get("arch", cfg.model.arch) == "plain":  # a model's preset is its own architecture's
-        cfg = with_fields(cfg, **PRESETS.get(name, {}))
+        cfg = with_fields(cfg, **spec.preset)
     return with_fields(cfg, **{sec: fields for sec, fields in given.items() if sec in TRAIN_SECTIONS and fields})

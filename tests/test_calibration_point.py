@@ -11,6 +11,7 @@ from gnndist.partition.balance import model_widths
 
 from gnndist import cost
 from gnndist.cli import main
+from gnndist.nn.models import MODELS
 
 
 @pytest.mark.parametrize("model, strategy, network, comm", [("gcn", "1d", "ib", "fp32"),
@@ -44,6 +45,6 @@ def test_run_reports_the_modelled_epoch_of_its_layouts(part2, tmp_path, capsys, 
 def test_run_time_is_none_for_what_the_model_does_not_describe():
     ld = [[cost.RankLoad(expand_send=3, expand_recv=3, messages=1, nnz=10, rows=5)]]
     net = cost.NETWORKS["ib"]
-    assert cost.run_time("gat", (4, 2), ld, net) is None
+    assert cost.run_time(MODELS["gat"].cost, (4, 2), ld, net) is None
     assert cost.run_time("gcn", (4, 8, 2), ld, net) is None  # two layers, one layout
     assert cost.run_time("gcn", (4, 2), ld, net).total == cost.step_time(ld, cost.model_layers("gcn", (4, 2)), net).total

@@ -333,7 +333,7 @@ def test_revgnn_fixed_point_overflow_stops_training_with_a_warning(one_part, cap
     """A state beyond the fixed-point range is no silent wrap-around: NaN output, a warning, the NaN guard stops."""
     from gnndist.dist.grid import ProcessGrid
     from gnndist.errors import UserError
-    from gnndist.nn.rev_gnn import RANGE
+    from gnndist.nn.models.rev_gnn import RANGE
 
     trainer = Trainer(DistGraph.load(one_part, ProcessGrid()), _cfg("revgnn", "none", layers=2))
     trainer.model.reversible = reversible

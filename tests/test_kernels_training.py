@@ -15,7 +15,7 @@ from gnndist.partition import partition
 from gnndist.config import DistConfig, TrainConfig
 from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.nn.models import HETERO_MODELS, MODELS
+from gnndist.nn.models import MODELS
 from gnndist.strategies import strategy_from_config
 from gnndist.testing import assert_close
 from gnndist.training.trainer import Trainer
@@ -58,7 +58,7 @@ def _train(partdir, model: str, kernel: KernelSettings) -> dict:
                 grads={n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 
 
-@pytest.mark.parametrize("model", sorted(set(MODELS) - HETERO_MODELS))  # a typed graph's models: test_hetero.py
+@pytest.mark.parametrize("model", sorted(n for n, s in MODELS.items() if not s.hetero))  # typed: test_hetero.py
 def test_training_through_triton_equals_reference(part, model):
     ref = _train(part, model, KernelSettings("reference"))
     got = _train(part, model, KernelSettings("triton"))

@@ -242,39 +242,43 @@ def test_export_without_a_pyg_twin_is_one_line(toy, tmp_path, capsys, flags, wor
 
 
 def test_every_model_gives_each_layer_representation(part1):
-    """forward_at(K) for every built-in model (its convs or blocks) and a custom model naming its own layers."""
+    """forward_at(K) for every built-in model (the layers its spec declares: convs or blocks) and a model
+    registered with its own representation layers."""
     from torch import nn
 
     from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.inference.predict import forward_at, representation_layers
+    from gnndist.inference.predict import forward_at
     from gnndist.nn import GCNConv, build_model
-    from gnndist.nn.models import EDGE_MODELS, HETERO_MODELS, MODELS
+    from gnndist.nn.models import MODELS, register_model
 
     graph = DistGraph.load(part1, ProcessGrid())
-    for name in sorted(set(MODELS) - EDGE_MODELS - HETERO_MODELS):  # typed-graph models: tests/test_hetero.py
+    for name, spec in sorted(MODELS.items()):
+        if spec.edge_features or spec.hetero:  # typed-graph models: tests/test_hetero.py
+            continue
         model = build_model(name, graph.x.shape[1], 8, 3, 2, 0.5)
-        layers = representation_layers(model)
+        layers = spec.layers(model)
         assert len(layers) == 2, name
         for k in range(2):
-            h = forward_at(model, graph, k)
+            h = forward_at(model, graph, k, layers)
             assert h.shape[0] == graph.n_owned and torch.isfinite(h.float()).all(), (name, k)
         assert torch.equal(forward_at(model, graph, None), forward_at(model, graph, None)), name  # eval: no dropout
 
     class Custom(nn.Module):
-        def __init__(self):
+        def __init__(self, in_channels, hidden, out_channels, layers, dropout, norm):
             super().__init__()
-            self.first, self.second = GCNConv(graph.x.shape[1], 5), GCNConv(5, 3)
-
-        def representation_layers(self):
-            return [self.first, self.second]
+            self.first, self.second = GCNConv(in_channels, hidden), GCNConv(hidden, out_channels)
 
         def forward(self, graph, x):
             return self.second(graph, torch.relu(self.first(graph, x)))
 
-    m = Custom()
+    spec = register_model("test-custom", Custom, representation=lambda m: [m.first, m.second])
+    try:
+        m = build_model("test-custom", graph.x.shape[1], 5, 3, 2, 0.0)
+    finally:
+        MODELS.pop("test-custom")
     with torch.no_grad():
-        assert torch.equal(forward_at(m, graph, 0), m.first(graph, graph.x))
+        assert torch.equal(forward_at(m, graph, 0, spec.layers(m)), m.first(graph, graph.x))
 
 
 def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, capsys, monkeypatch):

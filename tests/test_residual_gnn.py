@@ -170,7 +170,7 @@ def test_residual_recompute_gives_the_same_gradients(tmp_path):
 def test_the_trainer_builds_the_residual_model_of_the_config(part1):
     """``--arch residual`` reaches the model the trainer (and so ``gnndist train``) builds."""
     from gnndist.dist.grid import ProcessGrid
-    from gnndist.nn.residual_gnn import ResidualGNN
+    from gnndist.nn.models.residual_gnn import ResidualGNN
 
     cfg = TrainConfig()
     cfg.model.arch, cfg.model.norm, cfg.optim.epochs, cfg.run.progress = "residual", "layer", 1, False

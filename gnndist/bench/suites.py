@@ -110,19 +110,21 @@ def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, 
     ``net_<name>`` column, so the row can be modelled again); blank when the model does not describe
     ``model`` or there are no constants."""
     from gnndist import cost
+    from gnndist.nn.models import model_spec
     from gnndist.partition import model_widths_of
 
     constants = cost.Network.constants()
     blank = {**{k: "" for k in cost.StepTime(0, 0, 0, 0, 0, 0, ()).columns()}, "model_network": "",
              **{f"net_{k}": "" for k in constants}}
-    if net is None or model not in cost.MODELLED:
+    form = model_spec(model).cost  # None: a model the cost model does not describe
+    if net is None or form is None:
         return blank
     widths = list(model_widths_of(data, hidden, layers))
     if data.y.dim() == 1 and widths[-1] == 2:
         widths[-1] = 1  # a binary task: one logit (gnndist.training.trainer.output_width)
     density = float((data.x != 0).sum().item()) / max(data.x.numel(), 1)
     used = used_layouts(p, summary)
-    t = cost.run_time(model, tuple(widths), [lay.loads for lay, _ in used.values()], net, density)
+    t = cost.run_time(form, tuple(widths), [lay.loads for lay, _ in used.values()], net, density)
     if t is None:  # a layer without its layout
         return blank
     return {**t.columns(), "model_network": net.name, **{f"net_{k}": getattr(net, k) for k in constants}}
@@ -339,6 +341,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
     from gnndist import cost
     from gnndist.cost import RankLoad
     from gnndist.dist.probe import read_cached
+    from gnndist.nn.models import model_spec
     from gnndist.partition import read_meta
     from gnndist.partition.balance import model_widths
 
@@ -359,7 +362,7 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
             net = cost.Network.from_values(r.get("model_network") or "probe", r, prefix="net_")
         else:
             net = read_cached(probe_file, next(k for k in _probe_keys(probe_file) if k.endswith(f"|P={r['P']}")))
-        t = cost.run_time(r["model"], tuple(widths), loads, net, density)
+        t = cost.run_time(model_spec(r["model"]).cost, tuple(widths), loads, net, density)
         out.append({**r, **t.columns(), "model_ratio": t.total / r["epoch_s"]})
     return out
 

@@ -39,9 +39,7 @@ import torch
 
 from gnndist.errors import UserError
 
-BASIC_TWINS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # --model -> torch_geometric.nn.models.<name>
-OWN_TWINS = {"gat": "GAT", "gcn2": "GCNII", "gine": "GINE"}  # --model -> gnndist.pyg_twins.<name>
-HETERO_TWINS = {"rgcn": "RGCN"}  # models of a typed graph -> gnndist.pyg_twins.<name> (on the union graph)
+BASIC = "torch_geometric.nn.models"  # a twin there is one of PyG's BasicGNNs; else one of gnndist.pyg_twins
 FORMATS = ("gnndist", "pyg")
 PYG_NORMS = {"none": {}, "batch": {"norm": "batch_norm"},  # --norm -> BasicGNN's norm arguments
              "layer": {"norm": "layer_norm", "norm_kwargs": {"mode": "node"}}}
@@ -52,6 +50,7 @@ def _unwrapped(model, state: dict, own_layers: bool) -> tuple[dict, dict]:
     ``{adapter path: {"class", "state_dict"}}`` of the wrapped convs. Without ``own_layers``, one line for
     a gnndist layer of the model's own (it has no PyG twin)."""
     from gnndist.nn import DistBatchNorm, PyGAdapter
+    from gnndist.nn.models import MODELS
 
     adapters, norms = {}, []
     for path, mod in model.named_modules():
@@ -65,7 +64,8 @@ def _unwrapped(model, state: dict, own_layers: bool) -> tuple[dict, dict]:
             norms.append(path)
         elif not own_layers and type(mod).__module__.startswith("gnndist."):
             raise UserError(f"--format pyg: {path} ({type(mod).__name__}) is a gnndist layer with no torch_geometric "
-                            f"twin; --format pyg is for --model {', '.join([*BASIC_TWINS, *OWN_TWINS])} with --arch "
+                            f"twin; --format pyg is for --model {', '.join(n for n, s in MODELS.items() if s.twin)} "
+                            f"with --arch "
                             f"plain, or a model of PyGAdapter layers: use --format gnndist")
     out = {}
     for k, v in state.items():
@@ -76,12 +76,12 @@ def _unwrapped(model, state: dict, own_layers: bool) -> tuple[dict, dict]:
     return out, adapters
 
 
-def _basic_state(model: str, state: dict, norm: str) -> dict:
+def _basic_state(twin: str, state: dict, norm: str) -> dict:
     """``state`` in the names of PyG's BasicGNN twin: GIN's MLP ``nn.0/2`` -> ``nn.lins.0/1``, and PyG's
     ``BatchNorm`` wraps a ``BatchNorm1d`` as ``module``."""
     out = {}
     for k, v in state.items():
-        if model == "gin":
+        if twin == "GIN":
             k = k.replace(".nn.0.", ".nn.lins.0.").replace(".nn.2.", ".nn.lins.1.")
         if norm == "batch" and k.startswith("norms."):
             head, i, rest = k.split(".", 2)
@@ -90,7 +90,7 @@ def _basic_state(model: str, state: dict, norm: str) -> dict:
     return out
 
 
-def _hetero_file(state: dict, config: dict, path: Path) -> dict:
+def _hetero_file(twin: str, state: dict, config: dict, path: Path) -> dict:
     """R-GCN's twin (:class:`gnndist.pyg_twins.RGCN`): the checkpoint's whole embedding table (every featureless
     node, in dataset order) cut into one ``nn.Embedding`` per featureless type; the twin loads it, strictly."""
     from gnndist import pyg_twins
@@ -118,52 +118,51 @@ def _hetero_file(state: dict, config: dict, path: Path) -> dict:
               "out_channels": config["out_channels"], "node_types": list(types),
               "relations": [tuple(r) for r in h["relations"]], "featured": list(featured), "embedding_rows": rows,
               "num_bases": m.get("num_bases", 0), "norm": norm}
-    twin = getattr(pyg_twins, HETERO_TWINS[m["model"]])(**kwargs)
-    missing, unexpected = twin.load_state_dict(out, strict=False)
+    missing, unexpected = getattr(pyg_twins, twin)(**kwargs).load_state_dict(out, strict=False)
     if missing or unexpected:
         raise UserError(f"{path} does not hold --model {m['model']}'s weights as its config builds them (missing "
                         f"{', '.join(missing) or 'none'}; unexpected {', '.join(unexpected) or 'none'})")
-    return {"module": "gnndist.pyg_twins", "model": HETERO_TWINS[m["model"]], "kwargs": kwargs, "state_dict": out}
+    return {"module": "gnndist.pyg_twins", "model": twin, "kwargs": kwargs, "state_dict": out}
 
 
 def pyg_file(state: dict, config: dict, path: Path) -> dict:
     """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
-    from gnndist.nn.models import EDGE_MODELS, HETERO_MODELS, build_model
+    from gnndist.nn.models import model_spec
     from gnndist.training.checkpoint import check_same_model
 
     m = config["model"]
     name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
+    spec = model_spec(name)
+    module, twin = spec.twin.rsplit(".", 1) if spec.twin and plain else (None, None)
     f_in, f_out, edge_dim = config.get("in_channels"), config.get("out_channels"), config.get("edge_dim", 0)
     if not f_in or not f_out:
         raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")
     base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
-    if name in HETERO_TWINS:
-        return {**base, **_hetero_file(state, config, path)}
-    if name in HETERO_MODELS:
-        raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's relations "
-                        f"and embedding table): export it with --format gnndist")
-    if name in EDGE_MODELS and not edge_dim:
+    if spec.hetero:
+        if twin is None:
+            raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's "
+                            f"relations and embedding table): export it with --format gnndist")
+        return {**base, **_hetero_file(twin, state, config, path)}
+    if spec.edge_features and not edge_dim:
         raise UserError(f"{path} does not record the width of the edge features --model {name} reads (written "
                         f"before 2026-12-01): export it with --format gnndist, or train again")
-    model = build_model(name, f_in, m["hidden"], f_out, m["layers"], 0.0, norm, edge_dim=edge_dim,
-                        arch=m.get("arch", "plain"))
+    model = spec.build(f_in, m["hidden"], f_out, m["layers"], 0.0, norm, arch=m.get("arch", "plain"),
+                       edge_dim=edge_dim)
     check_same_model(path, {"model": state, "config": config}, model)
-    twin = (OWN_TWINS.get(name) or BASIC_TWINS.get(name)) if plain else None
     unwrapped, layers = _unwrapped(model, state, own_layers=twin is not None)
     kwargs = {"in_channels": f_in, "hidden_channels": m["hidden"], "num_layers": m["layers"], "out_channels": f_out}
-    if plain and name in BASIC_TWINS:
-        if name == "gin" and norm != "none":
+    if module == BASIC:
+        if twin == "GIN" and norm != "none":
             raise UserError(f"--format pyg: PyG's GIN puts --norm {norm} inside every layer's MLP, gnndist's GIN "
                             f"between the layers, so it has no exact twin with a norm: use --format gnndist")
-        return {**base, "module": "torch_geometric.nn.models", "model": BASIC_TWINS[name],
-                "kwargs": {**kwargs, **PYG_NORMS[norm]}, "state_dict": _basic_state(name, unwrapped, norm)}
-    if plain and name in OWN_TWINS:
-        if name == "gcn2":
+        return {**base, "module": module, "model": twin, "kwargs": {**kwargs, **PYG_NORMS[norm]},
+                "state_dict": _basic_state(twin, unwrapped, norm)}
+    if twin is not None:
+        if twin == "GCNII":
             kwargs.update(alpha=model.convs[0].alpha, theta=model.convs[0].theta)
         else:
-            kwargs.update(norm=norm, **({"edge_dim": edge_dim} if name == "gine" else {}))
-        return {**base, "module": "gnndist.pyg_twins", "model": OWN_TWINS[name], "kwargs": kwargs,
-                "state_dict": unwrapped}
+            kwargs.update(norm=norm, **({"edge_dim": edge_dim} if spec.edge_features else {}))
+        return {**base, "module": module, "model": twin, "kwargs": kwargs, "state_dict": unwrapped}
     return {**base, "module": None, "model": None, "gnndist_model": name, "layers": layers,
             "state_dict": unwrapped}
 

@@ -58,45 +58,31 @@ class PredictRequest:
             raise UserError(f"--out {out}: {folder} is not a writable folder")
 
 
-def representation_layers(model: nn.Module) -> list[nn.Module]:
-    """The modules whose outputs are a model's per-layer representations, in order.
-
-    A model says so with a ``representation_layers()`` method; otherwise its ``convs`` (the GNN
-    models, GAT, GCNII, ResGCN+) or its ``blocks`` (RevGNN) are taken.
-    """
-    own = getattr(model, "representation_layers", None)
-    if callable(own):
-        return list(own())
-    for name in ("convs", "blocks"):
-        layers = getattr(model, name, None)
-        if isinstance(layers, nn.ModuleList):
-            return list(layers)
-    raise UserError(f"{type(model).__name__} names no layers (give it a representation_layers() method, or convs)")
-
-
-def check_layer(model: nn.Module, layer: int) -> list[nn.Module]:
-    """The model's representation layers, or one line when it has no layer ``layer``."""
-    layers = representation_layers(model)
+def check_layer(layers: list[nn.Module], layer: int) -> None:
+    """One line when the model, of representation layers ``layers``, has no layer ``layer``."""
     if not 0 <= layer < len(layers):
         raise UserError(f"--layer {layer} is out of range: the model has {len(layers)} layers (0..{len(layers) - 1})")
-    return layers
 
 
-def forward_at(model: nn.Module, graph, layer: int | None, stages=None) -> Tensor:
+def forward_at(model: nn.Module, graph, layer: int | None = None, layers: list[nn.Module] | None = None,
+               stages=None) -> Tensor:
     """The model's output on ``graph`` in eval mode, or (``layer`` K) the output of its layer K: ``[n_owned, *]``.
 
-    ``stages`` (a :class:`partition.progress.Stages`): each representation layer is a stage, named as it starts.
+    ``layers``: the model's representation layers, as its spec declares them
+    (:meth:`gnndist.nn.ModelSpec.layers`), needed for ``layer``; ``stages`` (a
+    :class:`partition.progress.Stages`): each of them is a stage, named as it starts.
     """
     model.eval()
-    layers = check_layer(model, layer) if layer is not None else None
+    if layer is not None:
+        check_layer(layers or [], layer)
     seen: list[Tensor] = []
 
     def keep(module, inputs, output) -> None:
         seen.append(output[0] if isinstance(output, tuple) else output)  # RevGNN's blocks return (state, x, bound)
 
-    hooks = [layers[layer].register_forward_hook(keep)] if layers is not None else []
+    hooks = [layers[layer].register_forward_hook(keep)] if layer is not None else []
     if stages is not None:
-        shown = layers if layers is not None else _layers_if_named(model)
+        shown = layers or []
         for k, m in enumerate(shown):
             hooks.append(m.register_forward_pre_hook(lambda *_, k=k: stages.set_postfix_str(
                 f"layer {k + 1}/{len(shown)}")))
@@ -110,14 +96,6 @@ def forward_at(model: nn.Module, graph, layer: int | None, stages=None) -> Tenso
         return out
     out = seen[-1]
     return out.float() if out.dtype == torch.int64 else out  # a reversible block's fixed-point state
-
-
-def _layers_if_named(model: nn.Module) -> list[nn.Module]:
-    """The model's representation layers, or none when it names none (its forward is then one stage)."""
-    try:
-        return representation_layers(model)
-    except UserError:
-        return []
 
 
 def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
@@ -142,6 +120,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
     from gnndist.launcher import together
+    from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
     from gnndist.strategies import strategy_from_config
     from gnndist.training.checkpoint import load_model_file
@@ -159,12 +138,13 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)), kernel=cfg.kernel.choice,
                           normalize_features=cfg.model.normalize_features)
         model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+        layers = model_spec(cfg.model.model).layers(model, cfg.model.arch)  # its representation layers
         if req.layer is not None:
-            check_layer(model, req.layer)  # every rank alike: one line, before any work
+            check_layer(layers, req.layer)  # every rank alike: one line, before any work
         stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
                    f"{grid.world_size} rank(s)")
         stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
-        out = forward_at(model.to(grid.device), graph, req.layer, stages if grid.is_main else None)
+        out = forward_at(model.to(grid.device), graph, req.layer, layers, stages if grid.is_main else None)
         rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
         stages.set_postfix_str(f"write {Path(req.out).name}")
         keep, ids, n = rows_of_type(graph, req.type)  # a typed graph: one type's rows, in its own dataset order

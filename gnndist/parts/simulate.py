@@ -441,11 +441,9 @@ def format_table(records: list[dict]) -> str:
     for r in records:
         vs = f"{r['vs_1d']:.3f}" if r["vs_1d"] is not None else "-"
         band = f"{r['model_time_low_s'] * 1e3:.3f}-{r['model_time_high_s'] * 1e3:.3f}"
-        lines.append(
-            f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
-            f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
-            f"{r['model_time_s'] * 1e3:>10.3f} {band:>19} {r['max_messages']:>9}"
-        )
+        lines += [f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
+                  f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
+                  f"{r['model_time_s'] * 1e3:>10.3f} {band:>19} {r['max_messages']:>9}"]
     lines.append(f"band: where the measured epoch falls at the cost model's median error, {100 * cost.MODEL_ERROR:.0f} % "
                  f"(worst {100 * cost.MODEL_ERROR_WORST:.0f} %), measured with probed constants on a 2-core CPU "
                  "(benchmarks/README.md, \"Cost model\"); a preset network's constants are not measured")

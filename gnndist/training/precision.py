@@ -9,6 +9,14 @@ that small gradients do not flush to zero: the gradients are all-reduced still s
 flag per rank saying whether its gradients overflowed, and a step where any rank overflowed is skipped on
 every rank (the scale halves); after :data:`GROWTH_INTERVAL` clean steps in a row it doubles. A scale that
 keeps halving (:data:`SKIPPED_WARNING` skipped steps in a row) is warned about, naming ``--loss-scale``.
+
+:class:`Precision` owns the step's arithmetic; the trainer's step is::
+
+    with precision.autocast():
+        loss = trainer.loss(model(graph, graph.x))
+    precision.backward(loss)                                           # fp16: of the scaled loss
+    overflow = trainer.allreduce_grads(precision.overflowed(params))   # every rank's flag in the same all-reduce
+    precision.step(optimizer, params, overflow, global_loss, epoch, check)   # fp16: skip, or unscale; then step
 """
 
 from __future__ import annotations
@@ -16,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from gnndist.errors import UserError
+from gnndist.nn.conv.pyg_adapter import PyGAdapter
 
 log = logging.getLogger("gnndist")
 
@@ -67,17 +76,17 @@ def check_device(device: torch.device, name: str) -> None:
 
 
 def check_model(model: nn.Module, name: str) -> None:
-    """A one-line :class:`UserError` naming the first module of ``model`` that declares it cannot run in half.
+    """A one-line :class:`UserError` naming the first layer of ``model`` that cannot run in half.
 
-    A module declares it with an attribute ``half_precision``, the reason (default: none, it can), e.g.
-    :class:`~gnndist.nn.PyGAdapter`: a wrapped PyG layer's scatter sums in the rows' dtype.
+    Such a layer is a :class:`~gnndist.nn.PyGAdapter` (its ``half_precision`` says why: a wrapped PyG layer's
+    scatter sums in the rows' dtype), in any model, one handed to the trainer too; a registered model declares
+    it in its spec (:attr:`gnndist.nn.ModelSpec.half_precision`).
     """
     if name == "fp32":
         return
     for path, module in model.named_modules():
-        reason = getattr(module, "half_precision", None)
-        if isinstance(reason, str):
-            where = path or "the model"
+        if isinstance(module, PyGAdapter):
+            reason, where = module.half_precision, path or "the model"
             raise UserError(f"--precision {name}: {type(module).__name__} ({where}) cannot run in half precision: "
                             f"{reason}; use --precision fp32")
 
@@ -148,6 +157,48 @@ class Precision:
     def scale(self) -> float:
         """The factor the loss is multiplied by before backward (1 without fp16)."""
         return self.scaler.scale if self.scaler is not None else 1.0
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the loss is scaled (fp16): the gradients' all-reduce then carries each rank's overflow flag."""
+        return self.scaler is not None
+
+    def backward(self, loss: Tensor) -> None:
+        """``loss.backward()``, of the loss times the scale under fp16."""
+        (loss * self.scaler.scale if self.scaler is not None else loss).backward()
+
+    def overflowed(self, params: list[nn.Parameter]) -> bool:
+        """Whether a gradient of this rank is not finite under fp16 (its flag for the all-reduce); else False."""
+        if self.scaler is None:
+            return False
+        grads = [p.grad for p in params if p.grad is not None]
+        return not (bool(torch.stack([g.isfinite().all() for g in grads]).all()) if grads else True)
+
+    def step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter], overflow: bool, loss: Tensor,
+             epoch: int, check: Callable[[], None]) -> bool:
+        """The optimiser's step on the summed gradients; returns whether it was taken.
+
+        ``overflow``: any rank's flag, from the gradients' all-reduce; ``loss``: the global loss. Under fp16 an
+        overflow or a loss that is not finite skips the step on every rank and halves the scale; else the
+        gradients are divided by the scale (a power of two: exact). ``check`` runs before the step (the
+        trainer's guard against a loss or gradient that is not finite).
+        """
+        if self.scaler is not None:
+            skip = overflow or not bool(torch.isfinite(loss))
+            self.scaler.update(skip, epoch)
+            if skip:
+                return False
+            inv = 1.0 / self.scaler.scale
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(inv)
+        check()
+        optimizer.step()
+        return True
+
+    def report(self) -> dict | None:
+        """fp16's loss scale now and the steps it skipped (the same on every rank); None without fp16."""
+        return None if self.scaler is None else {"scale": self.scaler.scale, "skipped_steps": self.scaler.skipped_total}
 
 
 @dataclass(frozen=True)

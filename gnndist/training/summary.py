@@ -178,7 +178,7 @@ def strategy_report(graph) -> dict[str, dict]:
     return out
 
 
-def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: str) -> tuple[cost.StepTime | None,
+def modelled_step(graph, form: str | None, widths: tuple[int, ...], network: str) -> tuple[cost.StepTime | None,
                                                                                            cost.Network | None]:
     """The cost model's training step of this run (:func:`gnndist.cost.run_time`) and the constants it used
     (collective: one gather; call it once every layer has run).
@@ -188,7 +188,7 @@ def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: st
     else ``network`` (``--network``): a preset by name, or ``probe``: this machine's probed constants at this
     world size where a probe stored them (:func:`gnndist.dist.probe.read_cached`, the default cache; a fixed
     layout never measures them). ``(None, None)`` without constants; ``(None, net)`` for a model the cost
-    model does not describe (``model`` ``None``: one the trainer was handed, not built from ``--model``).
+    model does not describe (``form``, its spec's ``cost``, ``None``; a model the trainer was handed has no spec).
     """
     grid, strategy = graph.grid, graph.strategy
     tags = list(graph.context.calls)  # in the order the layers ran
@@ -203,7 +203,7 @@ def modelled_step(graph, model: str | None, widths: tuple[int, ...], network: st
     loads = [[cost.RankLoad.from_array(np.asarray(r[0][k])) for r in every] for k in range(len(tags))]
     density = sum(r[1] for r in every) / max(graph.num_nodes * graph.x.shape[1], 1)
     elem = graph.wire_itemsize(max((c.itemsize for c in graph.context.calls.values()), default=4))
-    return (cost.run_time(model, widths, loads, net, density, elem) if model else None), net
+    return cost.run_time(form, widths, loads, net, density, elem), net
 
 
 def rank_report(graph, history: list[dict], step_bytes: dict[str, dict[str, int]]) -> tuple[list[dict], bool]:

@@ -19,8 +19,7 @@ from gnndist.config import ModelConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
-from gnndist.nn import build_model
-from gnndist.nn.models import HETERO_MODELS
+from gnndist.nn.models import ModelSpec, model_spec
 from gnndist.nn.node_embedding import sharded_parameters
 from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
@@ -64,18 +63,19 @@ class Trainer:
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
         self.precision = Precision(cfg.optim.precision, self.grid.device, cfg.optim.loss_scale)
+        # --model's spec; a model handed in declares nothing: every layout, one parameter group, not modelled
+        self.spec = model_spec(cfg.model.model) if model is None else None
         self.model = self._model(model, *self.widths).to(self.grid.device)
         check_model(self.model, cfg.optim.precision)
         self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
-        self.model_name = cfg.model.model if model is None else None  # a model handed in: the cost model's unknown
         own = sharded_parameters(self.model)  # this rank's rows (embeddings): neither broadcast nor all-reduced
         for p in self.model.parameters():  # identical on every rank already; broadcast guards against drift
             if id(p) not in own:
                 self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in own]
         self.sharded = [p for p in self.model.parameters() if p.requires_grad and id(p) in own]
-        groups = getattr(self.model, "param_groups", None)  # a model's own weight decay per group (GCNII)
-        self.optim = torch.optim.Adam(groups(cfg.optim.weight_decay) if groups else self.params + self.sharded, lr=cfg.optim.lr,
+        groups = self.spec.optimiser_groups(self.model, cfg.optim.weight_decay) if self.spec else None  # GCNII's own
+        self.optim = torch.optim.Adam(groups or self.params + self.sharded, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
         self.metric = metric_of(cfg, graph)
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
@@ -97,10 +97,9 @@ class Trainer:
             return model
         if model is not None:
             return model(f_in, f_out)
-        if self.cfg.model.model in HETERO_MODELS and self.cfg.dist.strategy != "1d":
-            raise UserError(f"--model {self.cfg.model.model} runs on --strategy 1d only (its relations aggregate on "
-                            f"the 1d halo), not --strategy {self.cfg.dist.strategy}")
-        return model_of(self.cfg.model, self.graph, self.cfg.run.seed)
+        self.spec.check_layout(self.cfg.dist.strategy)
+        self.spec.check_precision(self.cfg.optim.precision)
+        return model_of(self.cfg.model, self.graph, self.cfg.run.seed, self.spec)
 
     # ------------------------------------------------------------------ one epoch
     def loss(self, logits: Tensor) -> Tensor:
@@ -121,7 +120,7 @@ class Trainer:
         Under ``--precision fp16`` each rank's overflow flag (its gradients are not finite) travels as one
         more element of the buffer, so every rank learns of any rank's overflow in the same all-reduce.
         """
-        flagged = self.precision.scaler is not None
+        flagged = self.precision.scaled
         if not self.grid.distributed:
             return overflow
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -146,31 +145,14 @@ class Trainer:
         with t.phase("dense"):
             with self.precision.autocast():  # fp32: nothing
                 loss = self.loss(self.model(g, g.x))  # fp32 (autocast computes losses in fp32)
-            (loss * self.precision.scale if self.precision.scaler else loss).backward()
+            self.precision.backward(loss)  # fp16: scaled
         with t.phase("comm"):
-            overflow = self.allreduce_grads(self.precision.scaler is not None and not self._grads_finite())
+            overflow = self.allreduce_grads(self.precision.overflowed(self.params))
             total = self.grid.all_reduce_(loss.detach().clone())
-        with t.phase("other"):
-            if self.precision.scaler is not None:  # fp16: skip the step on every rank, or unscale
-                self.precision.scaler.update(overflow or not bool(torch.isfinite(total)), epoch)
-                if overflow or not bool(torch.isfinite(total)):
-                    return float(total)
-                self._unscale()
-            self._check_finite(epoch, total)  # loss and gradients are global here: every rank decides alike
-            self.optim.step()
+        with t.phase("other"):  # loss and gradients are global here: every rank decides alike
+            self.precision.step(self.optim, self.params, overflow, total, epoch,
+                                check=lambda: self._check_finite(epoch, total))
             return float(total)
-
-    def _grads_finite(self) -> bool:
-        """Whether every gradient of this rank is finite (fp16's overflow test, before the all-reduce)."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        return bool(torch.stack([g.isfinite().all() for g in grads]).all()) if grads else True
-
-    def _unscale(self) -> None:
-        """Divide the summed gradients by the loss scale they were computed at (a power of two: exact)."""
-        inv = 1.0 / self.precision.scaler.scale
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.mul_(inv)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -197,8 +179,8 @@ class Trainer:
             self.step_bytes = g.context.counter.per_tag()  # this rank's, before evaluate() adds its forward
             if epoch == self.start_epoch:
                 g.strategy.after_first_step()  # auto: every layer has chosen; free the other layouts
-                self.modelled, self.model_network = modelled_step(g, self.model_name, self.cost_widths(),
-                                                                  self.cfg.dist.network)
+                self.modelled, self.model_network = modelled_step(g, self.spec.cost if self.spec else None,
+                                                                  self.cost_widths(), self.cfg.dist.network)
             self.per_layer = global_bytes_per_tag(self.step_bytes, grid)
             self.predicted = global_bytes_per_tag(g.predicted_bytes(), grid)
         comm_bytes = sum(v["fwd_sent"] + v["bwd_sent"] for v in self.per_layer.values())
@@ -256,8 +238,7 @@ class Trainer:
 
     def _loss_scale_report(self) -> dict | None:
         """fp16's loss scale at the end of the run and the steps it skipped (the same on every rank); else None."""
-        scaler = self.precision.scaler
-        return None if scaler is None else {"scale": scaler.scale, "skipped_steps": scaler.skipped_total}
+        return self.precision.report()
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
@@ -292,12 +273,13 @@ def edge_width(graph: DistGraph) -> int:
     return rows2d(ea).shape[1] if ea is not None else 0
 
 
-def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0) -> nn.Module:
-    """The registered model ``--model`` of the config ``m`` for this graph's feature and output widths
-    (``seed``: of a typed graph's embeddings)."""
-    return build_model(m.model, graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm,
-                       m.recompute, edge_dim=edge_width(graph), arch=m.arch, graph=graph, num_bases=m.num_bases,
-                       seed=seed, embedding=m.embedding)
+def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0, spec: ModelSpec | None = None) -> nn.Module:
+    """The registered model ``--model`` of the config ``m`` (``spec``: its spec, looked up by default) for this
+    graph's feature and output widths (``seed``: of a typed graph's embeddings)."""
+    spec = spec or model_spec(m.model)
+    return spec.build(graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm, m.recompute,
+                      m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
+                      embedding=m.embedding)
 
 
 def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:

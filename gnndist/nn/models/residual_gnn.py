@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnndist.errors import UserError
+from gnndist.nn.conv.gat_conv import GATConv
 from gnndist.nn.norm import apply_norm, make_norm
 from gnndist.nn.recompute import checkpointed
 
@@ -89,3 +91,11 @@ class ThenLinear(nn.Module):
 
     def forward(self, graph, x: Tensor) -> Tensor:
         return self.lin(self.conv(graph, x))  # [n_owned, out_features]
+
+
+def gat_heads(i: int, o: int, heads: int = 8) -> nn.Module:
+    """The residual blocks' GAT layer: ``heads`` heads of ``o // heads``, concatenated (no attention dropout), then
+    a linear map mixing the heads (the first linear of the paper's feed-forward module)."""
+    if o % heads:
+        raise UserError(f"--arch residual --model gat: --hidden {o} must be a multiple of its {heads} heads")
+    return ThenLinear(GATConv(i, o // heads, heads), o, o)

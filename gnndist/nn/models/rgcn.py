@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gnndist.nn.models import GNN
+from gnndist.nn.conv.rgcn_conv import RGCNConv
+from gnndist.nn.models.gnn import GNN
 from gnndist.nn.node_embedding import NodeEmbedding
-from gnndist.nn.rgcn_conv import RGCNConv
 
 
 class RGCN(GNN):
@@ -17,11 +17,11 @@ class RGCN(GNN):
     travel home like any activation's.
 
     Args:
-        graph: the rank's typed graph (its relations and node types).
         in_channels, hidden, out_channels: widths (``in_channels``: the features' and the embeddings').
         layers: depth (>= 1).
         dropout: dropout probability (partition-invariant masks).
         norm: ``"none"``, ``"batch"`` or ``"layer"``.
+        graph: the rank's typed graph (its relations and node types).
         num_bases: basis decomposition of every layer's relation weights (0: none).
         seed: seed of the embeddings' initial rows.
         embedding: ``"learn"`` (default: a :class:`NodeEmbedding` for the featureless types) or ``"zero"`` (their
@@ -31,9 +31,8 @@ class RGCN(GNN):
         x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
     """
 
-    def __init__(self, graph, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
-                 dropout: float = 0.5, norm: str = "none", num_bases: int = 0, seed: int = 0,
-                 embedding: str = "learn"):
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, layers: int = 2, dropout: float = 0.5,
+                 norm: str = "none", *, graph, num_bases: int = 0, seed: int = 0, embedding: str = "learn"):
         R = len(graph.hetero["relations"])
         super().__init__(lambda a, b: RGCNConv(a, b, R, num_bases), in_channels, hidden, out_channels, layers,
                          dropout, norm)

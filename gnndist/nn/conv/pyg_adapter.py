@@ -5,7 +5,7 @@ nodes (``x`` extended by one differentiable exchange), edges are every edge into
 node. Rows of owned nodes are exact (their whole neighbourhood is local); rows of halo
 nodes are incomplete and are dropped. Gradients flow home through the exchange.
 
-What the local graph lacks is supplied while the layer runs (:mod:`gnndist.nn.pyg_local`):
+What the local graph lacks is supplied while the layer runs (:mod:`gnndist.nn.conv.pyg_local`):
 degrees in the whole graph to ``gcn_norm`` and ``get_laplacian`` wherever they are called,
 a fresh halo before every propagation step after the first (multi-hop layers), and the
 reversed adjacency of the owned rows to a layer that flips the edges. A layer that needs
@@ -18,7 +18,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from gnndist.nn.pyg_local import LocalRun, NotDistributable
+from gnndist.nn.conv.pyg_local import LocalRun, NotDistributable
+
+# why a wrapped PyG layer cannot run under --precision bf16|fp16 (PyGAdapter.half_precision, gine's spec)
+SCATTER_IN_ROWS_DTYPE = ("the wrapped {conv} aggregates with torch_geometric's scatter in the rows' dtype, so its sums "
+                         "would not accumulate in fp32")
 
 # keyword inputs read only at destination rows: halo rows are zero, not exchanged
 DST_ONLY = {"GCN2Conv": ("x_0",), "FAConv": ("x_0",)}
@@ -135,8 +139,7 @@ class PyGAdapter(nn.Module):
     @property
     def half_precision(self) -> str:
         """Why it cannot run under ``--precision bf16|fp16`` (:func:`gnndist.training.precision.check_model`)."""
-        return (f"the wrapped {type(self.conv).__name__} aggregates with torch_geometric's scatter in the rows' "
-                f"dtype, so its sums would not accumulate in fp32")
+        return SCATTER_IN_ROWS_DTYPE.format(conv=type(self.conv).__name__)
 
     def forward(self, graph, x: Tensor, **kwargs) -> Tensor:
         conv = self.conv

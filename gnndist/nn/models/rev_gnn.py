@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.errors import UserError
+from gnndist.nn.conv.sage_conv import SAGEConv
 from gnndist.nn.norm import apply_norm, make_norm
-from gnndist.nn.sage_conv import SAGEConv
 
 log = logging.getLogger("gnndist")
 

@@ -7,7 +7,7 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
-from gnndist.nn.message_passing import MessagePassing
+from gnndist.nn.conv.message_passing import MessagePassing
 from gnndist.nn.norm import apply_norm, make_norm
 
 
@@ -60,9 +60,9 @@ class GENConv(MessagePassing):
         self.in_channels, self.out_channels, self.eps = in_channels, out_channels, eps
         self.tag = "gen"
         self.aggr_module = SoftmaxAggregation(t, learn_t)
-        if in_channels != out_channels:
-            self.lin_src = nn.Linear(in_channels, out_channels, bias=bias)
-            self.lin_dst = nn.Linear(in_channels, out_channels, bias=bias)
+        mapped = in_channels != out_channels  # PyG's lin_src and lin_dst exist only then
+        self.lin_src = nn.Linear(in_channels, out_channels, bias=bias) if mapped else None
+        self.lin_dst = nn.Linear(in_channels, out_channels, bias=bias) if mapped else None
         widths = [out_channels] + [out_channels * expansion] * (num_layers - 1) + [out_channels]
         mlp: list[nn.Module] = []
         for i, (a, b) in enumerate(pairwise(widths)):
@@ -75,9 +75,9 @@ class GENConv(MessagePassing):
         return x_j.relu() + self.eps
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        x_src = self.lin_src(x) if hasattr(self, "lin_src") else x  # [n_owned, out]
+        x_src = self.lin_src(x) if self.lin_src is not None else x  # [n_owned, out]
         out = self.propagate(graph, x_src, t=self.aggr_module.t)  # [n_owned, out]
-        out = out + (self.lin_dst(x) if hasattr(self, "lin_dst") else x)
+        out = out + (self.lin_dst(x) if self.lin_dst is not None else x)
         for m in self.mlp:  # a DistBatchNorm gets the grid: statistics over every node
             out = apply_norm(m, graph, out)
         return out

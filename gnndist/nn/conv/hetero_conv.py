@@ -28,7 +28,7 @@ class HeteroConv(nn.Module):
     zero. Relations without a layer are skipped; an empty relation runs and adds nothing but its bias.
 
     Each relation's layer exchanges its own input rows (a layer that transforms first sends the transformed
-    rows), so a layer of R relations exchanges up to R times per step; :class:`~gnndist.nn.rgcn_conv.RGCNConv`
+    rows), so a layer of R relations exchanges up to R times per step; :class:`~gnndist.nn.conv.rgcn_conv.RGCNConv`
     shares one exchange between its relations.
 
     Args:

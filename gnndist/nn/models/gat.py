@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist.nn.gat_conv import GATConv
+from gnndist.nn.conv.gat_conv import GATConv
 from gnndist.nn.norm import apply_norm, make_norm
 
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist.nn.message_passing import MessagePassing
+from gnndist.nn.conv.message_passing import MessagePassing
 
 
 class GATConv(MessagePassing):

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.errors import UserError
-from gnndist.nn.gcn2_conv import GCN2Conv
-from gnndist.nn.gen_conv import GENConv
+from gnndist.nn.conv.gcn2_conv import GCN2Conv
+from gnndist.nn.conv.gen_conv import GENConv
 from gnndist.nn.norm import apply_norm, make_norm
 from gnndist.nn.recompute import checkpointed
 
