@@ -72,8 +72,8 @@ def _train_config(args: argparse.Namespace, dataset: str | None):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gnndist.train import train
     from gnndist.partition import read_meta
+    from gnndist.train import train
 
     dataset = _dataset_of(args.partdir, read_meta)
     cfg = _train_config(args, dataset)
@@ -84,8 +84,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _say_modelled_widths(partdir, cfg, read_meta) -> None:
     """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
-    from gnndist.train import stage
     from gnndist.partition.balance import model_widths
+    from gnndist.train import stage
 
     try:
         meta = read_meta(partdir)
@@ -100,8 +100,8 @@ def _say_modelled_widths(partdir, cfg, read_meta) -> None:
 
 
 def _say_recipe(dataset: str | None, cfg) -> None:
-    from gnndist.train import stage
     from gnndist.presets import dataset_recipe
+    from gnndist.train import stage
 
     recipe = dataset_recipe(dataset)
     if recipe is not None:
@@ -126,8 +126,8 @@ def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from gnndist.launcher import place
-    from gnndist.train import stage, train
     from gnndist.strategies import strategy_from_config
+    from gnndist.train import stage, train
 
     cfg = _train_config(args, args.dataset)
     _say_recipe(args.dataset, cfg)
