@@ -51,8 +51,9 @@ from gnndist.partition.hetero import RelationSlicer, format_hetero, hetero_repor
 from gnndist.partition.layouts import layout_loads, replications
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 from gnndist.partition.progress import Stages, rss_peak, stages_of
+from gnndist.partition.rank_times import unit_costs
+from gnndist.partition.refine import RefineSettings
 from gnndist.partition.refine import refine as refine_assign
-from gnndist.partition.refine import unit_costs
 
 from gnndist.cost import Network, epoch_time
 from gnndist.errors import UserError
@@ -429,8 +430,8 @@ def _choose(job: Job, columns: dict) -> tuple[np.ndarray, str, Setting, str]:
         if can_refine and s.constraints:
             job.bar.set_postfix_str(f"refine {b} {s.label}")
             weights, tol = _table(kept, columns)
-            assign, stats = refine_assign(csr, assign, parts, weights, tol, widths, net, time_of, passes=passes,
-                                          threads=threads)
+            assign, stats = refine_assign(csr, assign, parts, weights, tol,
+                                          RefineSettings(widths, net, passes=passes, threads=threads))
         loads = rank_loads(csr, assign, parts)
         send = np.array([ld.expand_send for ld in loads], dtype=float)
         tried.append({"method": b, "setting": s, "assign": assign, "refine": stats, "record": {

@@ -375,7 +375,7 @@ def derived_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, unit: np.nda
     """The weights of the constraints read off a first partition ``assign``: :func:`volume_weights`' ``send`` and
     ``recv``, and ``time``: a node's share of its rank's modelled layer times summed over the layers,
     ``per_row + per_nnz * degree + per_halo * (send + recv) / 2`` (``unit``: the per-row, per-nonzero and
-    per-halo-row seconds of :func:`gnndist.partition.refine.unit_costs`, summed over layers), scaled so
+    per-halo-row seconds of :func:`gnndist.partition.rank_times.unit_costs`, summed over layers), scaled so
     the mean node weighs :data:`TIME_SCALE`, at least 1. Balancing ``time`` balances the ranks' compute and
     halo time at once in one METIS constraint (fixed costs and peers aside).
 
