@@ -257,14 +257,13 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):
     """The path auto takes above 2^25 adjacency entries (one METIS `cut` run on a sampled graph, then the
     refinement on the full one), forced on a small graph by lowering the thresholds."""
-    import gnndist.partition as gp
     from gnndist.partition import balance
 
     data = synthetic(4000, avg_degree=20, num_classes=8, num_features=8, seed=0)
     full = partition(data, 8, method="metis", balance="nodes", refine=False, progress=False).report
     monkeypatch.setattr(balance, "MEDIUM", 1000)
     monkeypatch.setattr(balance, "LARGE", 2000)
-    monkeypatch.setattr(gp, "METIS_MAX_ENTRIES", 40_000)
+    monkeypatch.setattr(balance, "METIS_MAX_ENTRIES", 40_000)
     r = partition(data, 8, method="metis", progress=False).report
     assert r["objective"] == "cut" and r["auto"]["objective"] == "cut" and len(r["auto"]["candidates"]) == 1
     assert 0.9 * 40_000 < r["metis_sampled_entries"] < 1.1 * 40_000
