@@ -182,9 +182,9 @@ def refine_counts(args: argparse.Namespace) -> None:
     from gnndist.partition.backends import BACKENDS, Request
     from gnndist.partition.book import symmetric_csr
     from gnndist.partition.counts import part_counts
-    from gnndist.partition.refine import refine
+    from gnndist.partition.refine import RefineSettings, refine
 
-    from gnndist.cost import NETWORKS, epoch_time
+    from gnndist.cost import NETWORKS
 
     t0 = time.perf_counter()
     data = load(args.graph, root=args.root)
@@ -205,7 +205,7 @@ def refine_counts(args: argparse.Namespace) -> None:
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     t3 = time.perf_counter()
     out, stats = refine(csr, start, args.parts, np.ones((csr.num_nodes, 1), dtype=np.int64), np.array([1.03]),
-                        widths, net, lambda ld: epoch_time(ld, widths, net), passes=passes, sparse=sparse)
+                        RefineSettings(widths, net, passes=passes, sparse=sparse))
     t4 = time.perf_counter()
     print(f"refine ({args.counts} counts, {passes} passes): {t4 - t3:.1f} s, moved {stats['moved']:,} + "
           f"{stats['peers']['moved']:,} (pruning, {stats['peers']['tries']} tries), volume "

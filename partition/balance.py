@@ -58,6 +58,15 @@ class Setting:
         return [(c, t) for c, t in zip(self.constraints, self.tolerances) if c not in DERIVED_CONSTRAINTS]
 
     @property
+    def base(self) -> Setting | None:
+        """The setting of the first partition a setting with :data:`DERIVED_CONSTRAINTS` reads its weights off
+        (its structural constraints, else :data:`PLAIN`); None for a setting without them."""
+        own = self.structural
+        if len(own) == len(self.constraints):
+            return None
+        return Setting(*zip(*own)) if own else PLAIN
+
+    @property
     def label(self) -> str:
         """``--balance`` spelling of this setting, e.g. ``nodes:1.03,edges:1.2``."""
         return ",".join(f"{c}:{t:g}" for c, t in zip(self.constraints, self.tolerances))
@@ -205,18 +214,14 @@ def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: in
     Returns the kept plan and ``{"multiple", "seconds", "cheapest", "estimated_s", "skipped"}`` with one
     line per skipped candidate saying why.
     """
-    def base_of(s: Setting) -> Setting | None:
-        own = s.structural
-        return (Setting(*zip(*own)) if own else PLAIN) if len(own) < len(s.constraints) else None
-
     def cost(b: str, s: Setting, ran: set) -> float:
         """Refinement plus the partitioner runs not yet paid for (its own, its first partition's)."""
-        runs = {(b, s)} | ({(b, base_of(s))} if base_of(s) is not None else set())
+        runs = {(b, s)} | ({(b, s.base)} if s.base is not None else set())
         return refine_s + sum(estimate_seconds(r[0], objective, nnz, n, parts) for r in runs - ran)
 
     def admit(c: tuple[str, Setting]) -> None:
         kept.append(c)
-        ran.update({c} | ({(c[0], base_of(c[1]))} if base_of(c[1]) is not None else set()))
+        ran.update({c} | ({(c[0], c[1].base)} if c[1].base is not None else set()))
 
     label = lambda b, s: f"{b} {s.label}"  # noqa: E731
     alone = {label(b, s): cost(b, s, set()) for b, s in plan}
@@ -285,6 +290,12 @@ def choose(records: list[dict], band: float = MODEL_ERROR) -> tuple[int, dict]:
     return least, {**info, "rule": "least volume", "why": (
         f"least volume: the others' modelled gains were within the model's error band {100 * band:.0f} % (at most "
         f"{100 * gain:.1f} %, {label(records[fastest])})")}
+
+
+def imbalance(values: np.ndarray) -> float:
+    """The largest value over the mean (1.0 for none, or a zero mean)."""
+    mean = values.mean() if len(values) else 0.0
+    return float(values.max() / mean) if mean > 0 else 1.0
 
 
 def network(name: str | Network | None) -> Network:
@@ -375,7 +386,7 @@ def derived_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, unit: np.nda
     """The weights of the constraints read off a first partition ``assign``: :func:`volume_weights`' ``send`` and
     ``recv``, and ``time``: a node's share of its rank's modelled layer times summed over the layers,
     ``per_row + per_nnz * degree + per_halo * (send + recv) / 2`` (``unit``: the per-row, per-nonzero and
-    per-halo-row seconds of :func:`gnndist.partition.refine.unit_costs`, summed over layers), scaled so
+    per-halo-row seconds of :func:`gnndist.partition.rank_times.unit_costs`, summed over layers), scaled so
     the mean node weighs :data:`TIME_SCALE`, at least 1. Balancing ``time`` balances the ranks' compute and
     halo time at once in one METIS constraint (fixed costs and peers aside).
 

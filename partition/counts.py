@@ -248,3 +248,8 @@ def part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int, sparse: bool | N
     if sparse is None:
         sparse = csr.num_nodes * parts > DENSE_MAX_CELLS
     return (SparseCounts if sparse else DenseCounts)(csr, assign, parts)
+
+
+def as_counts(counts):
+    """``counts`` as a counts object: a dense ``[N, P]`` table wrapped (:meth:`DenseCounts.of`), else as it is."""
+    return DenseCounts.of(counts) if isinstance(counts, np.ndarray) else counts

@@ -109,17 +109,15 @@ def format_hetero(h: dict) -> list[str]:
     lines = ["  node types       " + ", ".join(
         f"{t} {sum(p[i] for p in h['nodes_per_part']):,}" + ("" if h["featured"][i] else " (embedding)")
         + (" (target)" if t == h["target"] else "") for i, t in enumerate(h["node_types"]))]
-    if "imbalance_per_type" in h:  # reports written before --balance types lack it
-        lines.append("  type imbalance   " + ", ".join(
-            f"{t} {v:.3f}" for t, v in zip(h["node_types"], h["imbalance_per_type"])) + " (max/mean nodes per part)")
+    lines.append("  type imbalance   " + ", ".join(
+        f"{t} {v:.3f}" for t, v in zip(h["node_types"], h["imbalance_per_type"])) + " (max/mean nodes per part)")
     lines.append("  halo per type    " + ", ".join(
         f"{t} {v:,}" for t, v in zip(h["node_types"], h["halo_volume_per_type"])) + " rows")
     lines.append("  relations        " + "; ".join(
         f"({s}, {r}, {d}) {sum(p[i] for p in h['edges_per_part']):,}" for i, (s, r, d) in enumerate(h["relations"])))
-    if "halo_rows_per_relation" in h:  # reports written before 2026-12-02 lack it
-        lines.append("  halo per rel.    " + "; ".join(
-            f"({s}, {r}, {d}) {v:,}" for (s, r, d), v in zip(h["relations"], h["halo_rows_per_relation"]))
-            + f" rows: {sum(h['halo_rows_per_relation']):,} alone, {sum(h['halo_volume_per_type']):,} shared")
+    lines.append("  halo per rel.    " + "; ".join(
+        f"({s}, {r}, {d}) {v:,}" for (s, r, d), v in zip(h["relations"], h["halo_rows_per_relation"]))
+        + f" rows: {sum(h['halo_rows_per_relation']):,} alone, {sum(h['halo_volume_per_type']):,} shared")
     for k, (n, e) in enumerate(zip(h["nodes_per_part"], h["edges_per_part"])):
         lines.append(f"  part {k:<11} nodes {'/'.join(map(str, n))}, halo {'/'.join(map(str, h['halo_rows_per_part'][k]))}"
                      f", relation edges {'/'.join(map(str, e))}")

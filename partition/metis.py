@@ -119,15 +119,7 @@ def metis_assign(
     adjncy = np.ascontiguousarray(col, dtype=np_idx)
     if adjncy.size == 0:  # METIS rejects edgeless graphs: split the nodes evenly instead
         return (np.arange(n, dtype=np.int64) * parts) // n
-    if vweights is None:
-        vweights = np.ones((n, 1), dtype=np_idx)
-    used = vweights.sum(axis=0) > 0
-    vweights = vweights[:, used]
-    vwgt = np.ascontiguousarray(vweights, dtype=np_idx)
-    ubvec = None
-    if tolerances is not None:
-        real_t = _real_type(lib, idx_t)
-        ubvec = (real_t * int(used.sum()))(*(float(t) for t in np.asarray(tolerances)[used]))
+    vwgt, ubvec = _balance(lib, idx_t, np_idx, vweights, tolerances, n)
     ncon = idx_t(vwgt.shape[1])
     nvtxs = idx_t(n)
     nparts = idx_t(parts)
@@ -149,6 +141,19 @@ def metis_assign(
         hint = " (fewer constraints, e.g. --balance nodes, or fewer parts may work)" if ncon.value > 1 else ""
         raise UserError(f"METIS failed to cut {n:,} nodes into {parts} parts: {why}, status {status}{hint}")
     return part.astype(np.int64, copy=False)
+
+
+def _balance(lib, idx_t, np_idx, vweights: np.ndarray | None, tolerances: np.ndarray | None, n: int):
+    """METIS's ``vwgt`` ``[N, ncon]`` (columns that sum to zero dropped; one column of ones by default) and
+    ``ubvec`` (their tolerances as ``real_t``, or None for METIS's default)."""
+    if vweights is None:
+        vweights = np.ones((n, 1), dtype=np_idx)
+    used = vweights.sum(axis=0) > 0
+    vwgt = np.ascontiguousarray(vweights[:, used], dtype=np_idx)
+    if tolerances is None:
+        return vwgt, None
+    real_t = _real_type(lib, idx_t)
+    return vwgt, (real_t * int(used.sum()))(*(float(t) for t in np.asarray(tolerances)[used]))
 
 
 @lru_cache(maxsize=4)

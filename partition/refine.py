@@ -28,16 +28,18 @@ One pass, all numpy, ``O(N P + boundary entries)`` (sparse counts: ``O(non-zero 
    no volume above ``M`` and no rank's modelled layer time above the slowest rank's.
 5. The moves are applied and every count recomputed exactly; the pass is undone (and retried
    with half the moves) unless ``M`` did not grow, the modelled epoch time did not grow and
-   the ranks' modelled times fell (:func:`_key`: the epoch, then leximax: the sorted per-rank
-   times, slowest first), or stayed and ``(M, total volume)`` fell. One strict order: no cycles.
+   the ranks' modelled times fell (:func:`~gnndist.partition.rank_times.time_key`: the epoch,
+   then leximax: the sorted per-rank times, slowest first), or stayed and ``(M, total volume)``
+   fell. One strict order: no cycles.
 
-Then the *peer pruning* (:func:`prune_peers`): a rank pays a latency per peer, and at large P
-with narrow layers the peers, not the rows, set its time. Two parts stay peers while one edge
-joins them; where few nodes tie them, those nodes move (as a group, one node at a time with
-exact bookkeeping, :class:`_Book`) to a third part that exchanges with their neighbours'
-parts already. A group is kept when the modelled time falls (or holds while the ranks' times
-fall leximax, slowest first), the tolerances hold, the maximum volume does not grow and the
-total volume stays within :data:`VOLUME_GROWTH` of where the pruning began.
+Then the *peer pruning* (:func:`~gnndist.partition.peers.prune_peers`): a rank pays a latency
+per peer, and at large P with narrow layers the peers, not the rows, set its time. Two parts stay
+peers while one edge joins them; where few nodes tie them, those nodes move (as a group, one node
+at a time with exact bookkeeping, :class:`~gnndist.partition.peers.Ledger`) to a third part that
+exchanges with their neighbours' parts already. A group is kept when the modelled time falls (or
+holds while the ranks' times fall leximax, slowest first), the tolerances hold, the maximum volume
+does not grow and the total volume stays within :data:`~gnndist.partition.peers.VOLUME_GROWTH` of
+where the pruning began.
 
 So, by construction, refinement never breaks a balance tolerance that held before, never
 raises the maximum per-rank volume and never raises the modelled epoch time.
@@ -51,13 +53,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from gnndist.partition.book import GlobalCSR, in_order
-from gnndist.partition.counts import DenseCounts, part_counts
+from gnndist.partition.counts import DenseCounts, as_counts, part_counts
+from gnndist.partition.peers import Ledger, prune_peers
+from gnndist.partition.rank_times import compare, load_times, time_key, times_of, unit_costs
 
-from gnndist.cost import Network, RankLoad, rank_layer_times
+from gnndist.cost import Network, RankLoad, epoch_time
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
 CHUNK = 1 << 22  # adjacency entries processed at once (bounds the temporary arrays)
-VOLUME_GROWTH = 1.1  # peer pruning may raise the total volume by at most this factor
 
 
 def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.ndarray:
@@ -72,7 +75,7 @@ def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.
 def loads_from_counts(counts, assign: np.ndarray, degree: np.ndarray) -> list[RankLoad]:
     """The 1D halo exchange's :class:`~gnndist.cost.RankLoad` of every part, from neighbour-part counts
     (a :mod:`~gnndist.partition.counts` object, or a dense ``[N, P]`` table)."""
-    counts = _as_counts(counts)
+    counts = as_counts(counts)
     parts = counts.parts
     pair = counts.send_pairs(assign)  # [src, dst] rows
     messages = np.maximum(np.count_nonzero(pair, axis=0), np.count_nonzero(pair, axis=1))
@@ -80,10 +83,6 @@ def loads_from_counts(counts, assign: np.ndarray, degree: np.ndarray) -> list[Ra
     rows = np.bincount(assign, minlength=parts)
     return [RankLoad(expand_send=int(pair[k].sum()), expand_recv=int(pair[:, k].sum()), messages=int(messages[k]),
                      nnz=int(nnz[k]), rows=int(rows[k])) for k in range(parts)]
-
-
-def _as_counts(counts):
-    return DenseCounts.of(counts) if isinstance(counts, np.ndarray) else counts
 
 
 def _entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,32 +93,36 @@ def _entries_of(rowptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.n
     return start + np.arange(len(owner), dtype=np.int64), owner
 
 
-def unit_costs(widths: tuple[int, ...], net: Network) -> np.ndarray:
-    """Per layer, the modelled seconds a rank spends per owned row, per nonzero, per halo row and per peer,
-    read off :func:`gnndist.cost.rank_layer_times` (linear in each); ``[layers, 5]`` with the fixed part last."""
-    units = [RankLoad(rows=1), RankLoad(nnz=1), RankLoad(expand_send=1), RankLoad(messages=1), RankLoad()]
-    out = []
-    for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
-        t = rank_layer_times(units, f_in, f_out, net, first=(i == 0))
-        out.append(np.append(t[:4] - t[4], t[4]))
-    return np.array(out)
+@dataclass(frozen=True)
+class RefineSettings:
+    """How the refinement weighs its moves (the model whose per-rank layer times bound them) and how far it goes.
+
+    Args:
+        widths, net: the model whose modelled epoch (:func:`gnndist.cost.epoch_time`) and per-rank layer
+            times bound the moves; a pass that raises the epoch is undone.
+        passes: maximum number of volume passes (each ``O(N P + boundary entries)``, default 8).
+        theta: parts whose send or receive volume is at least ``theta * M`` are critical (default 0.8).
+        prune: then drop peers of the slowest ranks (:func:`~gnndist.partition.peers.prune_peers`, default True).
+        sparse: hold the neighbour-part counts sparse (True), dense (False) or by size (None, default:
+            :func:`gnndist.partition.counts.part_counts`); the same moves either way.
+        threads: chunks of the volume deltas weighed at once (default 1); the same moves at any count.
+    """
+
+    widths: tuple[int, ...]
+    net: Network
+    passes: int = 8
+    theta: float = 0.8
+    prune: bool = True
+    sparse: bool | None = None
+    threads: int = 1
+
+    def epoch(self, loads: list[RankLoad]) -> float:
+        """The modelled epoch seconds of ``loads`` (:func:`gnndist.cost.epoch_time`)."""
+        return epoch_time(loads, self.widths, self.net)
 
 
-def refine(
-    csr: GlobalCSR,
-    assign: np.ndarray,
-    parts: int,
-    weights: np.ndarray,
-    tolerances: np.ndarray,
-    widths: tuple[int, ...],
-    net: Network,
-    epoch_time: Callable[[list[RankLoad]], float],
-    passes: int = 8,
-    theta: float = 0.8,
-    prune: bool = True,
-    sparse: bool | None = None,
-    threads: int = 1,
-) -> tuple[np.ndarray, dict]:
+def refine(csr: GlobalCSR, assign: np.ndarray, parts: int, weights: np.ndarray, tolerances: np.ndarray,
+           settings: RefineSettings) -> tuple[np.ndarray, dict]:
     """Lower the maximum per-rank send/receive volume of ``assign`` (see the module docstring).
 
     Args:
@@ -129,14 +132,7 @@ def refine(
         weights: ``[N, ncon]`` balance weights (nodes, degree, training flag, ...).
         tolerances: ``[ncon]`` allowed max part weight / mean part weight; a part already above
             its cap may not grow.
-        widths, net: the model whose per-rank layer times bound the moves (:func:`gnndist.cost.epoch_time`).
-        epoch_time: modelled epoch seconds of a list of loads; a pass that raises it is undone.
-        passes: maximum number of passes (each ``O(N P + boundary entries)``).
-        theta: parts whose send or receive volume is at least ``theta * M`` are critical.
-        prune: then drop peers of the slowest ranks (:func:`prune_peers`).
-        sparse: hold the neighbour-part counts sparse (True), dense (False) or by size (None:
-            :func:`gnndist.partition.counts.part_counts`); the same moves either way.
-        threads: chunks of the volume deltas weighed at once; the same moves at any count.
+        settings: the cost model and the passes, :class:`RefineSettings`.
 
     Returns:
         the refined assignment ``[N]`` and statistics (volume passes and the nodes they moved, volumes and
@@ -144,64 +140,75 @@ def refine(
     """
     t0 = time.perf_counter()
     assign = assign.copy()
-    n = csr.num_nodes
     degree = csr.degree()
-    weights = weights.reshape(n, -1).astype(np.int64)
+    weights = weights.reshape(csr.num_nodes, -1).astype(np.int64)
+    wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T], axis=1)  # [P, ncon]
     cap = np.maximum(np.asarray(tolerances, dtype=float) * weights.sum(0) / parts,  # [ncon]
                      np.zeros(weights.shape[1]))
-    wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T], axis=1)  # [P, ncon]
     cap = np.maximum(cap[None, :], wpart)  # [P, ncon]: a part already above the tolerance may not grow
-    unit = unit_costs(widths, net)  # [layers, 5]
-
-    cnt = part_counts(csr, assign, parts, sparse)
+    unit = unit_costs(settings.widths, settings.net)  # [layers, 5]
+    cnt = part_counts(csr, assign, parts, settings.sparse)
     loads = loads_from_counts(cnt, assign, degree)
-    send0 = np.array([ld.expand_send for ld in loads])
-    recv0 = np.array([ld.expand_recv for ld in loads])
-    stats = {"passes": 0, "moved": 0, "counts": type(cnt).__name__, "max_volume_before": int(max(send0.max(), recv0.max())),
-             "comm_volume_before": int(send0.sum()), "modelled_epoch_s_before": epoch_time(loads)}
+    stats = {"passes": 0, "moved": 0, "counts": type(cnt).__name__, **_volumes(loads, "before"),
+             "modelled_epoch_s_before": settings.epoch(loads)}
     t_now = stats["modelled_epoch_s_before"]
-
-    for _ in range(passes):
-        moves = _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, theta, threads)
-        if moves is None:
+    for _ in range(settings.passes):
+        ps = _Pass(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, settings.theta, settings.threads)
+        kept = _volume_pass(ps, t_now, settings.epoch)
+        if kept is None:
             break
-        nodes, targets = moves
-        done = False
-        while len(nodes):
-            sources = assign[nodes]
-            _apply(csr, cnt, assign, nodes, sources, targets)
-            new = loads_from_counts(cnt, assign, degree)
-            m_old = max(max(ld.expand_send, ld.expand_recv) for ld in loads)
-            m_new = max(max(ld.expand_send, ld.expand_recv) for ld in new)
-            v_old, v_new = sum(ld.expand_send for ld in loads), sum(ld.expand_send for ld in new)
-            t_new = epoch_time(new)
-            order = _compare(_key(_load_times(new, unit)), _key(_load_times(loads, unit)))
-            if m_new <= m_old and t_new <= t_now * (1 + 1e-12) and (
-                    order < 0 or (order == 0 and (m_new, v_new) < (m_old, v_old))):
-                for j in range(weights.shape[1]):
-                    wpart[:, j] += np.bincount(targets, weights=weights[nodes, j], minlength=parts).astype(np.int64)
-                    wpart[:, j] -= np.bincount(sources, weights=weights[nodes, j], minlength=parts).astype(np.int64)
-                loads, t_now, done = new, t_new, True
-                stats["moved"] += len(nodes)
-                break
-            _apply(csr, cnt, assign, nodes, targets, sources)  # undo, retry with the better half
-            half = len(nodes) // 2
-            nodes, targets = nodes[:half], targets[:half]
-        if not done:
-            break
+        loads, t_now, moved = kept
+        stats["moved"] += moved
         stats["passes"] += 1
-
-    if prune:
-        book = _Book(csr, assign, cnt, weights)
-        stats["peers"] = prune_peers(book, unit, cap)
+    if settings.prune:
+        stats["peers"] = prune_peers(Ledger(csr, assign, cnt, weights), unit, cap)
         if stats["peers"]["groups"]:
             loads = loads_from_counts(cnt, assign, degree)
-            t_now = epoch_time(loads)
+            t_now = settings.epoch(loads)
+    stats.update(**_volumes(loads, "after"), modelled_epoch_s_after=t_now, seconds=round(time.perf_counter() - t0, 3))
+    return assign, stats
+
+
+def _volumes(loads: list[RankLoad], when: str) -> dict:
+    """The statistics' ``max_volume_<when>`` (the largest rows sent or received) and ``comm_volume_<when>``."""
     send = np.array([ld.expand_send for ld in loads])
     recv = np.array([ld.expand_recv for ld in loads])
-    stats.update(max_volume_after=int(max(send.max(), recv.max())), comm_volume_after=int(send.sum()),
-                 modelled_epoch_s_after=t_now, seconds=round(time.perf_counter() - t0, 3))
-    return assign, stats
+    return {f"max_volume_{when}": int(max(send.max(), recv.max())), f"comm_volume_{when}": int(send.sum())}
+
+
+def _volume_pass(ps: _Pass, t_now: float, epoch: Callable[[list[RankLoad]], float]) -> tuple[list, float, int] | None:
+    """One volume pass: the proposed moves (:func:`_propose`) applied, and undone and retried with the better
+    half until :func:`_accepted`. Returns the loads, the modelled epoch and the nodes moved; None when none was."""
+    moves = _propose(ps)
+    if moves is None:
+        return None
+    nodes, targets = moves
+    csr, cnt, assign = ps.csr, ps.cnt, ps.assign
+    while len(nodes):
+        sources = assign[nodes]
+        _apply(csr, cnt, assign, nodes, sources, targets)
+        new = loads_from_counts(cnt, assign, ps.degree)
+        t_new = epoch(new)
+        if _accepted(ps.loads, new, t_now, t_new, ps.unit):
+            for j in range(ps.weights.shape[1]):
+                ps.wpart[:, j] += np.bincount(targets, weights=ps.weights[nodes, j], minlength=ps.parts).astype(np.int64)
+                ps.wpart[:, j] -= np.bincount(sources, weights=ps.weights[nodes, j], minlength=ps.parts).astype(np.int64)
+            return new, t_new, len(nodes)
+        _apply(csr, cnt, assign, nodes, targets, sources)  # undo, retry with the better half
+        half = len(nodes) // 2
+        nodes, targets = nodes[:half], targets[:half]
+    return None
+
+
+def _accepted(old: list[RankLoad], new: list[RankLoad], t_old: float, t_new: float, unit: np.ndarray) -> bool:
+    """Whether a pass's moves are kept: ``M`` and the modelled epoch did not grow, and the ranks' modelled times
+    fell (:func:`~gnndist.partition.rank_times.compare`), or stayed and ``(M, total volume)`` fell."""
+    m_old = max(max(ld.expand_send, ld.expand_recv) for ld in old)
+    m_new = max(max(ld.expand_send, ld.expand_recv) for ld in new)
+    v_old, v_new = sum(ld.expand_send for ld in old), sum(ld.expand_send for ld in new)
+    order = compare(time_key(load_times(new, unit)), time_key(load_times(old, unit)))
+    return m_new <= m_old and t_new <= t_old * (1 + 1e-12) and (
+        order < 0 or (order == 0 and (m_new, v_new) < (m_old, v_old)))
 
 
 def _apply(csr: GlobalCSR, cnt, assign: np.ndarray, nodes, sources, targets) -> None:
@@ -247,7 +254,7 @@ class _Pass:
         self.crit_s, self.crit_r = self.send >= self.theta * self.m0, self.recv >= self.theta * self.m0
 
 
-def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, theta, threads=1):
+def _propose(ps: _Pass):
     """Candidate moves of one pass, best first, as (nodes, targets); None when there is none.
 
     Four steps: the candidate moves (:func:`_candidates`), what each does to every part's send and
@@ -255,7 +262,6 @@ def _propose(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, 
     ranked and made independent (:func:`_ranked`), and the longest prefix that keeps every cap
     (:func:`_feasible_prefix`).
     """
-    ps = _Pass(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, theta, threads)
     if ps.m0 == 0:
         return None
     found = _candidates(ps)
@@ -368,7 +374,7 @@ def _ranked(ps: _Pass, cand, b, d_send, d_recv) -> np.ndarray | None:
     """
     send, recv, m0, unit, degree = ps.send, ps.recv, ps.m0, ps.unit, ps.degree
     a = ps.assign[cand]
-    times = _load_times(ps.loads, unit)  # [layers, P]
+    times = load_times(ps.loads, unit)  # [layers, P]
     hi, lo = times.max(1, keepdims=True), times.min(1, keepdims=True)
     crit_t = times >= hi - (1 - ps.theta) * (hi - lo)
     w_halo, w_row, w_nnz = ((unit[:, j : j + 1] * crit_t).sum(0) for j in (2, 0, 1))  # [P] each
@@ -417,194 +423,7 @@ def _feasible_prefix(ps: _Pass, cand, b, idx, d_send, d_recv) -> int:
     rows0 = np.array([ld.rows for ld in ps.loads])
     nnz0 = np.array([ld.nnz for ld in ps.loads])
     msgs = np.array([ld.messages for ld in ps.loads])
-    now = _times(ps.unit, rows0, nnz0, np.maximum(ps.send, ps.recv), msgs)  # [layers, P]
-    later = _times(ps.unit, rows0 + dw_rows, nnz0 + dw_nnz, np.maximum(s, r), msgs)  # [layers, K', P]
+    now = times_of(ps.unit, rows0, nnz0, np.maximum(ps.send, ps.recv), msgs)  # [layers, P]
+    later = times_of(ps.unit, rows0 + dw_rows, nnz0 + dw_nnz, np.maximum(s, r), msgs)  # [layers, K', P]
     good &= (later <= now.max(axis=1)[:, None, None] * (1 + 1e-12)).all(axis=(0, 2))
     return len(idx) if good.all() else int(np.argmin(good))
-
-
-class _Book:
-    """Exact incremental bookkeeping of a partition for moves of single nodes: the neighbour counts
-    ``cnt`` (:mod:`~gnndist.partition.counts`, dense or sparse), the rows every part sends every other ``pair [P, P]``, owned rows, nonzeros and
-    balance weights per part. A move and its reverse restore every count exactly."""
-
-    def __init__(self, csr: GlobalCSR, assign: np.ndarray, cnt, weights: np.ndarray):
-        cnt = _as_counts(cnt)
-        parts = cnt.parts
-        self.csr, self.assign, self.cnt, self.weights = csr, assign, cnt, weights
-        self.degree = csr.degree()
-        self.pair = cnt.send_pairs(assign)
-        self.rows = np.bincount(assign, minlength=parts).astype(np.int64)
-        self.nnz = np.bincount(assign, weights=self.degree, minlength=parts).astype(np.int64)
-        self.wpart = np.stack([np.bincount(assign, weights=w, minlength=parts) for w in weights.T],
-                              axis=1).astype(np.int64)  # [P, ncon]
-
-    def move(self, v: int, t: int) -> None:
-        """Move node ``v`` to part ``t``."""
-        a = int(self.assign[v])
-        if a == t:
-            return
-        cnt, pair = self.cnt, self.pair
-        # v's own row: part a stops sending it, part t starts, each to the parts holding v's neighbours
-        nz = np.flatnonzero(cnt.row(v))
-        pair[a, nz[nz != a]] -= 1
-        pair[t, nz[nz != t]] += 1
-        # each neighbour u (in part c): a may stop needing u, t may start
-        nb = self.csr.col[self.csr.rowptr[v] : self.csr.rowptr[v + 1]]
-        pn = self.assign[nb]
-        lost = (cnt.get(nb, a) == 1) & (pn != a)
-        gain = (cnt.get(nb, t) == 0) & (pn != t)
-        np.add.at(pair[:, a], pn[lost], -1)
-        np.add.at(pair[:, t], pn[gain], 1)
-        cnt.add(nb, a, -1)
-        cnt.add(nb, t, 1)
-        self.rows[a] -= 1
-        self.rows[t] += 1
-        self.nnz[a] -= self.degree[v]
-        self.nnz[t] += self.degree[v]
-        self.wpart[a] -= self.weights[v]
-        self.wpart[t] += self.weights[v]
-        self.assign[v] = t
-
-    def peers(self) -> np.ndarray:
-        """``[P, P]`` bool: the parts every part exchanges rows with (the graph is symmetric)."""
-        return (self.pair > 0) | (self.pair.T > 0)
-
-    def layer_times(self, unit: np.ndarray) -> np.ndarray:
-        """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`)."""
-        vol = np.maximum(self.pair.sum(1), self.pair.sum(0))
-        msgs = np.maximum(np.count_nonzero(self.pair, axis=1), np.count_nonzero(self.pair, axis=0))
-        return _times(unit, self.rows, self.nnz, vol, msgs)
-
-    def max_volume(self) -> int:
-        return int(max(self.pair.sum(1).max(), self.pair.sum(0).max()))
-
-
-def _times(unit: np.ndarray, rows, nnz, halo, msgs) -> np.ndarray:
-    """Modelled seconds per layer of ranks with these owned rows, nonzeros, halo rows (max of sent and
-    received) and peers (:func:`unit_costs`): ``[layers, *shape]`` for counts of any one ``shape``."""
-    u = unit.reshape(unit.shape[:1] + (1,) * np.ndim(rows) + unit.shape[1:])
-    return u[..., 4] + u[..., 0] * rows + u[..., 1] * nnz + u[..., 2] * halo + u[..., 3] * msgs
-
-
-def _load_times(loads: list[RankLoad], unit: np.ndarray) -> np.ndarray:
-    """``[layers, P]`` modelled seconds of every rank in every layer (:func:`unit_costs`), from its loads."""
-    a = np.array([[ld.rows, ld.nnz, max(ld.expand_send, ld.expand_recv), ld.messages] for ld in loads], dtype=float)
-    return _times(unit, *a.T)
-
-
-def _key(times: np.ndarray) -> tuple[float, np.ndarray]:
-    """What the peer pruning lowers: the modelled layer time summed over layers (the epoch, less its constant
-    all-reduce), then the ranks' own summed times from the slowest down (leximax)."""
-    return float(times.max(axis=1).sum()), np.sort(times.sum(axis=0))[::-1]
-
-
-def _compare(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> int:
-    """-1 when ``new`` is better (:func:`_key`, to a relative 1e-12), 0 when equal, 1 when worse."""
-    eps = 1e-12 * max(old[0], 1e-300)
-    if abs(new[0] - old[0]) > eps:
-        return -1 if new[0] < old[0] else 1
-    diff = new[1] - old[1]
-    first = np.flatnonzero(np.abs(diff) > eps)
-    return 0 if not len(first) else (-1 if diff[first[0]] < 0 else 1)
-
-
-def _better(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray]) -> bool:
-    return _compare(new, old) < 0
-
-
-def prune_peers(book: _Book, unit: np.ndarray, cap: np.ndarray, max_group: int = 32,
-                max_tries: int = 1024) -> dict:
-    """Drop peers of the slowest ranks by moving the few nodes that tie two parts together.
-
-    Per exchange a rank pays ``alpha`` per peer, and at large P with narrow layers the peers, not
-    the rows, set a rank's time (``docs/partitioning.md``). Two parts ``a`` and ``c`` are peers
-    while one edge joins them; when only a few nodes of ``a`` (or of ``c``) have neighbours on the
-    other side, moving those nodes to a third part that already exchanges with the parts of their
-    neighbours removes the pair and adds none. Ranks are visited slowest first, their weakest
-    pairs first (fewest such nodes, at most ``max_group``); a group of moves is kept when it lowers
-    the modelled epoch time, or keeps it and lowers the ranks' times leximax (slowest first), keeps
-    every balance weight under ``cap`` and does not raise the maximum per-rank volume; otherwise
-    it is undone exactly.
-
-    Returns statistics: ``groups`` kept, nodes ``moved``, ``tries``, max peers before and after.
-    """
-    parts = book.pair.shape[0]
-    times = book.layer_times(unit)
-    key = _key(times)
-    stats = {"groups": 0, "moved": 0, "tries": 0,
-             "max_peers_before": int(book.peers().sum(1).max())}
-    m_vol = book.max_volume()
-    v_cap = int(VOLUME_GROWTH * book.pair.sum())
-    done: set = set()  # (part, peer, side) tries that failed since their parts last changed
-    fresh = True  # done was just emptied: a sweep without a kept group then ends the pruning
-    while stats["tries"] < max_tries:
-        progress = False
-        order = np.argsort(-times.sum(axis=0), kind="stable")
-        for a in order[: max(4, parts // 4)]:
-            peers = book.peers()
-            cands = []
-            for c in np.flatnonzero(peers[a]):
-                for side, other in ((a, c), (c, a)):
-                    size = int(book.pair[side, other])
-                    if 0 < size <= max_group and (a, c, side) not in done:
-                        cands.append((size, int(c), int(side), int(other)))
-            for size, c, side, other in sorted(cands):
-                if stats["tries"] >= max_tries:
-                    break
-                stats["tries"] += 1
-                nodes = book.cnt.in_part(other)
-                nodes = nodes[book.assign[nodes] == side]
-                moves = []
-                for v in nodes:
-                    t = _target(book, int(v), side, other)
-                    if t is None:
-                        break
-                    book.move(int(v), t)
-                    moves.append((int(v), side))
-                    if (book.wpart[t] > cap[t]).any():  # a target only gains weight in a group: it fails
-                        break
-                new_times = book.layer_times(unit)
-                ok = (len(moves) == len(nodes) and (book.wpart <= cap).all() and book.max_volume() <= m_vol
-                      and book.pair.sum() <= v_cap and _better(_key(new_times), key))
-                if ok:
-                    touched = set(np.flatnonzero((new_times != times).any(axis=0)).tolist())
-                    done = {d for d in done if not touched.intersection(d)}  # tries whose parts changed: again
-                    times, key = new_times, _key(new_times)
-                    stats["groups"] += 1
-                    stats["moved"] += len(moves)
-                    progress = True
-                    break
-                for v, s in reversed(moves):
-                    book.move(v, s)
-                done.add((int(a), c, side))
-            if progress:
-                break
-        if not progress and fresh:
-            break
-        if not progress:  # tries remembered as failed may pass now that other parts changed: all once more
-            done.clear()
-        fresh = not progress
-    stats["max_peers_after"] = int(book.peers().sum(1).max())
-    return stats
-
-
-def _target(book: _Book, v: int, side: int, other: int) -> int | None:
-    """Where node ``v`` of part ``side`` goes so that it no longer ties ``side`` to ``other``: a third part
-    (or ``other`` itself when ``v`` has no neighbour left in ``side``), the one adding fewest new peers,
-    then holding most of ``v``'s neighbours; None when there is no such part."""
-    parts = book.pair.shape[0]
-    cv = book.cnt.row(v)
-    allowed = np.ones(parts, dtype=bool)
-    allowed[side] = False
-    if cv[side] > 0:
-        allowed[other] = False
-    if not allowed.any():
-        return None
-    peers = book.peers()
-    needs = cv > 0  # parts v exchanges with, wherever it goes
-    new_peers = (needs[None, :] & ~peers & ~np.eye(parts, dtype=bool)).sum(1)  # [P] if v moved to each part
-    score = new_peers.astype(np.int64) * (1 << 40) - cv  # fewest new peers, then most neighbours
-    score[~allowed] = np.iinfo(np.int64).max
-    t = int(np.argmin(score))
-    return t if allowed[t] and new_peers[t] == 0 else None

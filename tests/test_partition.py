@@ -229,9 +229,18 @@ def test_the_pipeline_reports_each_named_stage_with_its_time_and_peak():
 
     p = partition(synthetic(300, avg_degree=5, num_classes=3, num_features=4, seed=1), 3, progress=False)
     stages = p.report["stages"]
-    assert [st["stage"] for st in stages] == [name for name, _ in STAGES] == ["symmetrise", "assign", "plans",
-                                                                             "renumber"]
+    assert [st["stage"] for st in stages] == list(STAGES) == ["symmetrise", "assign", "plans", "renumber"]
     assert all(st["seconds"] >= 0 for st in stages)
     peaks = [st["peak_bytes"] for st in stages]
     assert peaks == sorted(peaks) and peaks[0] > 10 * 2**20  # a high-water mark: the interpreter at least
     assert "  stages           symmetrise " in format_report(p.report)
+
+
+def test_a_report_from_an_older_gnndist_prints_one_line():
+    from gnndist.partition import REPORT_VERSION, format_report
+
+    p = partition(synthetic(300, avg_degree=5, num_classes=3, num_features=4, seed=1), 3, progress=False)
+    assert p.report["report_version"] == REPORT_VERSION and len(format_report(p.report).splitlines()) > 10
+    old = {k: v for k, v in p.report.items() if k not in ("report_version", "stages", "deterministic")}
+    assert format_report(old) == ("partition: 3 parts, method auto: made by an older gnndist; "
+                                  "re-partition for the full report")

@@ -11,7 +11,8 @@ from gnndist.partition import csr_from_edge_index, metis_assign, partition, rand
 from gnndist.partition.balance import AUTO_SETTINGS, choose, model_widths, parse_balance, rank_loads, sampled_csr
 from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
-from gnndist.partition.refine import _better, _key, _load_times, refine, unit_costs
+from gnndist.partition.rank_times import better, load_times, time_key, unit_costs
+from gnndist.partition.refine import RefineSettings, refine
 
 from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
@@ -82,7 +83,7 @@ def test_refinement_keeps_tolerances_and_never_raises_the_max_volume(seed, parts
         tol = np.array([t for _, t in kept])
         for start in (metis_assign(csr.rowptr, csr.col, parts, "vol", seed, w, tol), random_assign(3000, parts, seed)):
             before = rank_loads(csr, start, parts)
-            out, stats = refine(csr, start, parts, w, tol, widths, net, time_of)
+            out, stats = refine(csr, start, parts, w, tol, RefineSettings(widths, net))
             after = rank_loads(csr, out, parts)
             # balance: no part above its tolerance unless it was already, and then it did not grow
             for j in range(w.shape[1]):
@@ -97,8 +98,8 @@ def test_refinement_keeps_tolerances_and_never_raises_the_max_volume(seed, parts
             if stats["moved"] and not stats["peers"]["moved"]:  # the passes alone: (M, V) or the ranks' times fell
                 unit = unit_costs(widths, net)
                 assert (max_vol(after), sum(ld.expand_send for ld in after)) < (
-                    max_vol(before), sum(ld.expand_send for ld in before)) or _better(
-                    _key(_load_times(after, unit)), _key(_load_times(before, unit)))
+                    max_vol(before), sum(ld.expand_send for ld in before)) or better(
+                    time_key(load_times(after, unit)), time_key(load_times(before, unit)))
     assert moved > 0  # the pass does something on these graphs
 
 
@@ -116,8 +117,7 @@ def test_refinement_moves_stray_nodes_home():
     start[strays] = 0
     w = np.ones((side * side, 1), dtype=np.int64)
     widths, net = (8, 4, 2), NETWORKS["ethernet"]
-    out, stats = refine(csr, start, 2, w, np.array([1.05]), widths, net,
-                        lambda loads: epoch_time(loads, widths, net), passes=16)
+    out, stats = refine(csr, start, 2, w, np.array([1.05]), RefineSettings(widths, net, passes=16))
     assert stats["max_volume_before"] > side
     assert stats["max_volume_after"] == side  # the clean cut: 20 rows each way
     assert np.array_equal(out, clean.astype(np.int64).ravel())
@@ -258,14 +258,13 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):
     """The path auto takes above 2^25 adjacency entries (one METIS `cut` run on a sampled graph, then the
     refinement on the full one), forced on a small graph by lowering the thresholds."""
-    import gnndist.partition as gp
     from gnndist.partition import balance
 
     data = synthetic(4000, avg_degree=20, num_classes=8, num_features=8, seed=0)
     full = partition(data, 8, method="metis", balance="nodes", refine=False, progress=False).report
     monkeypatch.setattr(balance, "MEDIUM", 1000)
     monkeypatch.setattr(balance, "LARGE", 2000)
-    monkeypatch.setattr(gp, "METIS_MAX_ENTRIES", 40_000)
+    monkeypatch.setattr(balance, "METIS_MAX_ENTRIES", 40_000)
     r = partition(data, 8, method="metis", progress=False).report
     assert r["objective"] == "cut" and r["auto"]["objective"] == "cut" and len(r["auto"]["candidates"]) == 1
     assert 0.9 * 40_000 < r["metis_sampled_entries"] < 1.1 * 40_000
@@ -286,14 +285,15 @@ def _four_cliques():
 
 
 def test_peer_pruning_removes_a_weak_pair_and_lowers_the_modelled_time():
-    from gnndist.partition.refine import _Book, neighbour_part_counts, prune_peers, unit_costs
+    from gnndist.partition.peers import Ledger, prune_peers
+    from gnndist.partition.refine import neighbour_part_counts
 
     csr, start = _four_cliques()
     widths, net = (8, 16, 4), NETWORKS["ib"]
     w = np.ones((32, 1), dtype=np.int64)
     peers = lambda a: rank_loads(csr, a, 4)  # noqa: E731
     assert [ld.messages for ld in peers(start)] == [3, 2, 3, 2]
-    book = _Book(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
+    book = Ledger(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
     stats = prune_peers(book, unit_costs(widths, net), np.full((4, 1), 10))
     out = book.assign
     assert stats["groups"] == 1 and stats["moved"] == 1
@@ -307,18 +307,19 @@ def test_peer_pruning_removes_a_weak_pair_and_lowers_the_modelled_time():
     assert [(int(book.pair[k].sum()), int(book.pair[:, k].sum())) for k in range(4)] == [
         (ld.expand_send, ld.expand_recv) for ld in after]
     # a cap that forbids B a ninth node forbids the move
-    book = _Book(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
+    book = Ledger(csr, start.copy(), neighbour_part_counts(csr, start, 4), w)
     assert prune_peers(book, unit_costs(widths, net), np.full((4, 1), 8))["groups"] == 0
     assert np.array_equal(book.assign, start) and np.array_equal(book.cnt.table, neighbour_part_counts(csr, start, 4))
 
 
 def test_book_moves_match_a_recomputation():
-    from gnndist.partition.refine import _Book, loads_from_counts, neighbour_part_counts
+    from gnndist.partition.peers import Ledger
+    from gnndist.partition.refine import loads_from_counts, neighbour_part_counts
 
     data = synthetic(500, avg_degree=8, num_classes=3, num_features=4, seed=2)
     csr = csr_from_edge_index(data.edge_index, 500)
     assign = random_assign(500, 5, seed=1)
-    book = _Book(csr, assign.copy(), neighbour_part_counts(csr, assign, 5), np.ones((500, 1), dtype=np.int64))
+    book = Ledger(csr, assign.copy(), neighbour_part_counts(csr, assign, 5), np.ones((500, 1), dtype=np.int64))
     rng = np.random.default_rng(0)
     for v, t in zip(rng.integers(0, 500, 200), rng.integers(0, 5, 200)):
         book.move(int(v), int(t))

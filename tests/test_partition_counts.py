@@ -6,9 +6,10 @@ from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index
 from gnndist.partition.counts import DenseCounts, SparseCounts, part_counts
 from gnndist.partition.metis import metis_assign, random_assign
-from gnndist.partition.refine import _Book, refine
+from gnndist.partition.peers import Ledger
+from gnndist.partition.refine import RefineSettings, refine
 
-from gnndist.cost import NETWORKS, epoch_time
+from gnndist.cost import NETWORKS
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_sparse_counts_follow_the_dense_table_through_moves(graph):
     assert isinstance(dense, DenseCounts) and isinstance(sparse, SparseCounts)
     sparse.pending_max = 3  # merge often: the side table and the merges are both exercised
     rng = np.random.default_rng(0)
-    book_d, book_s = _Book(graph, assign.copy(), dense, np.ones((400, 1), dtype=np.int64)), None
+    book_d, book_s = Ledger(graph, assign.copy(), dense, np.ones((400, 1), dtype=np.int64)), None
     for step in range(60):
         nodes = rng.choice(graph.num_nodes, 4, replace=False)
         targets = rng.integers(0, parts, 4)
@@ -57,8 +58,8 @@ def test_sparse_counts_follow_the_dense_table_through_moves(graph):
     _same(dense, sparse, assign)
     assert np.array_equal(dense.table, DenseCounts(graph, assign, parts).table)
     # single-node moves of the peer pruning's bookkeeping, from the same start, agree cell for cell
-    book_d = _Book(graph, assign.copy(), DenseCounts(graph, assign, parts), np.ones((400, 1), dtype=np.int64))
-    book_s = _Book(graph, assign.copy(), SparseCounts(graph, assign, parts), np.ones((400, 1), dtype=np.int64))
+    book_d = Ledger(graph, assign.copy(), DenseCounts(graph, assign, parts), np.ones((400, 1), dtype=np.int64))
+    book_s = Ledger(graph, assign.copy(), SparseCounts(graph, assign, parts), np.ones((400, 1), dtype=np.int64))
     book_s.cnt.pending_max = 5
     for v, t in zip(rng.integers(0, 400, 150), rng.integers(0, parts, 150)):
         book_d.move(int(v), int(t))
@@ -75,7 +76,7 @@ def test_refinement_moves_the_same_nodes_with_sparse_counts(n, degree, parts):
     start = metis_assign(csr.rowptr, csr.col, parts, "cut", 0)
     w = np.stack([np.ones(n, dtype=np.int64), csr.degree()], axis=1)
     tol = np.array([1.1, 1.5])
-    runs = [refine(csr, start, parts, w, tol, widths, net, lambda ld: epoch_time(ld, widths, net), sparse=s)
+    runs = [refine(csr, start, parts, w, tol, RefineSettings(widths, net, sparse=s))
             for s in (False, True)]
     (a_dense, s_dense), (a_sparse, s_sparse) = runs
     assert np.array_equal(a_dense, a_sparse)
