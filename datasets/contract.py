@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import torch
+from gnndist.partition.format import drop_pages
 from torch_geometric.data import Data
 
 from gnndist.errors import UserError
-
-from .npy_folder import drop_pages
 
 
 def validate(data: Data) -> None:
@@ -51,7 +50,8 @@ def validate(data: Data) -> None:
         bad = 0
         for r in range(0, n, rows):
             bad += int((~torch.isfinite(x[r : r + rows])).any(dim=1).sum())
-            drop_pages(getattr(data, "memmaps", ()))  # a memory-mapped x stays on disk
+            for mm in getattr(data, "memmaps", ()):  # a memory-mapped x stays on disk
+                drop_pages(mm)
         if bad:
             raise UserError(f"{name}: features contain NaN or Inf in {bad} node rows")
     num_classes = getattr(data, "num_classes", None)

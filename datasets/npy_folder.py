@@ -21,7 +21,6 @@ memory peak; a ``synthetic-*`` name loads through such a folder (:func:`~gnndist
 from __future__ import annotations
 
 import json
-import mmap
 import os.path as osp
 import warnings
 
@@ -127,17 +126,6 @@ def read_npy_folder(path: str, name: str, seed: int = 0) -> Data:
     else:
         raise UserError(f"{path}: multi-label y needs train_mask.npy, val_mask.npy and test_mask.npy")
     return data
-
-
-def drop_pages(arrays) -> None:
-    """Drop the resident pages of memory-mapped ``arrays`` (``np.memmap``); they are read again when touched."""
-    for arr in arrays:
-        m = getattr(arr, "_mmap", None)
-        if m is not None:
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError, AttributeError):
-                pass
 
 
 def _max_id(ei: np.ndarray) -> int:

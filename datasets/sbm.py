@@ -11,17 +11,15 @@ gathers it in memory, `write_synthetic` writes it to a ``.npy`` folder, and a
 from __future__ import annotations
 
 import json
-import os
 import os.path as osp
 import re
-import shutil
-import tempfile
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 from gnndist.errors import UserError
+from gnndist.files import atomic_dir
 
 from .graph import make_data
 from .split import set_random_split
@@ -204,45 +202,31 @@ def write_synthetic(out: str, num_nodes: int, avg_degree: float = 50, num_classe
     _check(num_nodes, avg_degree, num_classes, num_features, "synth")
     say = progress or (lambda msg: None)
     out = osp.abspath(out)
-    parent = osp.dirname(out)
     try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{osp.basename(out)}.tmp-", dir=parent)
+        with atomic_dir(out, replace=replace) as folder:  # another process wrote it first (replace=False): keep theirs
+            tmp = str(folder)
+            s = _Stream(num_nodes, avg_degree, num_classes, num_features, seed, p_in, power, signal, chunk)
+            n, m = num_nodes, s.m
+            ew = NpyWriter(osp.join(tmp, EDGES), (2, m), np.int32)
+            for e0, src, dst in s.edges():
+                ew.write_at(e0, src)
+                ew.write_at(m + e0, dst)
+                say(f"synth edges {e0 + len(src):,}/{m:,}")
+            ew.close()
+            xw = NpyWriter(osp.join(tmp, "x.npy"), (n, num_features), np.float32)
+            for r0, x in s.features():
+                xw.write_at(r0 * num_features, x)
+                say(f"synth features {r0 + len(x):,}/{n:,}")
+            xw.close()
+            np.save(osp.join(tmp, "y.npy"), s.y)
+            for mask_name, mask in zip(MASKS, per_class_split(torch.from_numpy(s.y), num_classes, seed=seed)):
+                np.save(osp.join(tmp, f"{mask_name}.npy"), mask.numpy())
+            with open(osp.join(tmp, "meta.json"), "w") as f:
+                json.dump({"num_nodes": n, "num_classes": num_classes, "name": name or osp.basename(out),
+                           "generator": {"model": "dc-sbm", "avg_degree": avg_degree, "seed": seed, "p_in": p_in,
+                                         "power": power, "signal": signal}}, f)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    try:
-        s = _Stream(num_nodes, avg_degree, num_classes, num_features, seed, p_in, power, signal, chunk)
-        n, m = num_nodes, s.m
-        ew = NpyWriter(osp.join(tmp, EDGES), (2, m), np.int32)
-        for e0, src, dst in s.edges():
-            ew.write_at(e0, src)
-            ew.write_at(m + e0, dst)
-            say(f"synth edges {e0 + len(src):,}/{m:,}")
-        ew.close()
-        xw = NpyWriter(osp.join(tmp, "x.npy"), (n, num_features), np.float32)
-        for r0, x in s.features():
-            xw.write_at(r0 * num_features, x)
-            say(f"synth features {r0 + len(x):,}/{n:,}")
-        xw.close()
-        np.save(osp.join(tmp, "y.npy"), s.y)
-        for mask_name, mask in zip(MASKS, per_class_split(torch.from_numpy(s.y), num_classes, seed=seed)):
-            np.save(osp.join(tmp, f"{mask_name}.npy"), mask.numpy())
-        with open(osp.join(tmp, "meta.json"), "w") as f:
-            json.dump({"num_nodes": n, "num_classes": num_classes, "name": name or osp.basename(out),
-                       "generator": {"model": "dc-sbm", "avg_degree": avg_degree, "seed": seed, "p_in": p_in,
-                                     "power": power, "signal": signal}}, f)
-        if osp.exists(out):
-            if not replace:  # another process wrote it first: keep theirs
-                shutil.rmtree(tmp, ignore_errors=True)
-                return out
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
-import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from gnndist.errors import UserError
+from gnndist.files import atomic_dir
 
 FORMAT_VERSION = 1
 META = "META.json"
@@ -59,13 +58,13 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         check_space(out, need_bytes)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as e:
-        why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+        why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) \
+            else e.strerror
         raise UserError(f"cannot write the partition to {out}: {why or e}") from None
-    try:
-        with ThreadPoolExecutor(1) as hasher:  # each file's sha256 read back while the next part is built and written
-            hashes = {}
+    try:  # a full disk or a permission: nothing is left behind
+        with atomic_dir(out) as tmp, ThreadPoolExecutor(1) as hasher:
+            hashes = {}  # each file's sha256 read back while the next part is built and written
             for k, arrays in enumerate(parts):
                 pdir = tmp / f"part-{k}"
                 pdir.mkdir()
@@ -74,22 +73,11 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
                     np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
                     hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
             files = {rel: h.result() for rel, h in hashes.items()}
-        meta = {"format_version": FORMAT_VERSION, **meta, "sha256": files}
-        with open(tmp / META, "w") as f:
-            json.dump(meta, f, indent=1)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.rename(out, trash / out.name)
-            os.rename(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except OSError as e:  # a full disk or a permission: nothing is left behind
-        shutil.rmtree(tmp, ignore_errors=True)
+            meta = {"format_version": FORMAT_VERSION, **meta, "sha256": files}
+            with open(tmp / META, "w") as f:
+                json.dump(meta, f, indent=1)
+    except OSError as e:
         raise UserError(f"cannot write the partition to {out}: {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -42,7 +42,7 @@ from gnndist.partition.choose import (
     refined,
     runs_of,
 )
-from gnndist.partition.format import write_partition
+from gnndist.partition.format import drop_pages, write_partition
 from gnndist.partition.hetero import RelationSlicer, hetero_report
 from gnndist.partition.layouts import layout_loads
 from gnndist.partition.metis import OBJECTIVES, random_assign
@@ -103,10 +103,8 @@ class Partition:
             if relations is not None:
                 arrays.update(relations.arrays(lp.rank, lp.halo_gid))
             yield arrays
-            if getattr(d, "memmaps", ()):  # imported here: a rank loading its part never imports the datasets
-                from gnndist.datasets.npy_folder import drop_pages
-
-                drop_pages(d.memmaps)  # the rows gathered from memory-mapped inputs: not resident
+            for mm in getattr(d, "memmaps", ()):  # the rows gathered from memory-mapped inputs: not resident
+                drop_pages(mm)
 
     def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`)."""

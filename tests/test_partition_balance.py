@@ -233,8 +233,7 @@ def test_cache_key_names_the_non_default_settings():
 def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_path, monkeypatch, capsys):
     """``--partition-network probe``: the constants a ``--strategy auto`` run cached at P ranks drive the
     modelled epoch time (another probe, another cache key); none cached: one line, exit 2."""
-    from gnndist.dist.grid import host_identity
-    from gnndist.dist.probe import cache_key, default_cache, write_cached
+    from gnndist.dist.probe import default_cache, machine_key, write_cached
 
     monkeypatch.setenv("GNNDIST_DATA", str(tmp_path / "root"))
     args = ["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--json"]
@@ -242,7 +241,7 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
     assert "holds no constants for" in capsys.readouterr().err and not (tmp_path / "none").exists()
     slow = Network("probe", alpha=1e-3, beta=1e8, gamma_sparse=1e-8, gamma_dense=1e-10, overhead=1e-3)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the device a run there takes
-    write_cached(default_cache(), cache_key([host_identity()] * 2, device), slow, 0.1)
+    write_cached(default_cache(), machine_key(2, device), slow, 0.1)
     ib_key = partition_dir("cora", PartitionConfig(parts=2), DataConfig()).name
     probe_key = partition_dir("cora", PartitionConfig(parts=2, partition_network="probe"), DataConfig()).name
     assert probe_key.startswith(ib_key + "-probe") and probe_key != ib_key + "-probe"
@@ -251,7 +250,7 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
         assert main(args + ["--partition-network", net, "--out", str(tmp_path / net)]) == 0
         reports[net] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert reports["probe"]["modelled_epoch_s"] > 100 * reports["ib"]["modelled_epoch_s"]
-    write_cached(default_cache(), cache_key([host_identity()] * 2, device), replace(slow, alpha=2e-3), 0.1)
+    write_cached(default_cache(), machine_key(2, device), replace(slow, alpha=2e-3), 0.1)
     assert partition_dir("cora", PartitionConfig(parts=2, partition_network="probe"), DataConfig()).name != probe_key
 
 

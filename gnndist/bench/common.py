@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from gnndist.errors import UserError
+from gnndist.files import atomic_file
 
 # every row starts with these; a suite's own columns follow in the order it first writes them
 ENV_COLUMNS = ("suite", "time", "machine", "cpu", "cores", "memory_gb", "device", "torch", "gnndist", "git",
@@ -121,14 +122,11 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     cols = list(ENV_COLUMNS)
     for r in rows:
         cols += [k for k in r if k not in cols]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in cols})
-    os.replace(tmp, path)
     return path
 
 

@@ -96,12 +96,12 @@ def run_network(summary: dict, P: int, device: str):
     """The cost model's constants of a run: those ``auto`` reported, else this machine's probe at ``P`` ranks
     (the cache every run of this bench shares, ``$GNNDIST_DATA/probe.json``); ``None`` when neither exists."""
     from gnndist.cost import Network
-    from gnndist.dist.probe import cache_key, default_cache, read_cached
+    from gnndist.dist.probe import default_cache, machine_key, read_cached
 
     for info in summary["strategies"].values():
         if info.get("network"):
             return Network(**info["network"])
-    return read_cached(default_cache(), cache_key(P, device))
+    return read_cached(default_cache(), machine_key(P, device))
 
 
 def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, net) -> dict:

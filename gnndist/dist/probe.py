@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from gnndist.cost import NETWORKS, Network
+from gnndist.files import atomic_file
 
 log = logging.getLogger("gnndist")
 
@@ -59,6 +60,14 @@ def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
     return f"{where}|torch {torch.__version__}|{torch.device(device).type}|P={len(hosts)}"
 
 
+def machine_key(world_size: int, device: torch.device | str) -> str:
+    """:func:`cache_key` of a job of ``world_size`` ranks on this machine alone (a partition's or a benchmark's
+    lookup of what a ``--strategy auto`` run here measured)."""
+    from gnndist.dist.grid import host_identity
+
+    return cache_key([host_identity()] * world_size, device)
+
+
 def read_cached(path: Path, key: str) -> Network | None:
     """The constants stored under ``key`` in ``path``, or ``None`` (no file, no entry, or an unreadable one)."""
     try:
@@ -83,14 +92,10 @@ def _store(path: Path, key: str, entry: dict) -> None:
     except (OSError, ValueError):
         table = {}
     table[key] = {**entry, "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__}
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        with atomic_file(path) as f:
+            f.write(json.dumps(table, indent=1, sort_keys=True) + "\n")
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         log.warning(f"could not keep the cost model's measurements in {path} ({e.strerror or e}); "
                     f"the next run measures them again")
 
@@ -263,5 +268,5 @@ def with_overrides(net: Network, alpha: float | None = None, beta: float | None 
     return replace(net, **{k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
 
 
-__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "probe", "probed", "read_cached", "read_decision",
+__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "machine_key", "probe", "probed", "read_cached", "read_decision",
            "with_overrides", "write_cached", "write_decision"]

@@ -79,10 +79,9 @@ def probed_network(parts: int):
     device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
     import torch
 
-    from gnndist.dist.grid import host_identity
-    from gnndist.dist.probe import cache_key, default_cache, read_cached
+    from gnndist.dist.probe import default_cache, machine_key, read_cached
 
-    key = cache_key([host_identity()] * parts, "cuda" if torch.cuda.is_available() else "cpu")  # this machine
+    key = machine_key(parts, "cuda" if torch.cuda.is_available() else "cpu")
     net = read_cached(default_cache(), key)
     if net is None:
         raise UserError(f"--partition-network probe: {default_cache()} holds no constants for {key}; a run with "

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import PeerFailed, UserError, first_line
+from gnndist.files import atomic_file
 from gnndist.nn.node_embedding import own_state, whole_state
 from gnndist.training.summary import Best
 
@@ -218,13 +219,5 @@ def digest(obj) -> str:
 
 def atomic_save(obj, path: Path) -> None:
     """``torch.save`` to a temporary sibling, fsync, rename: ``path`` is the old file or the new, never a part."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb", fsync=True) as f:
+        torch.save(obj, f)

@@ -1,0 +1,73 @@
+"""Files written whole or not at all: the one home of gnndist's temporary-sibling-and-rename writes.
+
+    with atomic_file(path, "wb", fsync=True) as f:   # checkpoints, caches, CSV tables
+        torch.save(state, f)
+    with atomic_dir(out) as tmp:                      # partitions, generated datasets
+        write_everything_into(tmp)
+
+A reader sees the old file (or folder) or the new one, never a part: the writing goes to a sibling named by
+host, process and a random part (so processes of several hosts sharing the folder never collide), renamed over
+the target only when the body ends without an error; on any error, Ctrl-C included, the sibling is removed.
+Bottom layer: the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+def _tag() -> str:
+    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", fsync: bool = False, **open_kw) -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` in ``mode`` (``"w"``/``"wb"``; ``open_kw`` to :func:`open`), yield it;
+    on success flush it (and ``fsync`` it: the data on disk before the rename, for what must survive a power loss)
+    and rename it over ``path``. The parent folder is created. Raises what the writing raised (``OSError``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{_tag()}.tmp")
+    try:
+        with open(tmp, mode, **open_kw) as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | Path, replace: bool = True) -> Iterator[Path]:
+    """A temporary sibling folder of ``out`` to fill; on success it becomes ``out``. An existing ``out`` is
+    replaced (moved aside first, so ``out`` is never missing for long), or with ``replace=False`` kept as it is
+    (another process wrote it first) and the new one dropped. The parent folder is created."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        if not out.exists():
+            os.rename(tmp, out)
+        elif replace:
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rename(out, trash / out.name)
+            os.rename(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
