@@ -42,11 +42,7 @@ from gnndist.partition.book import GlobalCSR
 from gnndist.partition.metis import OBJECTIVES, metis_assign, metis_library, random_assign
 
 from gnndist.errors import UserError
-
-
-def cores() -> int:
-    """The cores this process may run on (its CPU affinity, else the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+from gnndist.machine import cores
 
 
 def resolve_threads(threads: int) -> int:

@@ -46,11 +46,12 @@ from gnndist.partition.format import drop_pages, write_partition
 from gnndist.partition.hetero import RelationSlicer, hetero_report
 from gnndist.partition.layouts import layout_loads
 from gnndist.partition.metis import OBJECTIVES, random_assign
-from gnndist.partition.progress import Stages, rss_peak, stages_of
+from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
 
 from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
+from gnndist.machine import rss_peak
 
 METHODS = ("auto", *BACKENDS)
 STAGES = ("symmetrise", "assign", "plans", "renumber")  # and "types" after them on a typed graph

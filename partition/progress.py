@@ -17,20 +17,6 @@ from tqdm import tqdm
 MIN_SECONDS = 2.0
 
 
-def rss_peak() -> int:
-    """This process's resident-set high-water mark in bytes (Linux VmHWM; else getrusage's ru_maxrss)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
 class Stages:
     """A tqdm bar on a terminal, else one line per slow stage (see the module docstring)."""
 

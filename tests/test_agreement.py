@@ -13,7 +13,8 @@ import torch
 
 from gnndist.config import TrainConfig
 from gnndist.cost import Network
-from gnndist.dist.grid import ProcessGrid, Watchdog, host_identity
+from gnndist.dist.grid import ProcessGrid, host_identity
+from gnndist.dist.guards import Watchdog
 from gnndist.dist.probe import cache_key, write_decision
 from gnndist.errors import CollectiveDesync, PeerFailed, UserError
 from gnndist.graph import DistGraph, meta_digest

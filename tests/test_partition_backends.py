@@ -147,7 +147,7 @@ def test_bad_auto_budget_is_one_line(capsys):
 
 
 def test_threads_default_to_every_core_and_the_report_says_whether_the_parts_repeat(capsys):
-    from gnndist.partition.backends import cores
+    from gnndist.machine import cores
 
     data = synthetic(400, avg_degree=6, num_classes=3, num_features=4, seed=2)
     one = partition(data, 4, method="kaminpar", balance="nodes", threads=1, progress=False).report

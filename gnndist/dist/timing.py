@@ -25,6 +25,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from gnndist.machine import rss_peak
+
 PARTS = ("aggregation", "dense", "comm", "other")  # the breakdown, in this order
 
 
@@ -129,6 +131,4 @@ def peak_memory_bytes(device: torch.device) -> int:
     """This process's peak memory: allocated bytes on CUDA, else the resident-set high-water mark (VmHWM)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    from gnndist.partition.progress import rss_peak
-
     return rss_peak()
