@@ -338,7 +338,7 @@ def elastic_start(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from gnndist.dist.grid import free_port
+    from gnndist.machine import free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="gnndist-launch-"))
     errdir = tmp / "errors"

@@ -1,12 +1,15 @@
-"""What this process may use of its machine: its cores and its peak resident memory (bottom layer, stdlib only).
+"""This process on its machine: the cores it may use, its peak resident memory, how peers reach its host, a free
+port (bottom layer, standard library only).
 
-Read by the partitioner (threads, the report's stage peaks), the process grid (threads per rank) and the
-timers (a CPU rank's peak memory).
+Read by the partitioner (threads, the report's stage peaks), the process grid (threads per rank, the hosts of a
+job), the timers (a CPU rank's peak memory) and the launcher (a local rendezvous port).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import socket
 
 
 def cores() -> int:
@@ -26,3 +29,49 @@ def rss_peak() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a local group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def host_identity() -> str:
+    """This host as its peers reach it: ``hostname/addr,addr`` with the IPv4 addresses of its network interfaces
+    (loopback aside), read in this process's network namespace; the hostname alone where they cannot be read."""
+    import fcntl
+    import struct
+
+    addrs = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                try:
+                    req = struct.pack("256s", name.encode()[:15])
+                    addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
+                except OSError:  # an interface without an IPv4 address
+                    continue
+                if not addr.startswith("127."):
+                    addrs.append(addr)
+    except OSError:
+        pass
+    return socket.gethostname() + ("/" + ",".join(sorted(addrs)) if addrs else "")
+
+
+def pin_mmap_threshold(threshold: int = 1 << 20) -> bool:
+    """Fix glibc's mmap threshold so tensors above ``threshold`` bytes are mmapped and returned on free.
+
+    glibc raises the threshold (up to 32 MiB) after large frees; tensors below it are then
+    carved from a fragmenting heap. A rank holding a 1/P slice has many tensors in that
+    range, so its peak RSS would not shrink with P. No-op off glibc or when
+    ``MALLOC_MMAP_THRESHOLD_`` is set by the user.
+    """
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD

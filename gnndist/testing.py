@@ -122,7 +122,7 @@ class _RankPool:
         import sys
         import time
 
-        from gnndist.dist.grid import free_port
+        from gnndist.machine import free_port
 
         port = free_port()
         for q in self.tasks:

@@ -13,11 +13,12 @@ import torch
 
 from gnndist.config import TrainConfig
 from gnndist.cost import Network
-from gnndist.dist.grid import ProcessGrid, host_identity
+from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.guards import Watchdog
 from gnndist.dist.probe import cache_key, write_decision
 from gnndist.errors import CollectiveDesync, PeerFailed, UserError
 from gnndist.graph import DistGraph, meta_digest
+from gnndist.machine import host_identity
 from gnndist.strategies import Auto
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.training.trainer import Trainer

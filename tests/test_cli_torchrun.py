@@ -19,7 +19,7 @@ import pytest
 from torch.distributed.run import get_args_parser
 
 from gnndist.cli import RENAMED, build_parser
-from gnndist.dist.grid import free_port
+from gnndist.machine import free_port
 
 POSITIONAL = {"bench": "strong"}  # a subcommand's first positional, where "X" is not one of its choices
 LAUNCH = ["--nnodes", "1", "--nproc-per-node", "1", "-m", "gnndist.cli"]

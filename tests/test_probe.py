@@ -11,9 +11,10 @@ from gnndist.kernels import CSR
 from gnndist.config import DistConfig
 from gnndist.cost import Network
 from gnndist.dist import probe as probe_mod
-from gnndist.dist.grid import ProcessGrid, host_identity
+from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.probe import cache_key, probe, probed, read_cached, write_cached
 from gnndist.errors import UserError
+from gnndist.machine import host_identity
 from gnndist.strategies import Auto
 
 FAKE = Network("probe", 1e-5, 1e9, 1e-9, 1e-11, 2e-5, 1e-9, 1e-3)

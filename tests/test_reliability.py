@@ -19,7 +19,7 @@ from gnndist.datasets import synthetic
 from gnndist.partition import partition
 
 from gnndist.cli import main
-from gnndist.dist.grid import free_port
+from gnndist.machine import free_port
 from gnndist.testing import QUICK_PARTITION
 from gnndist.training.trainer import Trainer
 

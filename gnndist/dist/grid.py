@@ -33,7 +33,7 @@ from torch import Tensor
 
 from gnndist.dist.guards import CollectiveCheck, Watchdog
 from gnndist.errors import PeerFailed, UserError, first_line
-from gnndist.machine import cores
+from gnndist.machine import cores, host_identity, pin_mmap_threshold
 
 log = logging.getLogger("gnndist")
 
@@ -321,37 +321,6 @@ class ProcessGrid:
         self._axes.clear()
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now (for a local group's rendezvous)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def host_identity() -> str:
-    """This host as its peers reach it: ``hostname/addr,addr`` with the IPv4 addresses of its network interfaces
-    (loopback aside), read in this process's network namespace; the hostname alone where they cannot be read."""
-    import fcntl
-    import struct
-
-    addrs = []
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for _, name in socket.if_nameindex():
-                try:
-                    req = struct.pack("256s", name.encode()[:15])
-                    addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
-                except OSError:  # an interface without an IPv4 address
-                    continue
-                if not addr.startswith("127."):
-                    addrs.append(addr)
-    except OSError:
-        pass
-    return socket.gethostname() + ("/" + ",".join(sorted(addrs)) if addrs else "")
-
-
 def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
@@ -414,23 +383,6 @@ def split_threads(local_world_size: int) -> int:
     threads = max(1, cores() // max(1, local_world_size))
     torch.set_num_threads(threads)
     return threads
-
-
-def pin_mmap_threshold(threshold: int = 1 << 20) -> bool:
-    """Fix glibc's mmap threshold so tensors above ``threshold`` bytes are mmapped and returned on free.
-
-    glibc raises the threshold (up to 32 MiB) after large frees; tensors below it are then
-    carved from a fragmenting heap. A rank holding a 1/P slice has many tensors in that
-    range, so its peak RSS would not shrink with P. No-op off glibc or when
-    ``MALLOC_MMAP_THRESHOLD_`` is set by the user.
-    """
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD
 
 
 def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,

@@ -63,7 +63,7 @@ def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
 def machine_key(world_size: int, device: torch.device | str) -> str:
     """:func:`cache_key` of a job of ``world_size`` ranks on this machine alone (a partition's or a benchmark's
     lookup of what a ``--strategy auto`` run here measured)."""
-    from gnndist.dist.grid import host_identity
+    from gnndist.machine import host_identity
 
     return cache_key([host_identity()] * world_size, device)
 
