@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gnndist.errors import UserError
+from gnndist.errors import UserError, first_line
 from gnndist.nn.conv.pyg_adapter import PyGAdapter
 
 log = logging.getLogger("gnndist")
@@ -60,7 +60,7 @@ def why_not(device: torch.device, name: str) -> str | None:
                 a = torch.ones(2, 2, device=device)
                 out = a @ a
     except (RuntimeError, AssertionError) as e:
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return first_line(e)
     if out.dtype != dtype:
         return f"autocast on {device.type} does not compute in {dtype}"
     return None

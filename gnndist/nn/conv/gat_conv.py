@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist.nn.conv.message_passing import MessagePassing
+from gnndist.nn.conv.message_passing import MessagePassing, add_bias
 
 
 class GATConv(MessagePassing):
@@ -66,7 +66,7 @@ class GATConv(MessagePassing):
         alpha = edges.dropout(graph, alpha, self.dropout, self.dropout_key("attention"), self.training)
         out = self.propagate(graph, h_ext, edge_weight=alpha)  # [n_owned, H, C]
         out = out.flatten(1) if self.concat else out.mean(dim=1)
-        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)
+        return add_bias(out, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from gnndist.nn.conv.message_passing import add_bias
+
 
 class GCNConv(nn.Module):
     r"""GCN layer: :math:`X' = \hat D^{-1/2} (A + I) \hat D^{-1/2} X W + b`, degrees from the whole graph.
@@ -40,4 +42,4 @@ class GCNConv(nn.Module):
             out = self.lin(graph.spmm(x, weight="gcn", tag=self.tag))  # [n_owned, out]
         else:
             out = graph.spmm(self.lin(x), weight="gcn", tag=self.tag)  # [n_owned, out]
-        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)
+        return add_bias(out, self.bias)

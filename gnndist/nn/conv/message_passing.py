@@ -130,6 +130,15 @@ class LocalEdges:
         return (dinv[self.row] * dinv[self.col]).float()
 
 
+def add_bias(out: Tensor, bias: Tensor | None) -> Tensor:
+    """``out + bias`` in ``out``'s dtype: half rows stay half under ``--precision bf16|fp16`` (fp32: the sum itself).
+
+    Shapes:
+        out ``[n, F]``, bias ``[F]``
+    """
+    return out + bias.to(out.dtype) if bias is not None else out
+
+
 def local_edges(graph, self_loops: bool = False) -> LocalEdges:
     """The :class:`LocalEdges` of ``graph`` (built once per graph)."""
     return graph.derived(("local_edges", self_loops), lambda: LocalEdges(graph, self_loops))

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.kernels import spmm
+from gnndist.nn.conv.message_passing import add_bias
 
 
 class RGCNConv(nn.Module):
@@ -69,4 +70,4 @@ class RGCNConv(nn.Module):
                 out = out + spmm(csr, h @ weights[r], reduce="mean", impl=graph.kernel.impl, tune=graph.kernel.tune)
             else:
                 out = out + spmm(csr, h, reduce="mean", impl=graph.kernel.impl, tune=graph.kernel.tune) @ weights[r]
-        return out + self.bias.to(out.dtype) if self.bias is not None else out  # half rows stay half (fp32: itself)
+        return add_bias(out, self.bias)

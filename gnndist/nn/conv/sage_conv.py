@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from gnndist.nn.conv.message_passing import add_bias
+
 
 class SAGEConv(nn.Module):
     r"""SAGE layer: :math:`x'_i = W_l \,\mathrm{mean}_{j \in N(i)} x_j + W_r x_i + b`.
@@ -31,7 +33,7 @@ class SAGEConv(nn.Module):
         if self.lin_l.out_features < self.lin_l.in_features:
             agg = graph.spmm(x @ self.lin_l.weight.t(), reduce="mean", tag=self.tag)  # [n_owned, out]
             if self.lin_l.bias is not None:
-                agg = agg + self.lin_l.bias.to(agg.dtype)  # half rows stay half (fp32: itself)
+                agg = add_bias(agg, self.lin_l.bias)
         else:
             agg = self.lin_l(graph.spmm(x, reduce="mean", tag=self.tag))  # [n_owned, out]
         return agg + self.lin_r(x)
