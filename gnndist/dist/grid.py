@@ -452,7 +452,8 @@ def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, devi
             dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout), **extra)
             dist.barrier()
-            if check_collectives:
+            grid.hosts = tuple(grid.all_gather_object(host_identity()))  # [P]: which ranks share a machine
+            if check_collectives:  # after the set-up's own collectives: the checker counts the run's from 1
                 grid.checker = CollectiveCheck(world, timeout)
         except (RuntimeError, dist.DistError) as e:
             raise UserError(
@@ -461,5 +462,4 @@ def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, devi
             ) from None
     if distributed:
         grid.watchdog = Watchdog(rank, timeout, on_stuck)
-        grid.hosts = tuple(grid.all_gather_object(host_identity()))  # [P]: which ranks share a machine
     return grid

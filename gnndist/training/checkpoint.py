@@ -47,7 +47,7 @@ class Checkpoints:
         self.dir.mkdir(parents=True, exist_ok=True)
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise PermissionError(13, "Permission denied", str(self.dir))
-        for stale in self.dir.glob(".*.pt.tmp*"):  # left by a run killed mid-write
+        for stale in self.dir.glob(".*.pt.*tmp"):  # left by a run killed mid-write (gnndist.files.atomic_file)
             stale.unlink(missing_ok=True)
 
     def _agree(self, action: Callable[[], None], what: str) -> None:
