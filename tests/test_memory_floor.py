@@ -15,7 +15,7 @@ from gnndist.partition import partition, read_part
 from gnndist.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
 from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.strategies.base import split_columns
+from gnndist.strategies.structure import split_columns
 from gnndist.testing import QUICK_PARTITION, assert_close
 from gnndist.training.trainer import Trainer
 

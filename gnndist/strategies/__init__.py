@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from gnndist.errors import UserError
 from gnndist.strategies.auto import Auto
-from gnndist.strategies.base import Block, BlockStrategy, Strategy, Structure
+from gnndist.strategies.base import Block, BlockStrategy, Strategy
 from gnndist.strategies.grid_spmm import Grid2D, Grid15D
 from gnndist.strategies.halo1d import Halo1D
+from gnndist.strategies.structure import Structure
 
 STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Halo1D, Grid15D, Grid2D, Auto)}
 
