@@ -175,8 +175,8 @@ def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:
         if name is not None:
             raise UserError(f"--type {name!r}: the partition is of a homogeneous graph (one node type)")
         return torch.ones(graph.n_owned, dtype=torch.bool), ids, graph.num_nodes
-    types, offsets = graph.hetero["node_types"], graph.hetero["offsets"]
-    name = name or graph.hetero["target"]
+    types, offsets = graph.hetero.node_types, graph.hetero.offsets
+    name = name or graph.hetero.target
     if name not in types:
         raise UserError(f"--type {name!r} is not a node type of this graph (types: {', '.join(types)})")
     t = types.index(name)
