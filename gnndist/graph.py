@@ -298,7 +298,8 @@ class DistGraph:
         return gather(compute_dtype(x), self.layout1d.block.expand, self.context.counter, tag)
 
     def fold_halo(self, rows: Tensor, tag: str = "halo") -> Tensor:
-        """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there ``[n_owned, F]``."""
+        """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there
+        ``[n_owned, F]``."""
         return fold(rows, self.layout1d.block.expand, self.n_owned, self.context.counter, tag)
 
     def extend(self, x: Tensor, tag: str = "halo") -> Tensor:

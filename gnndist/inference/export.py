@@ -185,9 +185,9 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     state, config, path = load_model_file(checkpoint)
     m, f_in, f_out = config["model"], config.get("in_channels"), config.get("out_channels")
     if fmt == "gnndist":
-        obj = {"format": "gnndist-model", "state_dict": state, "config": {k: config[k] for k in config
-               if k not in ("in_channels", "out_channels", "edge_dim", "hetero")}, "in_channels": f_in, "out_channels": f_out,
-               "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path),
+        kept = {k: config[k] for k in config if k not in ("in_channels", "out_channels", "edge_dim", "hetero")}
+        obj = {"format": "gnndist-model", "state_dict": state, "config": kept, "in_channels": f_in,
+               "out_channels": f_out, "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path),
                **({"hetero": config["hetero"]} if "hetero" in config else {})}
     else:
         obj = pyg_file(state, config, path)
