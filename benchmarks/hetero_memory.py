@@ -26,7 +26,7 @@ def measure(grid, partdir: str):
     trainer.fit()
     emb = trainer.model.embedding
     state = trainer.optim.state[emb.weight]
-    featureless = [not f for f in graph.hetero["featured"]]
+    featureless = [not f for f in graph.hetero.featured]
     halo_types = graph.node_type[graph.n_owned :]
     halo_rows = int(sum(int((halo_types == t).sum()) for t, f in enumerate(featureless) if f))
     row_bytes = emb.weight.shape[1] * emb.weight.element_size()

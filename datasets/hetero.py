@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os.path as osp
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,35 +32,11 @@ from torch_geometric.data import Data, HeteroData
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
+from .schema import HeteroSchema
 
 NO_FEATURE_WIDTH = 64  # x's width when no type has features (every type then learns an embedding)
 SYNTHETIC_MAG_RE = re.compile(r"^synthetic-mag-(\d+)([km]?)$", re.IGNORECASE)
 WORDS_SUFFIX = "-paper-word"  # <bag-of-words dataset>-paper-word: its columns become a featureless node type
-
-
-@dataclass
-class HeteroSchema:
-    """The types and relations of a union graph (dataset ids: type ``t`` owns ``offsets[t] : offsets[t + 1]``).
-
-    Shapes:
-        offsets ``[T + 1]``; rel_src, rel_dst, rel_type ``[E_rel]`` int64 (dataset ids, relation index)
-    """
-
-    node_types: list[str]
-    offsets: np.ndarray
-    relations: list[tuple[str, str, str]]
-    featured: list[bool]
-    target: str
-    rel_src: np.ndarray
-    rel_dst: np.ndarray
-    rel_type: np.ndarray
-
-    def to_meta(self) -> dict:
-        """The JSON form stored in a partition's META.json (the edges stay in the parts)."""
-        return {"node_types": self.node_types, "offsets": [int(o) for o in self.offsets],
-                "relations": [list(r) for r in self.relations], "featured": [bool(f) for f in self.featured],
-                "target": self.target,
-                "relation_edges": np.bincount(self.rel_type, minlength=len(self.relations)).tolist()}
 
 
 def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: bool = True,
@@ -142,7 +117,9 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
             raise UserError(f"{name}: type {target!r}: {m} has {mt.numel()} entries for {counts[ti]} nodes")
         mask[offsets[ti] : offsets[ti + 1]] = mt & (yt >= 0)
         setattr(data, m, mask)
-    data.hetero = HeteroSchema(types, offsets, relations, featured, target, rel_src, rel_dst, rel_type)
+    edges = np.bincount(rel_type, minlength=len(relations)).tolist()  # [R]
+    data.hetero = HeteroSchema(types, tuple(int(o) for o in offsets), relations, featured, target, edges, rel_src,
+                               rel_dst, rel_type)
     return data
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from gnndist.context import RunContext
+from gnndist.datasets.schema import HeteroSchema
 from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.timing import bracket
@@ -89,11 +90,11 @@ def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
     return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: the same for every partition
 
 
-def _node_types(meta: dict, orig_id: Tensor) -> Tensor | None:
+def _node_types(schema: HeteroSchema | None, orig_id: Tensor) -> Tensor | None:
     """The type index of every local node of a typed graph (its dataset id's range), else None."""
-    if "hetero" not in meta:
+    if schema is None:
         return None
-    offsets = torch.tensor(meta["hetero"]["offsets"], dtype=torch.int64, device=orig_id.device)
+    offsets = torch.tensor(schema.offsets, dtype=torch.int64, device=orig_id.device)
     return torch.searchsorted(offsets, orig_id.long(), right=True) - 1
 
 
@@ -153,6 +154,7 @@ class DistGraph:
                    "path, or one re-made while the job read it)", must_match=True)
         strat.build(structure, grid, context.counter, kernel, wire)
         degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
+        schema = HeteroSchema.from_meta(meta["hetero"]) if "hetero" in meta else None
         x = t["x"]  # [n_owned, F]
         if normalize_features:
             x = normalize_rows(x, grid)
@@ -175,10 +177,10 @@ class DistGraph:
             num_train=int(meta.get("num_train", 0)),
             splits={k: t[k] for k in SPLIT_ARRAYS if k in t},  # [n_owned, K] each: every split the partition holds
             num_classes=int(meta["classes"]), num_nodes=int(meta["N"]),
-            # a typed graph (META.json's "hetero", None otherwise): its schema, the type of every local node and
-            # one CSR per relation, [n_owned, n_owned + n_halo] in local ids (partition.hetero)
-            hetero=meta.get("hetero"),
-            node_type=_node_types(meta, t["orig_id"]),  # [n_owned + n_halo] type index, or None
+            # a typed graph (META.json's "hetero", None otherwise): its HeteroSchema, the type of every local node
+            # and one CSR per relation, [n_owned, n_owned + n_halo] in local ids (partition.hetero)
+            hetero=schema,
+            node_type=_node_types(schema, t["orig_id"]),  # [n_owned + n_halo] type index, or None
             relations=_relations(t, n_owned, n_halo),
             relation_of=None,  # (r, the union graph) for a view of one relation (relation(r)), else None
             _derived={},
@@ -248,7 +250,7 @@ class DistGraph:
             strategy = Halo1D(symmetric=False)
             strategy.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
             owned = torch.from_numpy(np.diff(rowptr)).to(self.degree.device, self.degree.dtype)  # [n_owned]
-            src, _, dst = self.hetero["relations"][r]
+            src, _, dst = self.hetero.relations[r]
             if src == dst:  # symmetric (the loader made it so): a halo row's in-degree is its owner's row count
                 halo = gather(owned[:, None].double(), strategy.block.expand, self.context.counter,
                               f"relation{r}/degree")[:, 0].to(owned.dtype)
@@ -296,7 +298,8 @@ class DistGraph:
         return gather(compute_dtype(x), self.layout1d.block.expand, self.context.counter, tag)
 
     def fold_halo(self, rows: Tensor, tag: str = "halo") -> Tensor:
-        """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there ``[n_owned, F]``."""
+        """The adjoint of :meth:`halo`: halo rows ``[n_halo, F]`` sent to their owners and summed there
+        ``[n_owned, F]``."""
         return fold(rows, self.layout1d.block.expand, self.n_owned, self.context.counter, tag)
 
     def extend(self, x: Tensor, tag: str = "halo") -> Tensor:
@@ -330,7 +333,7 @@ class DistGraph:
         self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad,
                                  itemsize=x.element_size())
         if weight == "gcn":
-            src, rel, dst = self.hetero["relations"][self.relation_of[0]] if self.relation_of else ("", "", "")
+            src, rel, dst = self.hetero.relations[self.relation_of[0]] if self.relation_of else ("", "", "")
             if src != dst:
                 raise ValueError(f"weight='gcn' (symmetric normalisation) on relation ({src}, {rel}, {dst}) "
                                  f"between two node types: use a layer without it (SAGEConv, GraphConv)")

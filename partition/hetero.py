@@ -16,6 +16,7 @@ in-edge of every node it owns: a per-relation mean is exact on its own rows.
 from __future__ import annotations
 
 import numpy as np
+from gnndist.datasets.schema import HeteroSchema
 from gnndist.partition.book import GlobalCSR, PartitionBook, unique_ids
 
 
@@ -32,7 +33,7 @@ class RelationSlicer:
         book: the partition's book (owner and new id of every node).
     """
 
-    def __init__(self, schema, book: PartitionBook):
+    def __init__(self, schema: HeteroSchema, book: PartitionBook):
         self.num_relations = len(schema.relations)
         self.book = book
         dst = book.old2new[schema.rel_dst]  # [E_rel] new ids
@@ -64,7 +65,7 @@ class RelationSlicer:
         return {"rel_rowptr": rowptr, "rel_col": col}
 
 
-def hetero_report(schema, book: PartitionBook, csr: GlobalCSR) -> dict:
+def hetero_report(schema: HeteroSchema, book: PartitionBook, csr: GlobalCSR) -> dict:
     """Per-type and per-relation counts of every part and the halo rows of each type (for ``gnndist info``).
 
     Args:
@@ -119,6 +120,6 @@ def format_hetero(h: dict) -> list[str]:
         f"({s}, {r}, {d}) {v:,}" for (s, r, d), v in zip(h["relations"], h["halo_rows_per_relation"]))
         + f" rows: {sum(h['halo_rows_per_relation']):,} alone, {sum(h['halo_volume_per_type']):,} shared")
     for k, (n, e) in enumerate(zip(h["nodes_per_part"], h["edges_per_part"])):
-        lines.append(f"  part {k:<11} nodes {'/'.join(map(str, n))}, halo {'/'.join(map(str, h['halo_rows_per_part'][k]))}"
-                     f", relation edges {'/'.join(map(str, e))}")
+        nodes, halo, edges = ("/".join(map(str, v)) for v in (n, h["halo_rows_per_part"][k], e))
+        lines.append(f"  part {k:<11} nodes {nodes}, halo {halo}, relation edges {edges}")
     return lines

@@ -237,8 +237,9 @@ def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatc
     h = meta["hetero"]
     assert ["paper", "in_venue", "venue"] in h["relations"] and ["venue", "rev_in_venue", "paper"] in h["relations"]
     assert h["relation_edges"][h["relations"].index(["paper", "in_venue", "venue"])] == 0  # kept, empty
+    assert torch.load(ck / "best.pt", weights_only=True)["hetero"] == h  # META.json's form on disk, as before
     assert main(["export", "--checkpoint", str(ck / "best.pt"), "--out", str(tmp_path / "m.pt")]) == 0
-    assert torch.load(tmp_path / "m.pt", weights_only=True)["hetero"]["node_types"][-1] == "venue"
+    assert torch.load(tmp_path / "m.pt", weights_only=True)["hetero"] == h
 
 
 @pytest.mark.parametrize("flags", [["--num-bases", "2", "--norm", "batch", "--layers", "3"], ["--embedding", "zero"]],
@@ -305,6 +306,29 @@ def test_cora_paper_word():
         assert torch.equal(getattr(data, m)[:2708], getattr(base, m)) and not bool(getattr(data, m)[2708:].any())
 
 
+def test_schema_is_one_dataclass_before_and_after_partitioning(tmp_path):
+    """META.json's typed section loads into the dataset's HeteroSchema (less the edges, which the parts hold),
+    and writes back the same JSON."""
+    import json
+
+    from gnndist.datasets.hetero import from_hetero
+    from gnndist.datasets.schema import HeteroSchema
+    from gnndist.partition import partition
+
+    from gnndist.dist.grid import ProcessGrid
+
+    data = from_hetero(_hetero(), "toy-mag")
+    partition(data, 1, progress=False).save(tmp_path, dataset="toy-mag", progress=False)
+    meta = json.loads((tmp_path / "META.json").read_text())["hetero"]
+    schema = DistGraph.load(tmp_path, ProcessGrid()).hetero
+    assert isinstance(schema, HeteroSchema) and schema.rel_type is None
+    for name in ("node_types", "offsets", "relations", "featured", "target", "relation_edges"):
+        assert getattr(schema, name) == getattr(data.hetero, name), name
+    assert schema.to_meta() == data.hetero.to_meta() == meta
+    assert HeteroSchema.from_meta(meta).to_meta() == meta
+    assert schema.counts() == np.diff(data.hetero.offsets).tolist()
+
+
 def test_embedding_zero_has_no_table(tmp_path):
     """``--embedding zero``: no NodeEmbedding; featureless rows get their neighbours' mean from the first layer."""
     from gnndist.datasets.hetero import from_hetero
@@ -324,7 +348,7 @@ def test_embedding_zero_has_no_table(tmp_path):
         == learn.embedding.weight.numel()
     zero.eval()
     h = zero.convs[0](graph, graph.x)  # [n_owned, hidden]
-    author = graph.node_type[: graph.n_owned] == graph.hetero["node_types"].index("author")
+    author = graph.node_type[: graph.n_owned] == graph.hetero.node_types.index("author")
     assert bool(torch.isfinite(h).all()) and float((h[author] - zero.convs[0].bias).abs().sum()) > 0
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from gnndist.datasets.schema import HeteroSchema
 from gnndist.errors import UserError
 
 BASIC = "torch_geometric.nn.models"  # a twin there is one of PyG's BasicGNNs; else one of gnndist.pyg_twins
@@ -95,13 +96,13 @@ def _hetero_file(twin: str, state: dict, config: dict, path: Path) -> dict:
     node, in dataset order) cut into one ``nn.Embedding`` per featureless type; the twin loads it, strictly."""
     from gnndist import pyg_twins
 
-    m, h = config["model"], config.get("hetero")
-    if h is None:
+    m = config["model"]
+    if "hetero" not in config:
         raise UserError(f"{path} does not record the typed graph's schema (written before 2026-12-02): export it "
                         f"with --format gnndist, or train again")
-    types, featured = h["node_types"], h["featured"]
-    counts = [b - a for a, b in zip(h["offsets"][:-1], h["offsets"][1:])]
-    rows = {t: n for t, n, f in zip(types, counts, featured) if not f} if "embedding.weight" in state else {}
+    h = HeteroSchema.from_meta(config["hetero"])  # the checkpoint holds META.json's form
+    learned = "embedding.weight" in state
+    rows = {t: n for t, n, f in zip(h.node_types, h.counts(), h.featured) if not f} if learned else {}
     dotted = [t for t in rows if "." in t]
     if dotted:
         raise UserError(f"--format pyg: the featureless node type {dotted[0]!r} has a '.', which cannot name the "
@@ -115,8 +116,8 @@ def _hetero_file(twin: str, state: dict, config: dict, path: Path) -> dict:
         for i in range(m["layers"] - 1):
             out[f"norms.{i}.num_batches_tracked"] = torch.zeros((), dtype=torch.long)
     kwargs = {"in_channels": config["in_channels"], "hidden_channels": m["hidden"], "num_layers": m["layers"],
-              "out_channels": config["out_channels"], "node_types": list(types),
-              "relations": [tuple(r) for r in h["relations"]], "featured": list(featured), "embedding_rows": rows,
+              "out_channels": config["out_channels"], "node_types": list(h.node_types),
+              "relations": list(h.relations), "featured": list(h.featured), "embedding_rows": rows,
               "num_bases": m.get("num_bases", 0), "norm": norm}
     missing, unexpected = getattr(pyg_twins, twin)(**kwargs).load_state_dict(out, strict=False)
     if missing or unexpected:
@@ -184,9 +185,9 @@ def export(checkpoint: str, out: str, fmt: str = "gnndist", force: bool = False)
     state, config, path = load_model_file(checkpoint)
     m, f_in, f_out = config["model"], config.get("in_channels"), config.get("out_channels")
     if fmt == "gnndist":
-        obj = {"format": "gnndist-model", "state_dict": state, "config": {k: config[k] for k in config
-               if k not in ("in_channels", "out_channels", "edge_dim", "hetero")}, "in_channels": f_in, "out_channels": f_out,
-               "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path),
+        kept = {k: config[k] for k in config if k not in ("in_channels", "out_channels", "edge_dim", "hetero")}
+        obj = {"format": "gnndist-model", "state_dict": state, "config": kept, "in_channels": f_in,
+               "out_channels": f_out, "edge_dim": config.get("edge_dim", 0), "checkpoint": str(path),
                **({"hetero": config["hetero"]} if "hetero" in config else {})}
     else:
         obj = pyg_file(state, config, path)

@@ -135,8 +135,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         cfg = TrainConfig.from_dict(config)
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
-        graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)), kernel=cfg.kernel.choice,
-                          normalize_features=cfg.model.normalize_features)
+        graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)),
+                          kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
         model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
         layers = model_spec(cfg.model.model).layers(model, cfg.model.arch)  # its representation layers
         if req.layer is not None:
@@ -175,8 +175,8 @@ def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:
         if name is not None:
             raise UserError(f"--type {name!r}: the partition is of a homogeneous graph (one node type)")
         return torch.ones(graph.n_owned, dtype=torch.bool), ids, graph.num_nodes
-    types, offsets = graph.hetero["node_types"], graph.hetero["offsets"]
-    name = name or graph.hetero["target"]
+    types, offsets = graph.hetero.node_types, graph.hetero.offsets
+    name = name or graph.hetero.target
     if name not in types:
         raise UserError(f"--type {name!r} is not a node type of this graph (types: {', '.join(types)})")
     t = types.index(name)
@@ -266,8 +266,8 @@ def _save_small(full: np.ndarray, tmp: Path, target: Path) -> None:
         else:  # node,<value 0>,<value 1>,...: row i is dataset node i
             fmt = "%d" if full.dtype == np.int64 else "%.8g"
             header = "node," + ",".join(f"v{j}" for j in range(full.shape[1]))
-            np.savetxt(tmp, np.column_stack([np.arange(len(full)), full]), delimiter=",", fmt=["%d"] + [fmt] * full.shape[1],
-                       header=header, comments="")
+            np.savetxt(tmp, np.column_stack([np.arange(len(full)), full]), delimiter=",",
+                       fmt=["%d"] + [fmt] * full.shape[1], header=header, comments="")
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)

@@ -34,12 +34,12 @@ class NodeEmbedding(nn.Module):
 
     def __init__(self, graph, dim: int, seed: int = 0):
         super().__init__()
-        featureless = torch.tensor([not f for f in graph.hetero["featured"]], device=graph.node_type.device)
+        featureless = torch.tensor([not f for f in graph.hetero.featured], device=graph.node_type.device)
         rows = featureless[graph.node_type[: graph.n_owned]].nonzero().view(-1)  # [n_rows] local ids
         self.register_buffer("rows", rows, persistent=False)
         self.register_buffer("ids", graph.orig_id[rows].long(), persistent=False)  # [n_rows] dataset ids
         # where each row sits in the whole table (every featureless node, in dataset order): checkpoints hold that
-        offsets, featured = graph.hetero["offsets"], graph.hetero["featured"]
+        offsets, featured = graph.hetero.offsets, graph.hetero.featured
         shift = torch.zeros(len(featured), dtype=torch.long)  # [T] dataset id - table position, per type
         seen = 0
         for t, f in enumerate(featured):

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from gnndist.datasets.schema import HeteroSchema
 from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import PeerFailed, UserError, first_line
 from gnndist.files import atomic_file
@@ -93,10 +94,11 @@ class Checkpoints:
         return None, skipped, len(found)
 
     def save(self, epoch: int, model: nn.Module, optim: torch.optim.Optimizer, best: Best, config: dict,
-             widths: tuple[int, int] = (0, 0), edge_dim: int = 0, hetero: dict | None = None) -> None:
+             widths: tuple[int, int] = (0, 0), edge_dim: int = 0, hetero: HeteroSchema | None = None) -> None:
         """Checkpoint every ``every`` epochs (and the last), and ``best.pt`` when ``best`` is this epoch
         (with the model's input and output ``widths``, the edge features' ``edge_dim`` and a typed graph's
-        schema ``hetero``, META.json's section: what rebuilding it off the partition needs besides the config)."""
+        schema ``hetero``, stored in META.json's form: what rebuilding it off the partition needs besides the
+        config)."""
         due = (epoch + 1) % self.every == 0 or epoch == self.epochs - 1
         improved = best.epoch == epoch
         if not (due or improved):
@@ -113,7 +115,7 @@ class Checkpoints:
             if improved:  # the weights and the config that built them: enough to apply the model (gnndist predict)
                 best_state = {"format": CHECKPOINT_FORMAT, "model": msd, "epoch": epoch, "config": config,
                               "in_channels": widths[0], "out_channels": widths[1], "edge_dim": edge_dim,
-                              **({"hetero": hetero} if hetero is not None else {})}
+                              **({"hetero": hetero.to_meta()} if hetero is not None else {})}
                 atomic_save({**best_state, "sha256": digest(best_state)}, self.dir / "best.pt")
 
         self._agree(write, "could not be written")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-Relation = tuple[str, str, str]  # (source type, relation, destination type), as in graph.hetero["relations"]
+from gnndist.datasets.schema import Relation
 
 
 def relation_key(rel: Relation) -> str:
@@ -50,25 +50,25 @@ class HeteroConv(nn.Module):
     @classmethod
     def per_relation(cls, graph, make: Callable[[Relation], nn.Module], aggr: str = "sum") -> HeteroConv:
         """One layer ``make(relation)`` for every relation of ``graph`` (the rank's typed graph)."""
-        return cls({tuple(rel): make(tuple(rel)) for rel in graph.hetero["relations"]}, aggr)
+        return cls({rel: make(rel) for rel in graph.hetero.relations}, aggr)
 
     def forward(self, graph, x: Tensor) -> Tensor:
         if graph.hetero is None:
             raise ValueError("HeteroConv runs on a typed graph (graph.hetero); this one has one node type")
-        relations = [relation_key(tuple(r)) for r in graph.hetero["relations"]]
+        relations = [relation_key(r) for r in graph.hetero.relations]
         unknown = sorted(set(self.convs) - set(relations))
         if unknown:
             raise ValueError(f"HeteroConv has layers for {unknown}, which are not relations of the graph "
                              f"({', '.join(relations)})")
         types = graph.node_type[: graph.n_owned]  # [n_owned]
-        out, hits = None, torch.zeros(len(graph.hetero["node_types"]), device=x.device)
+        out, hits = None, torch.zeros(len(graph.hetero.node_types), device=x.device)
         for r, key in enumerate(relations):
             if key not in self.convs:
                 continue
             conv = self.convs[key]
             conv.tag = f"{self.tag}/{key}"  # its bytes counted per relation
             y = conv(graph.relation(r), x)  # [n_owned, F']: every row, meaningful at the destination type's
-            dst = graph.hetero["node_types"].index(graph.hetero["relations"][r][2])
+            dst = graph.hetero.node_types.index(graph.hetero.relations[r][2])
             keep = (types == dst).unsqueeze(1).to(y.dtype)  # [n_owned, 1]
             out = y * keep if out is None else out + y * keep
             hits[dst] += 1

@@ -33,10 +33,10 @@ class RGCN(GNN):
 
     def __init__(self, in_channels: int, hidden: int, out_channels: int, layers: int = 2, dropout: float = 0.5,
                  norm: str = "none", *, graph, num_bases: int = 0, seed: int = 0, embedding: str = "learn"):
-        R = len(graph.hetero["relations"])
+        R = len(graph.hetero.relations)
         super().__init__(lambda a, b: RGCNConv(a, b, R, num_bases), in_channels, hidden, out_channels, layers,
                          dropout, norm)
-        learn = embedding == "learn" and not all(graph.hetero["featured"])
+        learn = embedding == "learn" and not all(graph.hetero.featured)
         self.embedding = NodeEmbedding(graph, in_channels, seed) if learn else None  # hashed rows: order-free
 
     def forward(self, graph, x: Tensor) -> Tensor:
