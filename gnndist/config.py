@@ -10,13 +10,10 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gnndist.cost import NETWORKS
 from gnndist.errors import UserError
-
-if TYPE_CHECKING:
-    from gnndist.kernels.settings import KernelSettings
 
 
 def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
@@ -26,6 +23,7 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
+METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric besides auto (gnndist.training.metrics computes them)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -219,13 +217,6 @@ class KernelConfig:
     spmm_tune: bool = opt(True, "measure the Triton SpMM's tiles on each graph before timing it against the other "
                           "paths (CUDA; the CLI's default: off when $GNNDIST_SPMM_TUNE=0)")
 
-    @property
-    def choice(self) -> KernelSettings:
-        """The value every kernel call receives (``impl=``, ``tune=``)."""
-        from gnndist.kernels.settings import KernelSettings
-
-        return KernelSettings(None if self.kernel == "auto" else self.kernel, self.spmm_tune)
-
 
 @dataclass
 class RunConfig:
@@ -259,8 +250,6 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        from gnndist.training.metrics import METRICS
-
         _need(self.metric == "auto" or self.metric in METRICS,
               f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}")
         _need(self.runs >= 1, f"--runs must be >= 1, got {self.runs}")
