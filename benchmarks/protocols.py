@@ -52,7 +52,8 @@ ROWS: dict[str, tuple] = {
 }
 ROWS.update({
     "cora-gcn": ("cora", None, ["--runs", "10"], ["--model", "gcn"], 81.5, None, "Kipf & Welling 2017"),
-    "cora-gcn2": ("cora", None, ["--runs", "10"], ["--model", "gcn2"], 85.5, None, "Chen et al. 2020 (GCNII, 64 layers)"),
+    "cora-gcn2": ("cora", None, ["--runs", "10"], ["--model", "gcn2"], 85.5, None,
+                  "Chen et al. 2020 (GCNII, 64 layers)"),
     "citeseer-gcn": ("citeseer", "citeseer/ind.citeseer.x", ["--runs", "10"], ["--model", "gcn"], 70.3, None,
                      "Kipf & Welling 2017"),
     "pubmed-gcn": ("pubmed", "pubmed/ind.pubmed.allx", ["--runs", "10"], ["--model", "gcn"], 79.0, None,

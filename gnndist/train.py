@@ -24,7 +24,8 @@ def stage(msg: str, cfg: TrainConfig) -> None:
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.summary.Summary`.
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the
+    :class:`~gnndist.training.summary.Summary`.
 
     ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
     partition) while the other ranks wait in the process group; a failure there stops every rank.
@@ -50,7 +51,8 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
 
 
 def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run
+    and the mean."""
     if cfg.run.json:
         print(json.dumps(summary.to_dict()), flush=True)
         return

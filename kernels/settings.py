@@ -1,7 +1,8 @@
 """The user's kernel choice as a value: which implementation, whether SpMM tiles are measured.
 
 An entry point (CLI, launcher, a script) calls :func:`settings_from_env` once (or
-:func:`settings_from_config` on a run's ``--kernel`` / ``--spmm-tune``) and passes the value down: ``spmm(..., impl=s.impl, tune=s.tune)``. Nothing below the entry point reads the
+:func:`settings_from_config` on a run's ``--kernel`` / ``--spmm-tune``) and passes the value
+down: ``spmm(..., impl=s.impl, tune=s.tune)``. Nothing below the entry point reads the
 environment.
 
     GNNDIST_KERNEL=triton|sparse|reference   force one path for every op (unset, "" or "auto": dispatch)

@@ -61,7 +61,8 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         check_space(out, need_bytes)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as e:
-        why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+        in_the_way = isinstance(e, (FileExistsError, NotADirectoryError))
+        why = "a file is in the way of its directory" if in_the_way else e.strerror
         raise UserError(f"cannot write the partition to {out}: {why or e}") from None
     try:
         with ThreadPoolExecutor(1) as hasher:  # each file's sha256 read back while the next part is built and written

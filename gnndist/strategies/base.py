@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Structure:
-    """A rank's part as the partition stored it, what every strategy builds on (:class:`~gnndist.graph.DistGraph` makes it).
+    """A rank's part as the partition stored it, what every strategy builds on (:class:`~gnndist.graph.DistGraph`
+    makes it).
 
     The part's rows of ``A`` stay where the partition stored them (``rowptr`` and ``col`` as
     read, memory-mapped by :func:`~gnndist.partition.read_part`): a layout reads them once to
@@ -105,7 +106,8 @@ def _chunks(n: int, size: int = INDEX_CHUNK):
 
 def split_columns(rowptr: np.ndarray, col: np.ndarray, n_owned: int, n_halo: int,
                   device: torch.device | str = "cpu") -> tuple[CSR, CSR]:
-    """``(rowptr, col)`` split at column ``n_owned`` into interior and (shifted) boundary CSRs; see :meth:`Structure.split`.
+    """``(rowptr, col)`` split at column ``n_owned`` into interior and (shifted) boundary CSRs; see
+    :meth:`Structure.split`.
 
     A row's entries keep their order in each half; where a half's columns are not ascending
     within a row (a part not written in global id order) that half is sorted, so the result is
@@ -250,7 +252,8 @@ class Strategy:
 
     @classmethod
     def from_config(cls, dist) -> Strategy:
-        """The strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`) it uses."""
+        """The strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`) it
+        uses."""
         raise NotImplementedError
 
     def grid_shape(self, world: int) -> int:
