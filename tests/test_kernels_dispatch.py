@@ -12,7 +12,8 @@ def _args(dtype=torch.float32):
 
 
 def test_cpu_default_is_torch_sparse_for_fp32_and_half(monkeypatch):
-    """Half rows take the sparse path too (multiplied in fp32, ``kernels/spmm/sparse.py``); an integer dtype does not."""
+    """Half rows take the sparse path too (multiplied in fp32, ``kernels/spmm/sparse.py``); an integer dtype does
+    not."""
     monkeypatch.setenv("GNNDIST_KERNEL", "reference")  # the dispatcher decides from its arguments, not from this
     csr, x = _args()
     assert dispatch.select("spmm", csr, x, None, "sum")[0] == "sparse"
