@@ -21,6 +21,7 @@ from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
 
 from gnndist.bench.common import Settings, loadavg, timing_columns, train
+from gnndist.dist.grid import host_identity
 from gnndist.dist.probe import cache_key, default_cache, read_cached
 
 
@@ -35,7 +36,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     out, P = Path(args.out), args.parts
-    key = cache_key(P, "cuda" if torch.cuda.is_available() else "cpu")  # the device the trainings take
+    # P ranks on this machine, on the device the trainings take
+    key = cache_key([host_identity()] * P, "cuda" if torch.cuda.is_available() else "cpu")
     net = read_cached(Path(args.probe) if args.probe else default_cache(), key)
     if net is None:
         raise SystemExit(f"no probe constants for {key}: run `gnndist train ... --ranks {P} --strategy auto` first")

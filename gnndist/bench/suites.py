@@ -96,12 +96,13 @@ def run_network(summary: dict, P: int, device: str):
     """The cost model's constants of a run: those ``auto`` reported, else this machine's probe at ``P`` ranks
     (the cache every run of this bench shares, ``$GNNDIST_DATA/probe.json``); ``None`` when neither exists."""
     from gnndist.cost import Network
+    from gnndist.dist.grid import host_identity
     from gnndist.dist.probe import cache_key, default_cache, read_cached
 
     for info in summary["strategies"].values():
         if info.get("network"):
             return Network(**info["network"])
-    return read_cached(default_cache(), cache_key(P, device))
+    return read_cached(default_cache(), cache_key([host_identity()] * P, device))  # P ranks on this machine
 
 
 def model_columns(p, data, summary: dict, model: str, hidden: int, layers: int, net) -> dict:
