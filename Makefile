@@ -1,6 +1,6 @@
 # gnndist: two commands.
 #   make demo   set up .venv (torch only if none importable) and run the main job on bundled Cora
-#   make test   same set-up, then the test suite
+#   make test   same set-up, then ruff (make lint), then the test suite
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
@@ -31,15 +31,16 @@ demo: setup
 # the pytest console script, not `python -m pytest` (which puts the checkout's root on sys.path, where the
 # folders partition/, kernels/, datasets/ import by bare names): the tests and every rank they start import
 # gnndist as installed (tests/conftest.py refuses a run with the root on the path)
-test: setup
+test: setup lint
 	$(VENV)/bin/pytest -q -x tests
 
 # optional: Debian/Ubuntu's 32-bit-index METIS, half the partitioning memory of pymetis's build
 system-metis:
 	apt-get update -q && apt-get install -y -q libmetis5
 
+# ruff.toml: pycodestyle (lines of at most 120 characters included), pyflakes, import order
 lint: setup
-	$(VENV)/bin/ruff check gnndist partition kernels datasets tests benchmarks examples
+	$(VENV)/bin/ruff check gnndist partition kernels datasets tests benchmarks examples scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info

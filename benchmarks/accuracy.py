@@ -114,7 +114,8 @@ def run_cli_cora(seed: int, epochs: int, ranks: int, tmp: Path) -> dict:
     """``gnndist run cora --ranks P`` with its defaults (the README's main job)."""
     cmd = [sys.executable, "-m", "gnndist.cli", "run", "cora", "--ranks", str(ranks), "--json", "--no-progress",
            "--seed", str(seed), "--epochs", str(epochs)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "GNNDIST_DATA": str(tmp)})
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                          env={**os.environ, "GNNDIST_DATA": str(tmp)})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -173,7 +174,8 @@ def main() -> None:
                     line += f"  pyg test {p['test_acc']:.4f} ({p['seconds']:.0f} s)"
                 print(line + f"  load {os.getloadavg()[0]:.2f}", flush=True)
             rows.append((ds, recipe, hp, acc))
-    print(f"\ntest accuracy, mean ± std over {args.seeds} seeds (%), {args.epochs} epochs, gnndist on {args.ranks} ranks")
+    print(f"\ntest accuracy, mean ± std over {args.seeds} seeds (%), {args.epochs} epochs, "
+          f"gnndist on {args.ranks} ranks")
     print(f"{'dataset':8s} {'recipe':8s} {'hidden':>6s} {'drop':>5s} {'lr':>6s} {'wd':>7s} {'norm':>5s} "
           f"{'gnndist':>12s} {'pyg':>12s} {'published':>9s} {'gap':>6s}")
     for ds, recipe, hp, acc in rows:

@@ -34,8 +34,9 @@ def main() -> None:
     print("\n".join(model(rows)))
     # the fixed cost each run implies (measured epoch less the modelled work), in the probe's tiny steps,
     # against what the model puts there (STEP_FIXED + LAYER_FIXED per layer)
-    implied = sorted((r["epoch_s"] - (r["model_epoch_s"] - r["model_other_s"])) * (STEP_FIXED + LAYER_FIXED * r["layers"])
-                     / r["model_other_s"] for r in rows if r["model_other_s"])
+    implied = sorted(
+        (r["epoch_s"] - (r["model_epoch_s"] - r["model_other_s"])) * (STEP_FIXED + LAYER_FIXED * r["layers"])
+        / r["model_other_s"] for r in rows if r["model_other_s"])
     if implied:
         print(f"\nfixed cost implied by the runs: median {statistics.median(implied):.1f} tiny steps "
               f"(quartiles {implied[len(implied) // 4]:.1f} - {implied[3 * len(implied) // 4]:.1f}); the model's: "

@@ -1,4 +1,5 @@
-"""Peak training memory of deep models against their depth: RevGNN 4 vs 64 blocks, ResGCN+ 28 layers with and without ``--recompute``.
+"""Peak training memory of deep models against their depth: RevGNN 4 vs 64 blocks, ResGCN+ 28 layers with and
+without ``--recompute``.
 
 Each configuration runs in a fresh process on one rank (``gnndist.init``: the GPU when
 there is one, else the CPU). After the part is loaded and the ``Trainer`` (model, Adam) is

@@ -134,7 +134,8 @@ def main() -> None:
     for name, width, provider, ratio, pct in summary:
         if width >= 64:
             mark = "" if device.type != "cuda" else "ok" if ratio >= 1.0 and pct >= 60 else "below goal"
-            print(f"{name:<16} F={width:<4} {provider:<8} {ratio:5.2f}x torch.sparse.mm  {pct:5.1f}% of copy bw  {mark}")
+            print(f"{name:<16} F={width:<4} {provider:<8} {ratio:5.2f}x torch.sparse.mm  "
+                  f"{pct:5.1f}% of copy bw  {mark}")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ gloo set-up) that joins a gloo group, loads its part, builds the ``Trainer`` and
 from ``/proc/self/status``. With glibc's default (dynamic) mmap threshold, freed blocks below
 32 MB stay in the heap and fragment it; a rank of P = 4 has many more tensors of that size than
 one rank has, so its high-water mark carries proportionally more: ``--malloc-mmap-threshold
-1048576`` (``MALLOC_MMAP_THRESHOLD_``) fixes the threshold and shows the difference. The ratio is max over ranks of ``peak`` at P ranks divided by
-``peak`` at one rank (goal <= 0.35 at P = 4; 0.25 is a perfect split, the halo and the
-replicated weights are the rest).
+1048576`` (``MALLOC_MMAP_THRESHOLD_``) fixes the threshold and shows the difference. The ratio is
+max over ranks of ``peak`` at P ranks divided by ``peak`` at one rank (goal <= 0.35 at P = 4; 0.25
+is a perfect split, the halo and the replicated weights are the rest).
 
 Graph: ``gnndist.datasets.synthetic(N, avg_degree=10, num_features=64)`` (1M nodes), METIS
 partitions cached under ``--cache``; model: 2-layer GCN, hidden ``--hidden`` (16), dropout 0.5.
@@ -112,7 +112,8 @@ def entry_arrays(graph) -> dict[str, tuple[str, int]]:
 
 
 def rank_main(grid, partdir: str, hidden: int, epochs: int, dropout: float = 0.5) -> list[dict]:
-    """One rank (under ``gnndist.launch``): load the part, train ``epochs`` steps + one evaluation; every rank's memory."""
+    """One rank (under ``gnndist.launch``): load the part, train ``epochs`` steps + one evaluation; every rank's
+    memory."""
     import torch
 
     from gnndist.config import ModelConfig, RunConfig, TrainConfig
@@ -180,7 +181,8 @@ def per_entry(partdir: Path, hidden: int, epochs: int, dropout: float) -> None:
 
     world = json.loads((partdir / "META.json").read_text())["parts"]
     rows = measure(partdir, world, hidden, epochs, dropout)
-    print(f"{partdir}: {world} ranks, GCN hidden {hidden}, dropout {dropout}, {epochs} steps + 1 eval, load {os.getloadavg()[0]:.2f}")
+    print(f"{partdir}: {world} ranks, GCN hidden {hidden}, dropout {dropout}, {epochs} steps + 1 eval, "
+          f"load {os.getloadavg()[0]:.2f}")
     print(f"{'rank':>4s} {'entries':>11s} {'base MiB':>9s} {'load MiB':>9s} {'peak MiB':>9s} {'features MiB':>13s} "
           f"{'B/entry (peak - features)':>26s}")
     for r, v in enumerate(rows):
@@ -235,7 +237,8 @@ def main() -> None:
                   f"{mib(v['peak'])} {v['peak'] / ref:8.2f} {v['step_s']:7.2f}")
     for p in parts[1:]:
         worst = max(r["peak"] for r in rows[p])
-        print(f"max peak at P={p} / peak at P={parts[0]}: {worst / ref:.2f}x (goal <= 0.35 at P=4; ideal {parts[0] / p:.2f})")
+        print(f"max peak at P={p} / peak at P={parts[0]}: {worst / ref:.2f}x "
+              f"(goal <= 0.35 at P=4; ideal {parts[0] / p:.2f})")
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -67,7 +67,8 @@ def main() -> None:
         f = t * threads / args.cores if name in THREADED else t
         here, fast = here + t, fast + f
         print(f"| {name} | {sec:.1f} | {sec / entries * 1e6:.2f} | {t / 3600:.2f} h | {f / 3600:.2f} h |")
-    print(f"| **total** | {args.wall:.0f} | {args.wall / entries * 1e6:.2f} | {here / 3600:.1f} h | {fast / 3600:.1f} h |")
+    print(f"| **total** | {args.wall:.0f} | {args.wall / entries * 1e6:.2f} | {here / 3600:.1f} h "
+          f"| {fast / 3600:.1f} h |")
     print(f"\npartition peak for papers100M: {(base + per_entry * PAPERS['entries']) / 2**30:.0f} GiB "
           f"(the fixed {args.base_gib} GiB + {per_entry:.1f} B x {PAPERS['entries']:,} entries)")
 

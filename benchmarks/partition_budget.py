@@ -11,7 +11,8 @@ from gnndist.partition import partition
 
 
 def main(names: str) -> None:
-    print("| graph | P | budget | candidates run | seconds | modelled epoch ms | vs every candidate | volume | chosen |")
+    print("| graph | P | budget | candidates run | seconds | modelled epoch ms | vs every candidate | volume "
+          "| chosen |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in names.split(","):
         data = load(name, root="/work/shared/data")
@@ -24,7 +25,8 @@ def main(names: str) -> None:
                              r["comm_volume"], f"{r['backend']} {r['auto']['chosen']}"))
             full = rows[0][3]
             for b, k, s, m, v, c in rows:
-                print(f"| {name} | {P} | {b} | {k} | {s:.1f} | {m * 1e3:.4f} | {m / full:.3f} | {v:,} | {c} |", flush=True)
+                print(f"| {name} | {P} | {b} | {k} | {s:.1f} | {m * 1e3:.4f} | {m / full:.3f} | {v:,} | {c} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ ROWS: dict[str, tuple] = {
 }
 ROWS.update({
     "cora-gcn": ("cora", None, ["--runs", "10"], ["--model", "gcn"], 81.5, None, "Kipf & Welling 2017"),
-    "cora-gcn2": ("cora", None, ["--runs", "10"], ["--model", "gcn2"], 85.5, None, "Chen et al. 2020 (GCNII, 64 layers)"),
+    "cora-gcn2": ("cora", None, ["--runs", "10"], ["--model", "gcn2"], 85.5, None,
+                  "Chen et al. 2020 (GCNII, 64 layers)"),
     "citeseer-gcn": ("citeseer", "citeseer/ind.citeseer.x", ["--runs", "10"], ["--model", "gcn"], 70.3, None,
                      "Kipf & Welling 2017"),
     "pubmed-gcn": ("pubmed", "pubmed/ind.pubmed.allx", ["--runs", "10"], ["--model", "gcn"], 79.0, None,
@@ -75,13 +76,15 @@ def command(row: str, root: str, ranks: int, flags: list[str], runs: int | None)
 
 def rank_main(grid, partdir: str, cfg) -> dict:
     """One rank (under ``gnndist.launch``): load the part, train every run of the plan, the summary as a dict."""
+    from gnndist.kernels import settings_from_config
+
     from gnndist.graph import DistGraph
     from gnndist.strategies import strategy_from_config
     from gnndist.training.runs import fit_runs
 
     m = cfg.model
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
-                           kernel=cfg.kernel.choice, normalize_features=m.normalize_features)
+                           kernel=settings_from_config(cfg.kernel), normalize_features=m.normalize_features)
     summary = fit_runs(graph, cfg)  # --model of cfg, as its spec builds it
     return summary.to_dict()
 

@@ -159,7 +159,8 @@ def print_choices(graph, label: str) -> None:
     for s in {graph.strategy, *(graph.strategy.layout_for(t) for t in graph.context.calls)}:
         b = s.block if isinstance(s, BlockStrategy) else None
         for name, m in (("A interior", getattr(b, "csr_int", None)), ("A boundary", getattr(b, "csr_bnd", None)),
-                        ("A full", getattr(b, "_full", None)), *(("A split", m) for m in (getattr(b, "_split", None) or ()))):
+                        ("A full", getattr(b, "_full", None)),
+                        *(("A split", m) for m in (getattr(b, "_split", None) or ()))):
             if isinstance(m, CSR):
                 found.setdefault(id(m), (name, m))
     for name, m in list(found.values()):

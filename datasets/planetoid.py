@@ -41,8 +41,8 @@ def detect_prefix(folder: str) -> str | None:
 def load_planetoid(name: str, root: str) -> Data:
     """Load ``cora``/``citeseer``/``pubmed`` from ``root/<Name>/raw`` (PyG's layout).
 
-    A plain ``root/<name>/ind.<name>.*`` folder also works. Cora falls back to the copy bundled with the package. Nothing is downloaded: when
-    the files are missing this raises `UserError` naming the folder and the URL.
+    A plain ``root/<name>/ind.<name>.*`` folder also works. Cora falls back to the copy bundled with the package.
+    Nothing is downloaded: when the files are missing this raises `UserError` naming the folder and the URL.
     """
     cls_name = PLANETOID[name]
     raw = osp.join(root, cls_name, "raw")

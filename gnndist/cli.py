@@ -56,7 +56,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"],
                           "verified": checked is not None}))
     else:
-        print(f"dataset {meta['dataset']}: N={meta['N']:,} E={meta['E']:,} (directed) F={meta['F']} classes={meta['classes']}")
+        print(f"dataset {meta['dataset']}: N={meta['N']:,} E={meta['E']:,} (directed) F={meta['F']} "
+              f"classes={meta['classes']}")
         print(format_report(meta["report"]))
         print(f"checksums: {checked} part files match META.json" if checked is not None
               else "checksums: not verified (--no-verify)")
@@ -135,7 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     here = place()
     world = here.world if here.launched else cfg.dist.ranks
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
-    strategy_from_config(cfg.dist).grid_shape(world)  # before partitioning: a layout that cannot fit fails in one line, at once
+    # before partitioning: a layout that cannot fit fails in one line, at once
+    strategy_from_config(cfg.dist).grid_shape(world)
     if here.launched:  # rank 0 partitions inside the process group; the others wait for it there
         prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json)
         return train(str(partition_dir(args.dataset, part, dcfg, cfg.model)), cfg, prepare=prepare)
@@ -165,8 +167,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(records))
     else:
         name = getattr(data, "name", None) or Path(args.dataset).name
-        print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} {sim.precision} network {net.name} "
-              f"(alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
+        print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} {sim.precision} "
+              f"network {net.name} (alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
         print(format_table(records))
         print(f"simulated in {time.perf_counter() - t0:.1f}s")
     return 0
@@ -189,7 +191,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     partdir = Path(args.partdir)
     if not (partdir / "META.json").is_file():  # a dataset: its cached partition into one part per rank
         if here.launched:
-            raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one (gnndist partition)")
+            raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one "
+                            "(gnndist partition)")
         model = TrainConfig.from_dict(load_model_file(args.checkpoint)[1]).model  # the model it is partitioned for
         partdir = ensure_partition(args.partdir, PartitionConfig(parts=world), build_section(DataConfig, args), model,
                                    say=lambda msg: print(f"gnndist: {msg}", file=sys.stderr, flush=True))
@@ -203,7 +206,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         else:
             n, c = summary["shape"]
             scores = " ".join(f"{k} {v:.4f}" for k, v in summary.items() if k.split("_")[0] in ("train", "val", "test"))
-            print(f"wrote {summary['what']} of {n:,} nodes x {c} to {summary['out']}" + (f"; {scores}" if scores else ""))
+            print(f"wrote {summary['what']} of {n:,} nodes x {c} to {summary['out']}"
+                  + (f"; {scores}" if scores else ""))
     return 0
 
 
@@ -336,7 +340,8 @@ def _add_predict(sub) -> None:
     sq.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a "
                                                          "checkpoint file (best.pt, ckpt-*.pt)")
     sq.add_argument("--out", required=True, help="the file to write, by suffix: .npy ([N, C], each rank writes its "
-                                                  "rows in place), .pt or .csv (small outputs); row i is dataset node i")
+                                                  "rows in place), .pt or .csv (small outputs); row i is dataset "
+                                                  "node i")
     sq.add_argument("--what", default="probs", choices=WHATS,
                     help="class probabilities (default), logits, the predicted class, or the representation after "
                          "--layer K (0-based)")
@@ -348,8 +353,8 @@ def _add_predict(sub) -> None:
     sq.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                     help="rank 0 shows each stage (reading, every layer, writing): a bar on a terminal, else one line "
                          "per stage that took 2 s or more (default: on)")
-    add_section(sq, DistConfig, only=("ranks", "strategy", "timeout", "backend"), help={"strategy": "aggregation layout"},
-                choices={"strategy": LAYOUTS})
+    add_section(sq, DistConfig, only=("ranks", "strategy", "timeout", "backend"),
+                help={"strategy": "aggregation layout"}, choices={"strategy": LAYOUTS})
     add_section(sq, DataConfig)
     sq.set_defaults(func=cmd_predict)
 
@@ -359,8 +364,8 @@ def _add_export(sub) -> None:
 
     se = sub.add_parser("export", help="write a trained model as a plain state dict and config, or for PyG",
                         description="gnndist: {state_dict, config, in_channels, out_channels}; pyg: a state dict "
-                                    "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / GIN / "
-                                    "GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
+                                    "that loads into the model's twin in torch_geometric layers (GCN / GraphSAGE / "
+                                    "GIN / GAT / GCNII / GINE, or the PyG convs of a PyGAdapter model) built from the "
                                     "file's kwargs (see gnndist/inference/export.py)")
     se.add_argument("--checkpoint", required=True, help="a --checkpoint DIR of gnndist train (its best.pt), or a file")
     se.add_argument("--out", required=True, help="the file to write")

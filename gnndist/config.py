@@ -10,13 +10,10 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gnndist.cost import NETWORKS
 from gnndist.errors import UserError
-
-if TYPE_CHECKING:
-    from gnndist.kernels.settings import KernelSettings
 
 
 def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
@@ -26,6 +23,7 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
+METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric besides auto (gnndist.training.metrics computes them)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -51,7 +49,8 @@ class DataConfig:
     split_seed: int = opt(0, "seed of the 20/30-per-class split of datasets that ship none")
     random_splits: int = opt(0, "store R seeded 20/30-per-class splits (seeds --split-seed ...) in the partition, "
                              "for --splits random (gnndist run sets R to --runs)")
-    target: str | None = opt(None, "the labelled node type of a heterogeneous graph (default: the one type with labels)")
+    target: str | None = opt(None, "the labelled node type of a heterogeneous graph (default: the one type with "
+                             "labels)")
 
     def __post_init__(self) -> None:
         _need(self.random_splits >= 0, f"--random-splits must be >= 0, got {self.random_splits}")
@@ -60,21 +59,21 @@ class DataConfig:
 @dataclass
 class PartitionConfig:
     parts: int = opt(1, "number of parts (= ranks)")
-    method: str = opt("auto", "partitioner: auto (every backend that fits; the least halo volume kept unless another is "
-                      "modelled faster by more than the cost model's error), METIS, "
+    method: str = opt("auto", "partitioner: auto (every backend that fits; the least halo volume kept unless "
+                      "another is modelled faster by more than the cost model's error), METIS, "
                       "KaMinPar (fast, lean at scale), hypergraph (Mt-KaHyPar: the halo volume itself) or random",
                       ("auto", "metis", "kaminpar", "hypergraph", "random"))
     objective: str = opt("vol", "METIS objective: communication volume or edge cut (--balance auto uses cut "
                          "above 2^25 adjacency entries, ~3.7x faster there)", ("vol", "cut"))
     partition_seed: int = opt(0, "partitioner seed")
-    balance: str = opt("auto", "balance: auto (the setting of least halo volume, unless another is modelled faster by more "
-                       "than the cost model's error), or constraints "
+    balance: str = opt("auto", "balance: auto (the setting of least halo volume, unless another is modelled faster "
+                       "by more than the cost model's error), or constraints "
                        "among nodes,edges,train, each optionally :TOLERANCE (e.g. nodes,edges:1.2; KaMinPar and "
                        "hypergraph take one); types: a typed graph's nodes of every type, one constraint each")
     refine: bool = opt(True, "volume-balanced refinement after the partitioner: lowers the busiest rank's halo rows")
-    partition_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a preset, or "
-                            "probe (this machine's constants at --parts ranks, as a --strategy auto run at that "
-                            "many ranks measured and cached them)", (*NETWORKS, "probe"))
+    partition_network: str = opt("ib", "cost model of --balance auto and the report's modelled epoch time: a "
+                                 "preset, or probe (this machine's constants at --parts ranks, as a --strategy auto "
+                                 "run at that many ranks measured and cached them)", (*NETWORKS, "probe"))
     threads: int = opt(0, "partitioner threads (KaMinPar, Mt-KaHyPar): 0 = every core of this process; KaMinPar "
                        "above 1 thread may give other parts run to run (the report says whether the parts repeat)")
     auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
@@ -113,7 +112,8 @@ class SimulateConfig:
 
         self.part_counts = parse_ints(self.parts, "--parts", 1)
         self.replications = parse_ints(self.replication, "--replication", 2)
-        _need(self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        _need(self.precision in PRECISIONS,
+              f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         _need(self.feature_dim >= 1, f"--feature-dim must be >= 1, got {self.feature_dim}")
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         self.net = network(self.network, self.alpha, self.beta)  # an unknown preset: one line naming --network
@@ -207,7 +207,8 @@ class OptimConfig:
         _need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
         _need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
         _need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
-        _need(self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        _need(self.precision in PRECISIONS,
+              f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         _need(self.loss_scale >= 1, f"--loss-scale must be >= 1, got {self.loss_scale}")
 
 
@@ -218,13 +219,6 @@ class KernelConfig:
                       ("auto", "reference", "sparse", "triton"))
     spmm_tune: bool = opt(True, "measure the Triton SpMM's tiles on each graph before timing it against the other "
                           "paths (CUDA; the CLI's default: off when $GNNDIST_SPMM_TUNE=0)")
-
-    @property
-    def choice(self) -> KernelSettings:
-        """The value every kernel call receives (``impl=``, ``tune=``)."""
-        from gnndist.kernels.settings import KernelSettings
-
-        return KernelSettings(None if self.kernel == "auto" else self.kernel, self.spmm_tune)
 
 
 @dataclass
@@ -259,8 +253,6 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        from gnndist.training.metrics import METRICS
-
         _need(self.metric == "auto" or self.metric in METRICS,
               f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}")
         _need(self.runs >= 1, f"--runs must be >= 1, got {self.runs}")
@@ -354,7 +346,8 @@ def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str,
 def build_section(section: type, args: argparse.Namespace):
     """Instantiate a section from parsed args (fields not on the parser keep their defaults)."""
     ns = vars(args)
-    kw = {f.name: ns[f"{section.__name__}.{f.name}"] for f in dataclasses.fields(section) if f"{section.__name__}.{f.name}" in ns}
+    kw = {f.name: ns[f"{section.__name__}.{f.name}"] for f in dataclasses.fields(section)
+          if f"{section.__name__}.{f.name}" in ns}
     return section(**kw)
 
 
@@ -363,14 +356,15 @@ FORMER_NAMES = {"dist": {"nproc": "ranks"}, "run": {"log": "log_file"}}
 
 Preset = Callable[["TrainConfig"], "TrainConfig"]  # a function returning a config (gnndist.presets)
 
-TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig, "kernel": KernelConfig, "run": RunConfig,
-                  "eval": EvalConfig}
+TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig, "kernel": KernelConfig,
+                  "run": RunConfig, "eval": EvalConfig}
 
 
 def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
     """The training flags (``model_help``: ``--model``'s, listing the registered models)."""
     for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec, suppress=True, help={"model": model_help} if sec is ModelConfig and model_help else None)
+        add_section(parser, sec, suppress=True,
+                    help={"model": model_help} if sec is ModelConfig and model_help else None)
 
 
 def with_fields(cfg: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:

@@ -4,8 +4,8 @@
 
 A dataset family's recipe is a :data:`Preset` ``(TrainConfig) -> TrainConfig`` in :data:`DATASET_RECIPES`. A
 model's preset is data, config fields by section, registered with the model (:func:`gnndist.nn.register_model`,
-the one registry: its spec in :data:`gnndist.nn.models.MODELS`, where the built-in models' are too) and applied here with
-:func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import the config.
+the one registry: its spec in :data:`gnndist.nn.models.MODELS`, where the built-in models' are too) and applied
+here with :func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import the config.
 """
 
 from __future__ import annotations

@@ -287,7 +287,8 @@ def pooled_launches():
 
 
 def pooled_elastic(fn, args: tuple, ranks: int, opts):
-    """A stand-in for the launcher's elastic start (:func:`gnndist.launcher.elastic_start`, no restarts) on pooled ranks.
+    """A stand-in for the launcher's elastic start (:func:`gnndist.launcher.elastic_start`, no restarts) on pooled
+    ranks.
 
     For tests of what the ranks compute, not of how they start (the ``pooled_ranks`` fixture):
     the same rank body (:func:`gnndist.launcher.run_here`), the same

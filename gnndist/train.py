@@ -24,13 +24,15 @@ def stage(msg: str, cfg: TrainConfig) -> None:
 
 
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
-    """Body of one rank of ``gnndist train``: load the part, train every run; returns the :class:`~gnndist.training.summary.Summary`.
+    """Body of one rank of ``gnndist train``: load the part, train every run; returns the
+    :class:`~gnndist.training.summary.Summary`.
 
     ``prepare``, when given, runs on rank 0 first (``gnndist run`` under torchrun: making the
     partition) while the other ranks wait in the process group; a failure there stops every rank.
     After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
     """
     from gnndist.graph import DistGraph
+    from gnndist.kernels import settings_from_config
     from gnndist.strategies import strategy_from_config
     from gnndist.training.runs import fit_runs
 
@@ -39,7 +41,7 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
     arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
                             "(see its error)")  # before any collective of the build: the ranks fail together
     graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
-                      kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
+                      kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
     if grid.is_main:
         stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
               f"{grid.describe()}", cfg)  # the backend and device, once
@@ -49,7 +51,8 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
 
 
 def report(summary, cfg: TrainConfig) -> None:
-    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run and the mean."""
+    """Print a :class:`~gnndist.training.summary.Summary`: one JSON line under ``--json``, else one line per run
+    and the mean."""
     if cfg.run.json:
         print(json.dumps(summary.to_dict()), flush=True)
         return

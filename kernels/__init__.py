@@ -1,7 +1,7 @@
 """Aggregation kernels for message passing on a CSR graph: Triton, torch.sparse and plain-PyTorch paths.
 
     csr.py          CSR (rowptr, col) with cached row index, transpose, degree order, mean scaling (degree_divisor)
-    settings.py     KernelSettings (impl, tune) and settings_from_env(): the user's choice, read once
+    settings.py     KernelSettings (impl, tune), settings_from_env() and settings_from_config(): the user's choice
     dispatch.py     capability-based choice of implementation; ``impl=`` forces one
     ops.py          the public functions below (shape checks, then dispatch)
     <op>/reference.py   plain PyTorch, the ground truth
@@ -23,7 +23,7 @@ from . import spmm as _spmm_pkg  # noqa: F401
 from .csr import CSR
 from .dispatch import NoKernelError
 from .ops import dropout, sddmm, segment_max, segment_softmax, spmm
-from .settings import KernelSettings, settings_from_env
+from .settings import KernelSettings, settings_from_config, settings_from_env
 
 __all__ = ["CSR", "KernelSettings", "NoKernelError", "dropout", "sddmm", "segment_max", "segment_softmax",
-           "settings_from_env", "spmm"]
+           "settings_from_config", "settings_from_env", "spmm"]

@@ -87,7 +87,8 @@ def _spmm_cases(dtype: str, quick: bool) -> list[Case]:
     from .spmm.triton_tiles import TILES, TUNE_FIELDS, tile_options
 
     out = []
-    spmm_args = "SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS n_chunk n_medium n_short p_chunk p_medium"
+    spmm_args = ("SEG_START SEG_END SEG_DEST COL W X OUT PART F HEAD_DIM N_HEADS "
+                 "n_chunk n_medium n_short p_chunk p_medium")
     types = f"*i32 *i32 *i32 *i32 *{dtype} *{dtype} *{dtype} *fp32 i32 i32 i32 i32 i32 i32 i32 i32"
     for block_f, (C, (rl, dl), (rm, dm), (rs, ds), warps, stages) in TILES.items():
         if quick and block_f != 128:

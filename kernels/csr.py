@@ -125,7 +125,8 @@ class CSR:
         return self._transposed
 
     def row_order(self) -> Tensor:
-        """Rows by decreasing degree, cached: launching heavy rows first balances power-law graphs. ``[n_rows]`` int32."""
+        """Rows by decreasing degree, cached: launching heavy rows first balances power-law graphs. ``[n_rows]``
+        int32."""
         if self._row_order is None:
             order = torch.sort(self.in_degree(), descending=True, stable=True).indices
             self._row_order = order.to(torch.int32)
@@ -233,7 +234,8 @@ def _offsets(counts: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def rows2d(t: Tensor) -> Tensor:
-    """``t`` as ``[rows, everything else]`` (a view where possible), also when it has no rows (``reshape(0, -1)`` fails).
+    """``t`` as ``[rows, everything else]`` (a view where possible), also when it has no rows
+    (``reshape(0, -1)`` fails).
 
     Shapes:
         t ``[n, *]`` -> ``[n, prod(*)]`` (``[n]`` -> ``[n, 1]``)

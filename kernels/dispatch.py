@@ -2,8 +2,9 @@
 
 Every op has implementations in ``kernels/<op>/<impl>.py``; each module exposes the op
 function and may expose ``why_not(*args) -> str | None``, the reason it cannot run
-these inputs. The first argument, whose device decides, is the CSR (``dropout``: its input rows). The dispatcher tries the implementations in the device's order and
-calls the first that fits; if none does, it raises one error listing every reason.
+these inputs. The first argument, whose device decides, is the CSR (``dropout``: its input rows). The
+dispatcher tries the implementations in the device's order and calls the first that fits; if none does,
+it raises one error listing every reason.
 
     cuda: triton, sparse, reference
     cpu:  sparse, reference          (triton only when forced, under TRITON_INTERPRET=1)
@@ -68,7 +69,8 @@ class NoKernelError(UserError):
 
 
 def interpreting() -> bool:
-    """True when ``TRITON_INTERPRET`` asks Triton to run kernels on the CPU (Triton's own variable, parsed here only)."""
+    """True when ``TRITON_INTERPRET`` asks Triton to run kernels on the CPU (Triton's own variable, parsed here
+    only)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 

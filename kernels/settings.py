@@ -1,7 +1,8 @@
 """The user's kernel choice as a value: which implementation, whether SpMM tiles are measured.
 
-An entry point (CLI, launcher, a script) calls :func:`settings_from_env` once and passes the
-value down: ``spmm(..., impl=s.impl, tune=s.tune)``. Nothing below the entry point reads the
+An entry point (CLI, launcher, a script) calls :func:`settings_from_env` once (or
+:func:`settings_from_config` on a run's ``--kernel`` / ``--spmm-tune``) and passes the value
+down: ``spmm(..., impl=s.impl, tune=s.tune)``. Nothing below the entry point reads the
 environment.
 
     GNNDIST_KERNEL=triton|sparse|reference   force one path for every op (unset, "" or "auto": dispatch)
@@ -13,8 +14,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .dispatch import KNOWN, NoKernelError
+
+if TYPE_CHECKING:
+    from gnndist.config import KernelConfig
 
 KERNEL_VAR = "GNNDIST_KERNEL"
 TUNE_VAR = "GNNDIST_SPMM_TUNE"
@@ -51,3 +56,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> KernelSetting
     if impl is not None and impl not in KNOWN:
         raise NoKernelError(f"{KERNEL_VAR}={impl}: unknown implementation (choose from auto, {', '.join(KNOWN)})")
     return KernelSettings(impl=impl, tune=env.get(TUNE_VAR, "1").strip() != "0")
+
+
+def settings_from_config(config: KernelConfig) -> KernelSettings:
+    """The value every kernel call of a run receives, from its config section (``--kernel auto``: dispatch)."""
+    return KernelSettings(None if config.kernel == "auto" else config.kernel, config.spmm_tune)

@@ -54,7 +54,8 @@ class Setting:
 
     @property
     def structural(self) -> list[tuple[str, float]]:
-        """The (constraint, tolerance) pairs METIS can weigh without a first partition (not :data:`DERIVED_CONSTRAINTS`)."""
+        """The (constraint, tolerance) pairs METIS can weigh without a first partition (not
+        :data:`DERIVED_CONSTRAINTS`)."""
         return [(c, t) for c, t in zip(self.constraints, self.tolerances) if c not in DERIVED_CONSTRAINTS]
 
     @property
@@ -168,9 +169,9 @@ def auto_plan(nnz: int, method: str = "metis", typed: bool = False) -> tuple[lis
 # others by how often they won (nodes,edges,train 4, three of them degenerate; time:1.1 3; ...), KaMinPar
 # early (the cheapest run, the best on Cora and Amazon Photo at 8 parts), the hypergraph last (the least
 # volume, but 20-200x METIS's time and never the least modelled time in the backends table).
-AUTO_PRIORITY = (("metis", TIME), ("metis", PLAIN), ("metis", TYPED), ("metis", ALL3), ("kaminpar", PLAIN), ("metis", AUTO_SETTINGS[7]),
-                 ("metis", AUTO_SETTINGS[1]), ("metis", AUTO_SETTINGS[3]), ("metis", VOLUME),
-                 ("metis", AUTO_SETTINGS[2]), ("hypergraph", PLAIN))
+AUTO_PRIORITY = (("metis", TIME), ("metis", PLAIN), ("metis", TYPED), ("metis", ALL3), ("kaminpar", PLAIN),
+                 ("metis", AUTO_SETTINGS[7]), ("metis", AUTO_SETTINGS[1]), ("metis", AUTO_SETTINGS[3]),
+                 ("metis", VOLUME), ("metis", AUTO_SETTINGS[2]), ("hypergraph", PLAIN))
 
 
 def estimate_seconds(backend: str, objective: str, nnz: int, n: int, parts: int) -> float:

@@ -163,8 +163,8 @@ def runs_of(b: str, s: Setting) -> list[tuple[str, Setting]]:
 def partitioned(req: PartitionRequest, csr: GlobalCSR, plan: Plan, columns: dict, b: str, s: Setting,
                 runs: dict) -> np.ndarray:
     """Backend ``b``'s assignment ``[N]`` under setting ``s``; a derived constraint's weights are read off
-    the earlier run ``runs[b, s.base]`` (:func:`~gnndist.partition.balance.derived_weights`); a constraint whose column is
-    all zero (no halo) is left out."""
+    the earlier run ``runs[b, s.base]`` (:func:`~gnndist.partition.balance.derived_weights`); a constraint whose
+    column is all zero (no halo) is left out."""
     cols = dict(columns)
     if s.base is not None:
         unit = unit_costs(req.widths, req.net).sum(0)

@@ -59,8 +59,8 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         out.parent.mkdir(parents=True, exist_ok=True)
         check_space(out, need_bytes)
     except OSError as e:
-        why = "a file is in the way of its directory" if isinstance(e, (FileExistsError, NotADirectoryError)) \
-            else e.strerror
+        in_the_way = isinstance(e, (FileExistsError, NotADirectoryError))
+        why = "a file is in the way of its directory" if in_the_way else e.strerror
         raise UserError(f"cannot write the partition to {out}: {why or e}") from None
     try:  # a full disk or a permission: nothing is left behind
         with atomic_dir(out) as tmp, ThreadPoolExecutor(1) as hasher:

@@ -137,7 +137,8 @@ def metis_assign(
             _options(lib, idx_t, objective, seed), ctypes.byref(edgecut), p(part),
         )
     if status != METIS_OK:  # METIS_ERROR (-4) when too many parts for its balance constraints
-        why = {-2: "input error", -3: "out of memory", -4: "could not meet its balance constraints"}.get(status, "error")
+        why = {-2: "input error", -3: "out of memory",
+               -4: "could not meet its balance constraints"}.get(status, "error")
         hint = " (fewer constraints, e.g. --balance nodes, or fewer parts may work)" if ncon.value > 1 else ""
         raise UserError(f"METIS failed to cut {n:,} nodes into {parts} parts: {why}, status {status}{hint}")
     return part.astype(np.int64, copy=False)

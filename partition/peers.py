@@ -17,8 +17,9 @@ VOLUME_GROWTH = 1.1  # peer pruning may raise the total volume by at most this f
 
 class Ledger:
     """Exact incremental bookkeeping of a partition for moves of single nodes: the neighbour counts
-    ``cnt`` (:mod:`~gnndist.partition.counts`, dense or sparse), the rows every part sends every other ``pair [P, P]``, owned rows, nonzeros and
-    balance weights per part. A move and its reverse restore every count exactly."""
+    ``cnt`` (:mod:`~gnndist.partition.counts`, dense or sparse), the rows every part sends every other
+    ``pair [P, P]``, owned rows, nonzeros and balance weights per part. A move and its reverse restore every
+    count exactly."""
 
     def __init__(self, csr: GlobalCSR, assign: np.ndarray, cnt, weights: np.ndarray):
         cnt = as_counts(cnt)
@@ -63,7 +64,8 @@ class Ledger:
         return (self.pair > 0) | (self.pair.T > 0)
 
     def layer_times(self, unit: np.ndarray) -> np.ndarray:
-        """``[layers, P]`` modelled seconds of every rank in every layer (:func:`~gnndist.partition.rank_times.unit_costs`)."""
+        """``[layers, P]`` modelled seconds of every rank in every layer
+        (:func:`~gnndist.partition.rank_times.unit_costs`)."""
         vol = np.maximum(self.pair.sum(1), self.pair.sum(0))
         msgs = np.maximum(np.count_nonzero(self.pair, axis=1), np.count_nonzero(self.pair, axis=0))
         return times_of(unit, self.rows, self.nnz, vol, msgs)

@@ -269,7 +269,8 @@ class _Timed:
 
 
 def symmetrise(req: PartitionRequest) -> GlobalCSR:
-    """The graph as one symmetric CSR without self-loops or duplicates, built in chunks on every thread (original ids)."""
+    """The graph as one symmetric CSR without self-loops or duplicates, built in chunks on every thread
+    (original ids)."""
     return symmetric_csr(req.data.edge_index, int(req.data.num_nodes), req.chunk, req.threads)
 
 

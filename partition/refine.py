@@ -191,8 +191,9 @@ def _volume_pass(ps: _Pass, t_now: float, epoch: Callable[[list[RankLoad]], floa
         t_new = epoch(new)
         if _accepted(ps.loads, new, t_now, t_new, ps.unit):
             for j in range(ps.weights.shape[1]):
-                ps.wpart[:, j] += np.bincount(targets, weights=ps.weights[nodes, j], minlength=ps.parts).astype(np.int64)
-                ps.wpart[:, j] -= np.bincount(sources, weights=ps.weights[nodes, j], minlength=ps.parts).astype(np.int64)
+                w = ps.weights[nodes, j]
+                ps.wpart[:, j] += np.bincount(targets, weights=w, minlength=ps.parts).astype(np.int64)
+                ps.wpart[:, j] -= np.bincount(sources, weights=w, minlength=ps.parts).astype(np.int64)
             return new, t_new, len(nodes)
         _apply(csr, cnt, assign, nodes, targets, sources)  # undo, retry with the better half
         half = len(nodes) // 2

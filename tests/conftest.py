@@ -47,7 +47,8 @@ def part2(tmp_path_factory):
     from gnndist.partition import partition
 
     d = tmp_path_factory.mktemp("p2")
-    partition(synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1), 2, **QUICK_PARTITION).save(d, dataset="toy")
+    data = synthetic(300, avg_degree=6, num_classes=3, num_features=8, seed=1)
+    partition(data, 2, **QUICK_PARTITION).save(d, dataset="toy")
     return d
 
 

@@ -1,4 +1,5 @@
-"""The public Python API: a read-only graph with explicit step state, a trainer that takes a model, ``gnndist.launch``."""
+"""The public Python API: a read-only graph with explicit step state, a trainer that takes a model,
+``gnndist.launch``."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_dropped_rows_are_rebuilt_for_the_backward_not_kept(part1, monkeypatch, 
             loss = graph.spmm(lin(d)).square().sum()
             del d
             alive = outs[-1]() is not None
-            assert keep or not graph.context._rebuildable, "a dead output's recipe lives on only where autograd saved it"
+            assert keep or not graph.context._rebuildable, \
+                "a dead output's recipe lives on only where autograd saved it"
             loss.backward()
         monkeypatch.undo()
         return alive, lin.weight.grad.clone()

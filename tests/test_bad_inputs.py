@@ -147,7 +147,8 @@ CASES = {
         (_copy(p2, t) / "part-1" / "col.npy").unlink() or ["info", str(t / "copy"), "--json"],
         "missing partition file"),
     "meta-other-format-version": lambda t, p1, p2, mp: (
-        ["train", str(_meta(_copy(p1, t), format_version=99))] + TRAIN1, "partition format version 99 is not supported"),
+        ["train", str(_meta(_copy(p1, t), format_version=99))] + TRAIN1,
+        "partition format version 99 is not supported"),
     "meta-not-json": lambda t, p1, p2, mp: (
         (_copy(p1, t) / "META.json").write_text("{half") and None or ["train", str(t / "copy")] + TRAIN1,
         "META.json is corrupt"),

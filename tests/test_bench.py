@@ -88,7 +88,8 @@ def test_plotted_bytes_and_breakdown_equal_logged(strong):
     fig = plots.bytes_per_rank(rows)
     lines = {ln.get_label(): ln for ln in fig.axes[0].lines}
     assert list(lines["1d measured"].get_ydata() * 2**20) == [r["bytes_per_rank"] for r in rows]
-    assert list(lines["1d simulate"].get_ydata() * 2**20) == pytest.approx([r["predicted_bytes_per_rank"] for r in rows])
+    assert list(lines["1d simulate"].get_ydata() * 2**20) == pytest.approx(
+        [r["predicted_bytes_per_rank"] for r in rows])
     fig = plots.breakdown(rows)
     bars = [p.get_height() for p in fig.axes[0].patches]  # part by part, one bar per row
     want = [1e3 * r[k] for k in BREAKDOWN for r in rows]
@@ -152,7 +153,8 @@ def test_model_table_errors_and_auto_margins():
     from gnndist.bench.page import calibration_summary, model
 
     base = {"dataset": "g", "model": "gcn", "hidden": 16, "P": 4, "replication": 1, "loadavg_1m": 1.0}
-    rows = [{**base, "strategy": "1d", "layers_chosen": "1d,1d", "epoch_s": 0.2, "model_epoch_s": 0.3, "model_ratio": 1.5},
+    rows = [{**base, "strategy": "1d", "layers_chosen": "1d,1d", "epoch_s": 0.2, "model_epoch_s": 0.3,
+             "model_ratio": 1.5},
             {**base, "strategy": "2d", "replication": 2, "layers_chosen": "2d/2,2d/2", "epoch_s": 0.1,
              "model_epoch_s": 0.09, "model_ratio": 0.9},
             {**base, "strategy": "auto", "layers_chosen": "2d/2,1d", "epoch_s": 0.11, "model_epoch_s": 0.11,

@@ -1,4 +1,5 @@
-"""Every script in ``benchmarks/`` imports against the installed gnndist (a moved module breaks it here, not on a user)."""
+"""Every script in ``benchmarks/`` imports against the installed gnndist (a moved module breaks it here, not on a
+user)."""
 
 import importlib.util
 import sys

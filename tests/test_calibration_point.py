@@ -47,4 +47,5 @@ def test_run_time_is_none_for_what_the_model_does_not_describe():
     net = cost.NETWORKS["ib"]
     assert cost.run_time(MODELS["gat"].cost, (4, 2), ld, net) is None
     assert cost.run_time("gcn", (4, 8, 2), ld, net) is None  # two layers, one layout
-    assert cost.run_time("gcn", (4, 2), ld, net).total == cost.step_time(ld, cost.model_layers("gcn", (4, 2)), net).total
+    assert (cost.run_time("gcn", (4, 2), ld, net).total
+            == cost.step_time(ld, cost.model_layers("gcn", (4, 2)), net).total)

@@ -47,13 +47,15 @@ def _torchrun_passes(sub: str, flag: str, takes_value: bool) -> bool:
 def test_every_flag_reaches_the_script_through_torchrun():
     flags = _flags()
     assert {"--log-file", "--ranks", "--epochs", "--json", "--no-progress"} <= {f for _, f, _, _ in flags}
-    taken = sorted({(sub, flag) for sub, flag, value, primary in flags if primary and not _torchrun_passes(sub, flag, value)})
+    taken = sorted({(sub, flag) for sub, flag, value, primary in flags
+                    if primary and not _torchrun_passes(sub, flag, value)})
     assert not taken, f"torchrun's parser takes these gnndist flags: {taken}"
     assert all(primary for _, _, _, primary in flags), "a hidden second spelling of a flag"
     assert all(not _torchrun_passes("train", flag, True) for flag in RENAMED)  # what the old spellings were refused for
 
 
-@pytest.mark.parametrize("argv,hint", [(["--nproc", "2"], "--nproc is --ranks"), (["--log", "a.jsonl"], "--log is --log-file"),
+@pytest.mark.parametrize("argv,hint", [(["--nproc", "2"], "--nproc is --ranks"),
+                                       (["--log", "a.jsonl"], "--log is --log-file"),
                                        (["--log-f", "a.jsonl"], "unrecognized arguments: --log-f")])
 def test_old_spellings_and_abbreviations_are_refused_in_one_line(argv, hint, capsys):
     with pytest.raises(SystemExit) as e:
@@ -114,4 +116,5 @@ def test_two_torchrun_agents_equal_ranks_2(part2, tmp_path):
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in ref_rows], abs=1e-5)
     one = json.loads(standalone[0].strip().splitlines()[-1])  # one machine's torchrun: the same run, bit for bit
     assert one["nproc"] == 2 and one["final_loss"] == want["final_loss"] and one["test_acc"] == want["test_acc"]
-    assert [json.loads(line)["loss"] for line in standalone_log.read_text().splitlines()] == [r["loss"] for r in ref_rows]
+    standalone = [json.loads(line)["loss"] for line in standalone_log.read_text().splitlines()]
+    assert standalone == [r["loss"] for r in ref_rows]

@@ -482,7 +482,8 @@ def write_musae(folder, prefix, target, edges=((0, 1), (1, 2), (2, 3), (3, 4), (
     import pandas as pd
 
     os.makedirs(folder, exist_ok=True)
-    pd.DataFrame(list(edges), columns=list(edge_columns)).to_csv(os.path.join(folder, f"{prefix}_edges.csv"), index=False)
+    pd.DataFrame(list(edges), columns=list(edge_columns)).to_csv(os.path.join(folder, f"{prefix}_edges.csv"),
+                                                                 index=False)
     pd.DataFrame(target).to_csv(os.path.join(folder, f"{prefix}_target.csv"), index=False)
     with open(os.path.join(folder, features_name or f"{prefix}_features.json"), "w") as f:
         json.dump({str(k): [k, k + 1] for k in range(n)}, f)
@@ -554,7 +555,8 @@ def test_ogb_never_writes_into_a_folder_outside_the_data_root(tmp_path, monkeypa
 
 
 def test_a_folder_stands_for_the_one_graph_file_in_it(tmp_path):
-    """``gnndist run <folder>`` of a folder holding one ``.jlg`` (or ``.npz``); two graphs there: one line naming both."""
+    """``gnndist run <folder>`` of a folder holding one ``.jlg`` (or ``.npz``); two graphs there: one line naming
+    both."""
 
     def jlg(path, n, edges):
         path.write_text(f"{n},{len(edges)},u,g\n" + "".join(f"{a},{b}\n" for a, b in edges))

@@ -47,7 +47,8 @@ def _cfg(model, norm, recompute=False, dropout=0.3, epochs=EPOCHS, layers=LAYERS
 
 
 def _train(grid, partdir, cfg, strategy="1d", reversible=True):
-    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=strategy)), comm_dtype=cfg.dist.comm_dtype)
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=strategy)),
+                           comm_dtype=cfg.dist.comm_dtype)
     trainer = Trainer(graph, cfg)
     if not reversible:
         trainer.model.reversible = False  # RevGNN as plain autograd: the same function
@@ -252,7 +253,8 @@ def test_revgnn_gradients_equal_plain_autograd(runs, world):
         assert set(rev) == set(plain)
         assert not r["plain_step"]["trace"]["recomputed"]  # plain autograd recomputes nothing
         for n, g in plain.items():
-            assert_close(f"P={world} rank {rank} grad {n}", g, rev[n], rtol=1e-6, atol=1e-7)  # atol: lin_in.bias is 0 (batch norm)
+            # atol: lin_in.bias is 0 (batch norm)
+            assert_close(f"P={world} rank {rank} grad {n}", g, rev[n], rtol=1e-6, atol=1e-7)
         rev_run, plain_run = r[("revgnn", "1d", False)], r[("revgnn", "1d", "autograd")]
         assert_close("revgnn losses", _losses(plain_run), _losses(rev_run), rtol=1e-6)
 

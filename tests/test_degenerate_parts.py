@@ -64,7 +64,8 @@ def _job(grid, partdir, cases):
     for name, c in cases:
         for model, norm in MODELS:
             kw = {"network": "ib"} if name == "auto" else {}  # a preset: no probe on a loaded machine
-            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
+            graph = DistGraph.load(partdir, grid,
+                                   strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
             trainer = Trainer(graph, _cfg(model, norm, name))
             trainer.fit()
             out[(name, c, model)] = dict(losses=[row["loss"] for row in trainer.history],

@@ -123,7 +123,8 @@ def test_every_documented_command_parses():
 
 @pytest.mark.parametrize("doc,problem", [
     ("    gnndist run cora --nproc 2\n", "--nproc is --ranks"),
-    ("    torchrun --standalone --nproc-per-node 2 -m gnndist.cli run cora --log run.jsonl\n", "ambiguous option: --log"),
+    ("    torchrun --standalone --nproc-per-node 2 -m gnndist.cli run cora --log run.jsonl\n",
+     "ambiguous option: --log"),
     ("    gnndist partition cora --parts 4 \\\n        --method metiss\n", "invalid choice: 'metiss'"),
     ("Run `gnndist train PARTDIR --epoch 3` to train.\n", "unrecognized arguments: --epoch"),
     ("```\ngnndist predict cora --out p.npy\n```\n", "required: --checkpoint"),

@@ -57,7 +57,8 @@ def machine(monkeypatch):
         monkeypatch.setattr(dist, "is_initialized", lambda: False)
         monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
         monkeypatch.setattr(dist, "barrier", lambda *a, **k: None)
-        monkeypatch.setattr(dist, "all_gather_object", lambda out, obj, **k: out.__setitem__(slice(None), [obj] * world))
+        monkeypatch.setattr(dist, "all_gather_object",
+                            lambda out, obj, **k: out.__setitem__(slice(None), [obj] * world))
         for k, v in dict(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world,
                          MASTER_ADDR="127.0.0.1", MASTER_PORT=29999).items():
             monkeypatch.setenv(k, str(v))

@@ -45,8 +45,8 @@ def _cfg(model: str, dropout: float) -> TrainConfig:
 def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     """Two epochs with dropout; then, from a fresh model, one step's gradients without (kernels: ``kernel``)."""
     # not overlapped: the layers get the kernel's own output (overlapped, it is a sum of two), in place or not
-    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1d", overlap=False)), kernel=kernel),
-                      _cfg(model, 0.5))
+    strategy = strategy_from_config(DistConfig(strategy="1d", overlap=False))
+    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=strategy, kernel=kernel), _cfg(model, 0.5))
     trainer.fit()
     losses = torch.tensor([r["loss"] for r in trainer.history], dtype=torch.float64)  # [2]
     graph = DistGraph.load(partdir, ProcessGrid(), kernel=kernel)

@@ -75,8 +75,8 @@ def _rank_scores(grid, partdirs):
         values = trainer.evaluate()
         with torch.no_grad():
             logits = trainer.model(graph, graph.x)
-        out[name] = dict(values=values, metric=trainer.metric, width=logits.shape[1], ids=graph.orig_id[: graph.n_owned],
-                         score=metrics.scores(logits, graph.y.dim() > 1),
+        out[name] = dict(values=values, metric=trainer.metric, width=logits.shape[1],
+                         ids=graph.orig_id[: graph.n_owned], score=metrics.scores(logits, graph.y.dim() > 1),
                          masks=torch.stack([graph.train_mask, graph.val_mask, graph.test_mask]))
     return out
 
@@ -208,4 +208,5 @@ def test_splits_all_and_random_through_run(tmp_path, capsys, monkeypatch):
     arrays, meta = load_part(target, 0)
     data, owned = load("synthetic-200", seed=4), arrays["orig_id"][: len(arrays["train_mask"])]
     for r in range(2):  # random split r is the seeded split of --split-seed + r
-        assert np.array_equal(arrays["train_masks"][:, r], per_class_split(data.y, data.num_classes, seed=4 + r)[0][owned])
+        train = per_class_split(data.y, data.num_classes, seed=4 + r)[0]
+        assert np.array_equal(arrays["train_masks"][:, r], train[owned])

@@ -235,4 +235,5 @@ def test_gat_attention_dropout_is_partition_invariant(setup, world_size):
 @pytest.mark.parametrize("world_size", WORLD_SIZES[1:], ids=lambda p: f"P{p}")
 def test_gat_model_with_dropout_is_partition_invariant(setup, world_size):
     data, runs, _ = setup
-    _assert_same_run(_gather(runs[1], "gat_model", data.num_nodes), _gather(runs[world_size], "gat_model", data.num_nodes))
+    _assert_same_run(_gather(runs[1], "gat_model", data.num_nodes),
+                     _gather(runs[world_size], "gat_model", data.num_nodes))

@@ -132,7 +132,8 @@ def test_not_distributable_is_a_user_error():
 
 
 def test_partition_stores_edge_features_per_local_edge(tmp_path):
-    """Each local edge ``src -> dst`` carries the dataset's value of that edge, or of ``dst -> src`` if only that is listed."""
+    """Each local edge ``src -> dst`` carries the dataset's value of that edge, or of ``dst -> src`` if only that
+    is listed."""
     data = synthetic(40, avg_degree=4, num_classes=2, num_features=3, seed=4)
     one_way = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]  # each undirected edge once
     data.edge_index = one_way

@@ -117,7 +117,8 @@ def test_auto_budget_keeps_the_cheapest_and_stays_within_its_estimate():
     assert len(plan) == len(AUTO_SETTINGS) + 2
     kept, info = budget_plan(plan, "vol", 238_162, 7_650, 32, 13.0, 4.0)
     assert info["cheapest"] == "kaminpar nodes:1.03" and ("kaminpar", PLAIN) in kept
-    assert info["estimated_total_s"] <= info["seconds"] == pytest.approx(4.0 * info["estimated_s"][info["cheapest"]], rel=1e-3)
+    assert info["estimated_total_s"] <= info["seconds"] == pytest.approx(
+        4.0 * info["estimated_s"][info["cheapest"]], rel=1e-3)
     assert 1 < len(kept) < len(plan) and kept == [c for c in plan if c in kept]  # plan order: ties as before
     assert "hypergraph nodes:1.03" in info["skipped"] and len(info["skipped"]) == len(plan) - len(kept)
     assert all("--auto-budget 0" in why and "\n" not in why for why in info["skipped"].values())

@@ -130,7 +130,8 @@ def test_auto_is_deterministic_and_within_the_band_of_either_metis_setting():
     assert np.array_equal(a.book.assign, b.book.assign) and a.report["deterministic"]
     assert a.report["auto"] == b.report["auto"] and a.report["modelled_epoch_s"] == b.report["modelled_epoch_s"]
     plain = partition(data, 4, seed=3, method="metis", balance="nodes", refine=False, progress=False).report
-    old_default = partition(data, 4, seed=3, method="metis", balance="nodes,edges,train", refine=False, progress=False).report
+    old_default = partition(data, 4, seed=3, method="metis", balance="nodes,edges,train", refine=False,
+                            progress=False).report
     assert a.report["auto"]["plain_metis_modelled_epoch_s"] == pytest.approx(plain["modelled_epoch_s"])
     # the least volume may be kept over a faster modelled candidate, by at most the model's error band
     bound = min(plain["modelled_epoch_s"], old_default["modelled_epoch_s"]) / (1 - MODEL_ERROR)
@@ -218,7 +219,8 @@ def test_cli_report_and_info(tmp_path, capsys):
     assert info["modelled_epoch_s"] == report["modelled_epoch_s"] and info["auto"] == report["auto"]
     assert main(["info", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "modelled epoch" in text and "max send / mean" in text and f"auto: best of {tried} setting(s) of 3 backend(s)" in text
+    assert "modelled epoch" in text and "max send / mean" in text
+    assert f"auto: best of {tried} setting(s) of 3 backend(s)" in text
     assert f"  chosen by        {decided['why']}\n" in text
 
 

@@ -3,7 +3,8 @@
 One job per world size (1, 2, 3, 4) trains every case in bf16 and fp16: the logits, the first step's loss
 and every gradient from the same initial weights, and the next two steps' losses. The parent compares
 P = 2, 3, 4 with one process under :func:`gnndist.training.precision.p_bound` (derived in
-``docs/strategies.md``, "Half precision"; the measured differences on Cora: ``benchmarks/precision_equality.py``). fp32 keeps its own contract (``tests/test_exactness.py``).
+``docs/strategies.md``, "Half precision"; the measured differences on Cora:
+``benchmarks/precision_equality.py``). fp32 keeps its own contract (``tests/test_exactness.py``).
 """
 
 import json
@@ -105,7 +106,8 @@ def test_p_ranks_equal_one_within_bound(runs, case, world, precision):
     # the trajectory is not what the bound covers (Adam's first update is lr x sign(g): a gradient entry within
     # rounding of zero moves its weight +-lr either way); the losses of STEPS steps are held to STEPS x the step
     # bound as a tripwire (on Cora every model's stays within it, benchmarks/precision_equality.py)
-    assert diff["losses"] <= STEPS * bound.step, f"losses: {diff['losses']:.2e} > {STEPS * bound.step:.2e} ({STEPS} steps)"
+    assert diff["losses"] <= STEPS * bound.step, \
+        f"losses: {diff['losses']:.2e} > {STEPS * bound.step:.2e} ({STEPS} steps)"
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -91,7 +91,8 @@ def small_ck(trained, tmp_path_factory):
     assert main(["train", str(d / "p1"), "--epochs", "1", "--no-progress", "--checkpoint", str(root / "cora")]) == 0
     partition(synthetic(60, avg_degree=4, num_classes=3, num_features=5, seed=0), 1,
               progress=False).save(root / "toy", dataset="toy", progress=False)
-    assert main(["train", str(root / "toy"), "--epochs", "1", "--no-progress", "--checkpoint", str(root / "other")]) == 0
+    assert main(["train", str(root / "toy"), "--epochs", "1", "--no-progress",
+                 "--checkpoint", str(root / "other")]) == 0
     (root / "corrupt.pt").write_bytes((root / "cora" / "best.pt").read_bytes()[:100])
     return root
 
@@ -123,7 +124,8 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
     elif case == "a-folder":  # with --force too: a folder is never replaced
         (tmp_path / "out.npy").mkdir()
         extra, words = ["--force"], "out.npy is a folder: give the file to write"
-    code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), "--no-progress", *extra)
+    code, _, err = _run(capsys, "predict", str(d / "p1"), "--checkpoint", ck, "--out", str(out), "--no-progress",
+                        *extra)
     assert code == 2 and len(err) == 1 and err[0].startswith("gnndist: error:") and words in err[0], err
     if case == "a-folder":
         assert out.is_dir() and not list(out.iterdir())
@@ -219,7 +221,8 @@ def test_exported_pyg_model_gives_the_logits_of_gnndist(toy, tmp_path, capsys, m
         assert "pass --force" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags,words", [(["--arch", "residual"], "(GCNConv) is a gnndist layer with no torch_geometric twin"),
+@pytest.mark.parametrize("flags,words", [(["--arch", "residual"],
+                                          "(GCNConv) is a gnndist layer with no torch_geometric twin"),
                                          (["--model", "gin", "--norm", "batch"], "PyG's GIN puts --norm batch inside")])
 def test_export_without_a_pyg_twin_is_one_line(toy, tmp_path, capsys, flags, words):
     """No exact PyG twin: a model with a gnndist layer of its own (``--arch residual``'s blocks), GIN with a norm."""
@@ -238,7 +241,8 @@ def test_export_without_a_pyg_twin_is_one_line(toy, tmp_path, capsys, flags, wor
     assert "afile is not a writable folder" in capsys.readouterr().err
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(out)]) == 0  # the plain format: any model
     f = torch.load(out, weights_only=True)
-    assert f["config"]["model"]["arch"] == "residual" and (f["in_channels"], f["out_channels"], f["edge_dim"]) == (6, 3, 3)
+    assert f["config"]["model"]["arch"] == "residual"
+    assert (f["in_channels"], f["out_channels"], f["edge_dim"]) == (6, 3, 3)
 
 
 def test_every_model_gives_each_layer_representation(part1):
@@ -291,7 +295,8 @@ def test_a_model_applies_to_another_graph_of_the_same_feature_width(tmp_path, ca
     for name, (n, seed) in {"a": (60, 1), "b": (90, 2)}.items():
         partition(synthetic(n, avg_degree=4, num_classes=3, num_features=5, seed=seed), 1,
                   progress=False).save(tmp_path / name, dataset=name, progress=False)
-    assert main(["train", str(tmp_path / "a"), "--epochs", "1", "--no-progress", "--checkpoint", str(tmp_path / "ck")]) == 0
+    assert main(["train", str(tmp_path / "a"), "--epochs", "1", "--no-progress",
+                 "--checkpoint", str(tmp_path / "ck")]) == 0
     out = tmp_path / "b.pt"
     monkeypatch.setattr(stages, "MIN_SECONDS", 0.0)
     capsys.readouterr()

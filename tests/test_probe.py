@@ -34,7 +34,8 @@ def test_probe_stops_when_two_rounds_agree(monkeypatch):
     # each a warm-up call then 3 timed ones, two readings each (a 1 s call: one call per timing): 2 rounds
     assert next(clock) == 2 * 6 * (1 + 3) * 2
     assert net.alpha == 1.0 and net.overhead == 0.0 and net.beta == float("inf") and net.step_overhead == 1.0
-    assert net.gamma_sparse == pytest.approx(1 / (5 * 32)) and net.gamma_dense == pytest.approx(1 / (2 * 2048 * 256 * 64))
+    assert net.gamma_sparse == pytest.approx(1 / (5 * 32))
+    assert net.gamma_dense == pytest.approx(1 / (2 * 2048 * 256 * 64))
     assert net.gamma_elem == pytest.approx(2.0**-20)
 
 

@@ -55,7 +55,8 @@ def _spmm_job(grid, partdir, cases):
     for name, c in cases:
         res = {}
         for overlap in (True, False):  # the overlapped and the one-shot forward
-            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c, overlap=overlap)))
+            strategy = strategy_from_config(DistConfig(strategy=name, replication=c, overlap=overlap))
+            graph = DistGraph.load(partdir, grid, strategy=strategy)
             ids = graph.orig_id[: graph.n_owned]
             for mode in ("sum", "gcn", "mean"):
                 x = _features(ids, WIDTH, 0.37).requires_grad_()
@@ -152,13 +153,15 @@ def _train_job(grid, partdir, cases):
     out = {}
     for name, c in cases:
         for model, norm in MODELS:
-            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
+            graph = DistGraph.load(partdir, grid,
+                                   strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
             trainer = Trainer(graph, _cfg(model, norm))
             summary = trainer.fit().to_dict()
             losses = [row["loss"] for row in trainer.history]
             metrics = {k: summary[k] for k in ("train_acc", "val_acc", "test_acc")}
 
-            graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
+            graph = DistGraph.load(partdir, grid,
+                                   strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
             trainer = Trainer(graph, _cfg(model, norm, dropout=0.0))
             trainer.model.train()
             logits = trainer.model(graph, graph.x)
@@ -213,7 +216,8 @@ def test_one_process_refuses_replication():
     arrays = next(p.part_arrays())
     meta = {"N": data.num_nodes, "classes": 4, "offsets": p.book.offsets.tolist(), "parts": 1}
     with pytest.raises(Exception, match="--replication 2 must divide"):
-        DistGraph(arrays, meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1.5d", replication=2)))
+        DistGraph(arrays, meta, ProcessGrid(),
+                  strategy=strategy_from_config(DistConfig(strategy="1.5d", replication=2)))
     with pytest.raises(Exception, match="square number of ranks"):
         DistGraph(arrays, meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="2d")))
     g = DistGraph(copy.deepcopy(arrays), meta, ProcessGrid(), strategy=strategy_from_config(DistConfig(strategy="1d")))

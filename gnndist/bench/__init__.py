@@ -38,11 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="strong | weak | partition | peer | kernels | model (the cost model beside measured "
                    "epochs) | all (peer, strong, weak, partition, kernels) | report")
     p.add_argument("results", nargs="?", default=None, help="report only: a results folder, or a folder of them")
-    p.add_argument("--quick", action="store_true", help="small graphs and P <= 4: all suites in < 10 minutes on 2 cores")
+    p.add_argument("--quick", action="store_true",
+                   help="small graphs and P <= 4: all suites in < 10 minutes on 2 cores")
     p.add_argument("--out", default=None, help="output folder (default: bench-results/<date>-<machine>)")
-    p.add_argument("--machine", default=None, help="machine name in the default --out (default: <cores>core-cpu or the GPU)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of peer and kernels (default: cpu); "
-                   "strong/weak/partition ranks take a GPU each when there are enough")
+    p.add_argument("--machine", default=None,
+                   help="machine name in the default --out (default: <cores>core-cpu or the GPU)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="device of peer and kernels (default: cpu); strong/weak/partition ranks take a GPU each "
+                   "when there are enough")
     p.add_argument("--dataset", default=None, help="graph of strong/partition/peer (a name or a path; default: "
                    "synthetic-20k-d10 with --quick, else ogbn-arxiv / coauthor-cs)")
     p.add_argument("--root", default=None, help="dataset root (default: $GNNDIST_DATA)")
@@ -57,13 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "{per_node} filled in, e.g. \"srun -N {nnodes} --ntasks-per-node 1 torchrun --nnodes {nnodes} "
                         "--nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint $HEAD:29500\" (see "
                         "docs/benchmarks.md); default: gnndist's own --ranks launcher on this machine")
-    p.add_argument("--per-node", type=int, default=None, help="ranks per node under --launcher (default: P on one node)")
+    p.add_argument("--per-node", type=int, default=None,
+                   help="ranks per node under --launcher (default: P on one node)")
     p.add_argument("--work", default=None, help="folder for the partitions (kept; on a cluster: shared storage; "
                    "default: a temporary folder)")
     p.add_argument("--strategies", default=None, help="strong: only these layouts, a comma list of 1d, 1.5d, 2d, auto")
     p.add_argument("--grid", default=None, help="model: comma list of DATASET:MODEL:HIDDEN cases (default: Cora, "
                    "synthetic, Coauthor CS, Amazon Photo, Cornell5; GCN and SAGE; hidden 16-256)")
-    p.add_argument("--train-parts", default=None, help="partition: train on the parts at these P (default: 4 quick; 4,8)")
+    p.add_argument("--train-parts", default=None,
+                   help="partition: train on the parts at these P (default: 4 quick; 4,8)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="CSV only")
     p.add_argument("--readme", default=None, help="report only: write the tables between the markers of this file")
 

@@ -130,7 +130,8 @@ def model(rows: list[dict]) -> list[str]:
 
 TABLES = {"peer": peer, "strong": strong, "weak": weak, "partition": partition, "kernels": kernels, "model": model}
 CAPTIONS = {
-    "peer": "gnndist on one rank vs single-process PyG (same GCN, data, Adam); > 1 in the fourth column: gnndist faster",
+    "peer": "gnndist on one rank vs single-process PyG (same GCN, data, Adam); > 1 in the fourth column: gnndist "
+            "faster",
     "strong": "strong scaling: median epoch and its breakdown (rank 0, the median epoch), SpMM bytes sent per rank "
               "per epoch (mean and max over ranks) next to `gnndist simulate`'s prediction, peak memory of the "
               "largest rank",
@@ -149,8 +150,9 @@ def section(folder: Path, base: Path | None = None) -> list[str]:
     csvs = {p.stem: read_csv(p) for p in sorted(folder.glob("*.csv"))}
     first = next((rows[0] for rows in csvs.values() if rows), {})
     if first:
-        lines += [f"Machine: {first['cpu']}, {first['cores']} cores, {first['memory_gb']} GB, device {first['device']}; "
-                  f"torch {first['torch']}, gnndist {first['gnndist']} at `{first['git']}`.", ""]
+        lines += [f"Machine: {first['cpu']}, {first['cores']} cores, {first['memory_gb']} GB, "
+                  f"device {first['device']}; torch {first['torch']}, gnndist {first['gnndist']} at `{first['git']}`.",
+                  ""]
     if run:
         lines += [f"    {run['command']}", "",
                   f"{run.get('started', '?')} to {run.get('finished', '?')} ({run.get('wall_s', 0):.0f} s); "

@@ -319,7 +319,8 @@ def model_suite(s: Settings, rows: Rows, work: Path) -> None:
             for strategy, c in runs:
                 if s.strategies and strategy not in s.strategies and strategy != "auto":
                     continue
-                _say(f"model: {name} {model} hidden {hidden} P={P} {strategy}" + (f" c={c}" if strategy == "1.5d" else ""))
+                _say(f"model: {name} {model} hidden {hidden} P={P} {strategy}"
+                     + (f" c={c}" if strategy == "1.5d" else ""))
                 flags = strategy_flags(strategy, c) + (["--reprobe"] if strategy == "auto" else [])
                 try:
                     summary = train(d, P, replace(s, model=model, hidden=hidden), flags)

@@ -119,6 +119,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.config import DistConfig, TrainConfig
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
+    from gnndist.kernels import settings_from_config
     from gnndist.launcher import together
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
@@ -136,7 +137,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
         graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)),
-                          kernel=cfg.kernel.choice, normalize_features=cfg.model.normalize_features)
+                          kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
         model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
         layers = model_spec(cfg.model.model).layers(model, cfg.model.arch)  # its representation layers
         if req.layer is not None:

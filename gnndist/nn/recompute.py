@@ -24,4 +24,5 @@ def checkpointed(fn: Callable[..., Tensor], graph, *args: Tensor, enabled: bool 
     """
     if not enabled:
         return fn(graph, *args)
-    return checkpoint(fn, graph, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), graph.context.recompute()))
+    return checkpoint(fn, graph, *args, use_reentrant=False,
+                      context_fn=lambda: (nullcontext(), graph.context.recompute()))

@@ -112,7 +112,8 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.partition_seed, part.constraints,
                   refine=part.refine, widths=widths, auto_budget=part.auto_budget, threads=part.threads,
-                  cost_network=probed_network(part.parts) if part.partition_network == "probe" else part.partition_network)
+                  cost_network=(probed_network(part.parts) if part.partition_network == "probe"
+                                else part.partition_network))
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
     return p.save(target, dataset=name), p.report

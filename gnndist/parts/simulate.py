@@ -90,8 +90,8 @@ Epoch (``layers`` SpMMs of width F, forward and backward): bytes are the per-SpM
 times ``layers``; the modelled time is :func:`gnndist.cost.step_time` of ``layers`` layers
 ``F -> F`` (per layer the slowest rank's dense work, SpMM and exchanges, then the all-reduce of
 the ``F * F * layers`` weight gradients), with the band the calibration's median error
-(:data:`gnndist.cost.MODEL_ERROR`) puts around it: ``[T / (1 + e), T / (1 - e)]``. Oblivious loads enter the cost model as rows of
-width F (words / F, rounded up); a 2D rank's dense work is that of R_r / s full rows.
+(:data:`gnndist.cost.MODEL_ERROR`) puts around it: ``[T / (1 + e), T / (1 - e)]``. Oblivious loads enter the
+cost model as rows of width F (words / F, rounded up); a 2D rank's dense work is that of R_r / s full rows.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
                   precision: str = "fp32") -> int:
-    """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the module doc.
+    """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the
+    module doc.
 
     Args:
         nnz: entries of the rank's block; nnz_transposed: entries whose transposed pattern it keeps.
@@ -444,7 +445,8 @@ def format_table(records: list[dict]) -> str:
         lines += [f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
                   f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
                   f"{r['model_time_s'] * 1e3:>10.3f} {band:>19} {r['max_messages']:>9}"]
-    lines.append(f"band: where the measured epoch falls at the cost model's median error, {100 * cost.MODEL_ERROR:.0f} % "
-                 f"(worst {100 * cost.MODEL_ERROR_WORST:.0f} %), measured with probed constants on a 2-core CPU "
-                 "(benchmarks/README.md, \"Cost model\"); a preset network's constants are not measured")
+    lines.append("band: where the measured epoch falls at the cost model's median error, "
+                 f"{100 * cost.MODEL_ERROR:.0f} % (worst {100 * cost.MODEL_ERROR_WORST:.0f} %), measured with "
+                 "probed constants on a 2-core CPU (benchmarks/README.md, \"Cost model\"); a preset network's "
+                 "constants are not measured")
     return "\n".join(lines)

@@ -6,8 +6,11 @@ its layout: which nonzeros of ``A`` this rank multiplies (its *block*), the inpu
 gathers from their owners (*expand*) and the partial output rows it folds into their
 owners (*fold*). The three layouts differ only in how they assign nonzeros to ranks:
 
-* ``1d``: rank ``k`` multiplies the rows it owns; expand = the halo exchange; no fold.
-* ``1.5d`` / ``2d``: ``P = q * c`` ranks on a ``q x c`` grid, see :mod:`.grid`.
+* ``1d``: rank ``k`` multiplies the rows it owns; expand = the halo exchange; no fold
+  (:mod:`.halo1d`).
+* ``1.5d`` / ``2d``: ``P = q * c`` ranks on a ``q x c`` grid, see :mod:`.grid_spmm`.
+
+``auto`` (:mod:`.auto`) is no layout of its own: it picks one of these per layer.
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ class Strategy:
 
     @classmethod
     def from_config(cls, dist) -> Strategy:
-        """The strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`) it uses."""
+        """The strategy of ``--strategy`` with the options of ``dist`` (a :class:`~gnndist.config.DistConfig`) it
+        uses."""
         raise NotImplementedError
 
     def grid_shape(self, world: int) -> int:
@@ -134,7 +138,7 @@ class Strategy:
         """Build this rank's layout from the part's structure (collective: every rank calls it).
 
         Args:
-            part: the rank's :class:`~gnndist.graph.Structure`.
+            part: the rank's :class:`Structure`.
             grid: the process grid.
             counter: the byte counter every exchange reports to.
             kernel: the SpMM kernels (:class:`~gnndist.kernels.KernelSettings`; default: the dispatcher's choice).

@@ -19,7 +19,8 @@ INDEX_CHUNK = 1 << 20  # entries read at once from a part's (memory-mapped) colu
 
 @dataclass(frozen=True)
 class Structure:
-    """A rank's part as the partition stored it, what every strategy builds on (:class:`~gnndist.graph.DistGraph` makes it).
+    """A rank's part as the partition stored it, what every strategy builds on (:class:`~gnndist.graph.DistGraph`
+    makes it).
 
     The part's rows of ``A`` stay where the partition stored them (``rowptr`` and ``col`` as
     read, memory-mapped by :func:`~gnndist.partition.read_part`): a layout reads them once to
@@ -88,7 +89,8 @@ def _chunks(n: int, size: int = INDEX_CHUNK):
 
 def split_columns(rowptr: np.ndarray, col: np.ndarray, n_owned: int, n_halo: int,
                   device: torch.device | str = "cpu") -> tuple[CSR, CSR]:
-    """``(rowptr, col)`` split at column ``n_owned`` into interior and (shifted) boundary CSRs; see :meth:`Structure.split`.
+    """``(rowptr, col)`` split at column ``n_owned`` into interior and (shifted) boundary CSRs; see
+    :meth:`Structure.split`.
 
     A row's entries keep their order in each half; where a half's columns are not ascending
     within a row (a part not written in global id order) that half is sorted, so the result is

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")
+from gnndist.config import METRICS
+
 ROCAUC_DATASETS = ("tolokers", "minesweeper", "questions")  # Platonov et al. 2023 score these by ROC-AUC
 
 

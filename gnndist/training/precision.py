@@ -71,7 +71,8 @@ def check_device(device: torch.device, name: str) -> None:
     reason = why_not(device, name)
     if reason is None:
         return
-    other = "; use --precision bf16 (same memory, no loss scale) or fp32" if name == "fp16" else "; use --precision fp32"
+    other = ("; use --precision bf16 (same memory, no loss scale) or fp32" if name == "fp16"
+             else "; use --precision fp32")
     raise UserError(f"--precision {name}: {device.type} cannot run it ({reason}){other}")
 
 
@@ -209,7 +210,8 @@ class Bound:
     grad: float  # a gradient: the forward chain, the backward chain and its own rounding
 
 
-ROUNDINGS_PER_LAYER = 4  # half roundings in series per layer: its input, the dense product, the aggregation, the elementwise rest
+# half roundings in series per layer: its input, the dense product, the aggregation, the elementwise rest
+ROUNDINGS_PER_LAYER = 4
 
 
 def p_bound(dtype: torch.dtype, layers: int) -> Bound:

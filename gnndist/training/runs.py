@@ -71,7 +71,8 @@ def fit_runs(graph: DistGraph, cfg: TrainConfig, model: ModelFactory | None = No
         g = graph.with_split(split) if split is not None else graph
         run = dataclasses.replace(cfg.run, seed=seed)
         if cfg.run.checkpoint and len(plan) > 1:  # --resume requires run 0's checkpoint; later runs may not have begun
-            run = dataclasses.replace(run, checkpoint=str(Path(cfg.run.checkpoint) / f"run-{i}"), resume=run.resume and i == 0)
+            run = dataclasses.replace(run, checkpoint=str(Path(cfg.run.checkpoint) / f"run-{i}"),
+                                      resume=run.resume and i == 0)
         trainer = Trainer(g, dataclasses.replace(cfg, run=run), model, resume_if_any=resume_if_any or cfg.run.resume)
         s = trainer.fit()
         runs.append(RunRecord(i, seed, split, s))
@@ -80,5 +81,5 @@ def fit_runs(graph: DistGraph, cfg: TrainConfig, model: ModelFactory | None = No
                 f"{k} {s.value(k):.4f}" for k in SPLITS) + f", best epoch {s.best.epoch}")
     mean_std = {k: metrics.mean_std([r.summary.value(k) for r in runs]) for k in SPLITS}
     split_kind = graph.meta.get("split_kind") if any(r.split is not None for r in runs) else None
-    return Summary(runs[-1].summary, runs, {k: v[0] for k, v in mean_std.items()}, {k: v[1] for k, v in mean_std.items()},
-                   cfg.eval.splits, split_kind)
+    return Summary(runs[-1].summary, runs, {k: v[0] for k, v in mean_std.items()},
+                   {k: v[1] for k, v in mean_std.items()}, cfg.eval.splits, split_kind)

@@ -242,7 +242,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ numerical guard
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
-        """Stop (one line) when the global loss or a gradient is NaN/Inf, before the optimiser step spoils the weights."""
+        """Stop (one line) when the global loss or a gradient is NaN/Inf, before the optimiser step spoils the
+        weights."""
         grads = [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
         finite = bool(torch.isfinite(loss)) and bool(torch.stack([g.isfinite().all() for _, g in grads]).all()
                                                         if grads else True)
@@ -302,7 +303,8 @@ def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, fl
         stats = [metrics.counts(metric, logits[m], y[m], graph.num_classes) for m in masks]
         flat = torch.cat([s.reshape(-1) for s in stats])  # one all-reduce for the three splits
         grid.all_reduce_(flat)
-        values = [metrics.from_counts(metric, part.view_as(s)) for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
+        values = [metrics.from_counts(metric, part.view_as(s))
+                  for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
     return {metric_key(split, metric): v for split, v in zip(SPLITS, values)}
 
 

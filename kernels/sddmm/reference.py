@@ -9,7 +9,8 @@ from ..csr import CSR
 
 
 def sddmm(csr: CSR, a: Tensor, b: Tensor, op: str = "add") -> Tensor:
-    """``op="add"``: ``out[e] = a[row e] + b[col e]``; ``op="dot"``: ``out[e] = <a[row e], b[col e]>`` over the last dim.
+    """``op="add"``: ``out[e] = a[row e] + b[col e]``; ``op="dot"``: ``out[e] = <a[row e], b[col e]>`` over the
+    last dim.
 
     Shapes:
         add: a ``[n_rows, H]``, b ``[n_cols, H]`` -> ``[nnz, H]``

@@ -56,7 +56,8 @@ def sparse_matrix(csr: CSR, values: Tensor) -> Tensor:
                                        check_invariants=False)
 
 
-BLOCK_ENTRIES = 2**22  # entries per call of torch.sparse.mm on the CPU: its transient copies (MKL's, the ones made whole) stay at ~32 MiB
+# entries per call of torch.sparse.mm on the CPU: its transient copies (MKL's, the ones made whole) stay at ~32 MiB
+BLOCK_ENTRIES = 2**22
 
 
 def row_blocks(csr: CSR, values: Tensor) -> list[tuple[int, Tensor]]:

@@ -12,7 +12,8 @@ from gnndist.nn.conv.message_passing import MessagePassing, add_bias
 class GATConv(MessagePassing):
     r"""GAT layer: :math:`x'_i = \big\Vert_h \sum_{j \in N(i) \cup \{i\}} \alpha^h_{ij} W^h x_j + b`.
 
-    :math:`\alpha^h_{ij} = \mathrm{softmax}_j\big(\mathrm{LeakyReLU}(a^h_{dst} \cdot W^h x_i + a^h_{src} \cdot W^h x_j)\big)`.
+    :math:`\alpha^h_{ij} = \mathrm{softmax}_j\big(\mathrm{LeakyReLU}(a^h_{dst} \cdot W^h x_i
+    + a^h_{src} \cdot W^h x_j)\big)`.
     The transformed rows ``W x`` are exchanged once; attention scores of halo sources are
     computed from them, so the softmax over an owned row's edges is exact. Attention
     dropout draws its mask from (seed, epoch, layer, dataset ids of both endpoints): the

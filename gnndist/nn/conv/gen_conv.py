@@ -27,7 +27,8 @@ class SoftmaxAggregation(nn.Module):
 
 
 class GENConv(MessagePassing):
-    r"""GENConv: :math:`x'_i = \mathrm{MLP}\big(W_{dst} x_i + \sum_j \mathrm{softmax}_j(t\, m_{ij})\, m_{ij}\big)`, :math:`m_{ij} = \mathrm{ReLU}(W_{src} x_j) + \epsilon`.
+    r"""GENConv: :math:`x'_i = \mathrm{MLP}\big(W_{dst} x_i + \sum_j \mathrm{softmax}_j(t\, m_{ij})\, m_{ij}\big)`,
+    :math:`m_{ij} = \mathrm{ReLU}(W_{src} x_j) + \epsilon`.
 
     The softmax runs per channel over each owned row's edges, so it is exact across
     partitions. ``norm="batch"`` uses :class:`~gnndist.nn.DistBatchNorm` (statistics over

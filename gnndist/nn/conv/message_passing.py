@@ -175,7 +175,8 @@ def _expand(w: Tensor, like: Tensor) -> Tensor:
 
 
 class MessagePassing(nn.Module):
-    r"""Base of layers written as messages: :math:`x'_i = \mathrm{update}(\square_{j \in N(i)} w_{ij}\, \mathrm{message}(x_i, x_j, \dots))`.
+    r"""Base of layers written as messages:
+    :math:`x'_i = \mathrm{update}(\square_{j \in N(i)} w_{ij}\, \mathrm{message}(x_i, x_j, \dots))`.
 
     Subclasses override :meth:`message` (arguments are resolved by name, as in PyG:
     ``x_j``/``x_i`` are the source/destination rows of ``x``, ``<name>_j``/``<name>_i`` those
@@ -278,7 +279,8 @@ class MessagePassing(nn.Module):
         return None
 
     def _message_args(self, graph, edges: LocalEdges, msg_args: list[str], x: Tensor, weight, kwargs: dict) -> dict:
-        """What ``message`` asks for by name, one row per edge: ``x_j`` / ``<name>_i``, ``index``, ``edge_weight``, ..."""
+        """What ``message`` asks for by name, one row per edge: ``x_j`` / ``<name>_i``, ``index``, ``edge_weight``,
+        ..."""
         n_owned, n_local = graph.n_owned, graph.n_owned + graph.n_halo
         index = edges.row
         args = {}

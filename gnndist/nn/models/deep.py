@@ -54,7 +54,8 @@ class GCNII(nn.Module):
         """Adam parameter groups: the paper's weight decay on the convolutions, ``weight_decay`` on the rest."""
         convs = list(self.convs.parameters())
         rest = [p for n, p in self.named_parameters() if not n.startswith("convs.")]
-        return [{"params": convs, "weight_decay": self.conv_weight_decay}, {"params": rest, "weight_decay": weight_decay}]
+        return [{"params": convs, "weight_decay": self.conv_weight_decay},
+                {"params": rest, "weight_decay": weight_decay}]
 
     def _block(self, i: int):
         def block(graph, x: Tensor, x_0: Tensor) -> Tensor:

@@ -21,8 +21,8 @@ class ResidualGNN(nn.Module):
     out :math:`\mathrm{norm}(X_L) W_{out}`. ``conv_l`` is the first linear of the paper's feed-forward
     module with the graph's aggregation: for GCN, :math:`\hat A (H W) + b = (\hat A H) W + b`; for
     SAGE, :math:`W [H \Vert \mathrm{mean}_N H] + b` (``SAGEConv``'s ``lin_r`` and ``lin_l``); for GAT,
-    attention with 8 heads (no attention dropout), then that linear (:class:`ThenLinear`). Dropout masks come from ``graph.dropout``
-    (keys 0 .. 2L), so P ranks train exactly like one; layer norm is per node.
+    attention with 8 heads (no attention dropout), then that linear (:class:`ThenLinear`). Dropout masks come
+    from ``graph.dropout`` (keys 0 .. 2L), so P ranks train exactly like one; layer norm is per node.
     ``--arch residual`` with ``--model gcn|sage|gat|gin``; the heterophily recipe
     (:func:`gnndist.presets.heterophily`) sets the paper's widths and training.
 

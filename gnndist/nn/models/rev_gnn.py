@@ -21,9 +21,9 @@ autocast. Under ``--precision bf16|fp16`` the branches read the fp32 of the stat
 it for their linear maps) and their half outputs enter the state through :func:`to_fixed`: the
 half value, exactly as fp32, times ``2**32``, rounded (exact for ``|f| >= 2**-21`` in bf16 and fp16:
 their 8 / 11 significant bits then lie on the grid; smaller values round the same way every time).
-The state stays int64 and its additions exact: only the branches' own arithmetic is half. Gradients treat the quantisation as the identity
-(straight-through), and training with stored activations (``reversible=False``) runs the
-same fixed-point function: the same losses and gradients.
+The state stays int64 and its additions exact: only the branches' own arithmetic is half. Gradients treat
+the quantisation as the identity (straight-through), and training with stored activations
+(``reversible=False``) runs the same fixed-point function: the same losses and gradients.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def _read(z: Tensor, parts: list[Tensor | None]) -> Tensor:
 
 
 class RevBranch(nn.Module):
-    r"""One group's function :math:`F(h) = \mathrm{conv}(\mathrm{drop}(\mathrm{ReLU}(\mathrm{norm}(h))))` (pre-activation).
+    r"""One group's function :math:`F(h) = \mathrm{conv}(\mathrm{drop}(\mathrm{ReLU}(\mathrm{norm}(h))))`
+    (pre-activation).
 
     Args:
         channels: the group's width.
@@ -112,7 +113,8 @@ class RevBranch(nn.Module):
 
 
 class GroupAddRev(nn.Module):
-    r"""Grouped reversible block in fixed point: :math:`y_i = x_i + q(F_i(y_{i-1}))`, :math:`y_0 = \sum_{j \ge 2} x_j`, ``i = 1..G``.
+    r"""Grouped reversible block in fixed point: :math:`y_i = x_i + q(F_i(y_{i-1}))`,
+    :math:`y_0 = \sum_{j \ge 2} x_j`, ``i = 1..G``.
 
     States ``x``, ``y`` are int64 fixed point (:func:`to_fixed`); :math:`F_i` reads the
     float32 of its input (:func:`to_float`) and :math:`q` = :func:`to_fixed` puts its
@@ -252,7 +254,8 @@ class RevGNN(nn.Module):
                  norm: str = "layer", groups: int = 2, reversible: bool = True):
         super().__init__()
         if hidden % groups:
-            raise UserError(f"--model revgnn splits --hidden into {groups} groups: {hidden} is not divisible by {groups}")
+            raise UserError(f"--model revgnn splits --hidden into {groups} groups: {hidden} is not divisible "
+                            f"by {groups}")
         c = hidden // groups
         self.lin_in = nn.Linear(in_channels, hidden)
         self.blocks = nn.ModuleList(

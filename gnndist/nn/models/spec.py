@@ -21,7 +21,8 @@ from gnndist.nn.models.residual_gnn import ResidualGNN
 # builder(in_channels, hidden, out_channels, layers, dropout, norm, **inputs) -> module taking (graph, x), where
 # inputs are the ones its spec declares (ModelSpec.inputs)
 Builder = Callable[..., nn.Module]
-Preset = dict[str, dict[str, object]]  # config fields by section, e.g. {"model": {"hidden": 64}, "optim": {"lr": 0.005}}
+# config fields by section, e.g. {"model": {"hidden": 64}, "optim": {"lr": 0.005}}
+Preset = dict[str, dict[str, object]]
 HETERO_INPUTS = ("graph", "num_bases", "seed", "embedding")  # a typed graph's model: the rank's graph, --num-bases, ...
 EDGE_INPUTS = ("edge_dim",)  # a model reading edge features: their width
 
