@@ -14,7 +14,8 @@ from torch.utils._pytree import tree_flatten
 import gnndist.dist.grid as grid_mod
 from gnndist import launcher
 from gnndist.config import TrainConfig
-from gnndist.dist.grid import ProcessGrid, choose_backend, to_host
+from gnndist.dist.grid import ProcessGrid, choose_backend
+from gnndist.dist.staging import to_host
 from gnndist.errors import UserError
 from gnndist.testing import run_distributed
 

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnndist.dist.guards import CollectiveCheck, Watchdog
+from gnndist.dist.staging import StagedWork, to_host
 from gnndist.errors import PeerFailed, UserError, first_line
 from gnndist.machine import cores, host_identity, pin_mmap_threshold
 
@@ -332,33 +333,6 @@ def _named(fn, name: str):
 
 def _op_name(fn) -> str:
     return getattr(fn, "__gnndist_name__", "a collective")
-
-
-def to_host(t: Tensor, copy: bool = True) -> Tensor:
-    """A host tensor for staging ``t``: a copy of it, or (``copy=False``, an output) an empty one of its shape."""
-    if copy:
-        return t.detach().to("cpu", copy=True)
-    return torch.empty(t.shape, dtype=t.dtype, device="cpu")
-
-
-class StagedWork:
-    """A collective on host copies: ``wait()`` finishes it, then copies each host result into its device tensor.
-
-    Args:
-        work: the collective's work (``None`` if it already finished).
-        pairs: ``(device tensor, host tensor)`` of every tensor the collective writes.
-    """
-
-    def __init__(self, work, pairs: list[tuple[Tensor, Tensor]]):
-        self.work, self.pairs = work, pairs
-
-    def wait(self) -> None:
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
-        for dst, src in self.pairs:
-            dst.copy_(src)
-        self.pairs = []
 
 
 @dataclass(frozen=True)

@@ -6,21 +6,19 @@ uses); every layout is then evaluated on that partition's renumbered CSR and off
 * sparsity-aware layouts, which move only the rows a nonzero needs (what the runtime does):
 
   - ``1d`` (c = 1): rank k owns part k's rows and receives its halo (the expand); no fold.
-  - ``1.5d`` (1 < c < P, c | P) on a grid of q = P / c row groups by c: rank k = (i, j)
-    with i = k // c, j = k % c. Entry (r, col) is multiplied on rank
-    ``blk = (owner(r) // c) * c + owner(col) % c``; rank blk receives input row ``col`` once
-    from ``owner(col)`` when ``owner(col) != blk`` (expand) and sends its partial output row
-    ``r`` once to ``owner(r)`` when ``owner(r) != blk`` (fold, a sparse reduce-scatter).
+  - ``1.5d`` (1 < c < P, c | P) on a grid of q = P / c row groups by c: rank k = (i, j) with i = k // c, j = k % c.
+    Entry (r, col) is multiplied on rank ``blk = (owner(r) // c) * c + owner(col) % c``; rank blk receives input row
+    ``col`` once from ``owner(col)`` when ``owner(col) != blk`` (expand) and sends its partial output row ``r`` once
+    to ``owner(r)`` when ``owner(r) != blk`` (fold, a sparse reduce-scatter).
   - ``2d``: the same grid with c = sqrt(P) for a square P > 1, so it coincides with ``1.5d``
     at that c; it is reported under both names when that c is in the replication list.
 
-  ``messages`` of a rank is max(expand send peers, expand receive peers) + max(fold send
-  peers, fold receive peers). The runtime's measured bytes must equal these counts.
+  ``messages`` of a rank is max(expand send peers, expand receive peers) + max(fold send peers, fold receive
+  peers). The runtime's measured bytes must equal these counts.
 
-* sparsity-oblivious baselines (CAGNET, Tripathy et al., SC'20, https://arxiv.org/abs/2005.03300),
-  which move whole blocks. With n_k the rows of part k, R_i = sum of the c parts of row
-  group i, nnz(A_ig) the nonzeros with rows in group i and columns in group g, and words at
-  width F per SpMM forward (the backward moves the same again):
+* sparsity-oblivious baselines (CAGNET, Tripathy et al., SC'20, https://arxiv.org/abs/2005.03300), which move whole
+  blocks. With n_k the rows of part k, R_i = sum of the c parts of row group i, nnz(A_ig) the nonzeros with rows in
+  group i and columns in group g, and words at width F per SpMM forward (the backward moves the same again):
 
   - ``1d-oblivious``: ring all-gather of X; rank k receives N - n_k rows and sends
     N - n_{(k+1) % P}; P - 1 messages.
