@@ -119,18 +119,9 @@ def _check(num_nodes: int, avg_degree: float, num_classes: int, num_features: in
         raise UserError(f"{what}: need 2 <= num_nodes < 2^31, num_classes >= 1, num_features >= 1, avg_degree > 0")
 
 
-def synthetic(
-    num_nodes: int,
-    avg_degree: float = 10,
-    num_classes: int = 8,
-    num_features: int = 64,
-    seed: int = 0,
-    p_in: float = 0.8,
-    power: float = 2.5,
-    signal: float = 1.0,
-    name: str | None = None,
-    **split_kw: int,
-) -> Data:
+def synthetic(num_nodes: int, avg_degree: float = 10, num_classes: int = 8, num_features: int = 64, seed: int = 0,
+              p_in: float = 0.8, power: float = 2.5, signal: float = 1.0, name: str | None = None,
+              **split_kw: int) -> Data:
     """Generate a seeded degree-corrected SBM graph with class-correlated features, in memory.
 
     The graph `write_synthetic` writes for the same arguments, cleaned (symmetric, no self-loops or
