@@ -120,10 +120,13 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
 
 
 def _check_writable(target: Path, cached: bool) -> None:
-    """Refuse at once, before loading and partitioning, a ``target`` whose nearest existing folder is read-only."""
+    """Refuse at once, before loading and partitioning, a ``target`` whose nearest existing path is a file (in the
+    way of its folders) or a read-only folder."""
     folder = target
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
+    if folder != target and not folder.is_dir():
+        raise UserError(f"cannot write the partition to {target}: {folder} is a file in the way of its directory")
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
         hint = "; set $GNNDIST_PARTITIONS to a writable folder for the cache" if cached else ""
         raise UserError(f"cannot write the partition to {target}: {folder} is read-only{hint}")
