@@ -31,7 +31,7 @@ import argparse
 from pathlib import Path
 
 import torch
-from gnndist.kernels import CSR, KernelSettings, dispatch, settings_from_env
+from gnndist.kernels import CSR, DTYPES, KernelSettings, dispatch, settings_from_env
 
 from gnndist.bench.kernels import (
     PEERS,
@@ -100,7 +100,7 @@ def main() -> None:
     settings = settings_from_env()
 
     device = torch.device(args.device)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dtype = DTYPES[args.dtype]
     index_dtype = torch.int32 if args.index_dtype == "int32" else torch.int64
     widths = [int(w) for w in ("16,64,256" if args.quick and args.widths == parser.get_default("widths")
                                else args.widths).split(",")]

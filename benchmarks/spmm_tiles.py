@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 
 import torch
+from gnndist.kernels import DTYPES as ALL_DTYPES
 
 from gnndist.bench.kernels import load_coauthor_cs, power_law, symmetric_csr
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {k: v for k, v in ALL_DTYPES.items() if k != "fp16"}
 
 
 def bench(fn, reps_ms: int = 60) -> float:

@@ -85,7 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _say_modelled_widths(partdir, cfg, read_meta) -> None:
     """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
-    from gnndist.partition.balance import model_widths
+    from gnndist.cost import model_widths
     from gnndist.train import stage
 
     try:

@@ -434,3 +434,11 @@ def run_time(form: str | None, widths: tuple[int, ...], loads: list[list[RankLoa
     if form is None or len(loads) != len(widths) - 1:
         return None
     return step_time(loads, model_layers(form, tuple(widths), feature_density), net, elem)
+
+
+HIDDEN = 16  # the default model's hidden width (gnndist.config.ModelConfig)
+
+
+def model_widths(num_features: int, num_classes: int, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
+    """Widths of the modelled GCN: ``(F, hidden, ..., hidden, classes)`` with ``layers`` transforms."""
+    return (max(num_features, 1),) + (hidden,) * (layers - 1) + (max(num_classes, 1),)

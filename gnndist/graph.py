@@ -33,7 +33,7 @@ from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
-from gnndist.kernels import CSR, KernelSettings, dropout
+from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout
 from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
@@ -148,7 +148,7 @@ class DistGraph:
                               tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {}, dev)
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
-        wire = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[comm_dtype]  # None: as they are
+        wire = None if comm_dtype == "fp32" else DTYPES[comm_dtype]  # None: the rows travel as they are
         strat = strategy or Halo1D()  # by name, with options: gnndist.strategies.strategy_from_config
         grid.agree(meta_digest(meta), "partition (META.json differs: hosts that see different partitions at one "
                    "path, or one re-made while the job read it)", must_match=True)

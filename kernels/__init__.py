@@ -23,7 +23,7 @@ from . import spmm as _spmm_pkg  # noqa: F401
 from .csr import CSR
 from .dispatch import NoKernelError
 from .ops import dropout, sddmm, segment_max, segment_softmax, spmm
-from .settings import KernelSettings, settings_from_config, settings_from_env
+from .settings import DTYPES, KernelSettings, settings_from_config, settings_from_env
 
-__all__ = ["CSR", "KernelSettings", "NoKernelError", "dropout", "sddmm", "segment_max", "segment_softmax",
+__all__ = ["CSR", "DTYPES", "KernelSettings", "NoKernelError", "dropout", "sddmm", "segment_max", "segment_softmax",
            "settings_from_config", "settings_from_env", "spmm"]

@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+
 from .dispatch import KNOWN, NoKernelError
+
+# dtype names as the flags spell them (--precision, --comm-dtype, the benchmarks' --dtype): the one table
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 if TYPE_CHECKING:
     from gnndist.config import KernelConfig

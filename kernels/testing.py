@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .csr import CSR
+from .settings import DTYPES as ALL_DTYPES
 
 # unit roundoff of each output dtype; every kernel accumulates in fp32 (U_ACC)
 UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11,
@@ -24,7 +25,7 @@ UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16
 U_ACC = 2.0**-24
 C = 3  # slack over the first-order bound: one product per term, the output rounding
 WIDTHS = (1, 37, 128)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {k: v for k, v in ALL_DTYPES.items() if k != "fp16"}  # the kernels' tested dtypes
 
 # number of terms summed into each element: an int, or a tensor of one count per index of dim 0
 Terms = int | Tensor

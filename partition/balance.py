@@ -34,7 +34,6 @@ DERIVED_CONSTRAINTS = ("send", "recv", "time")  # weights read off a first parti
 TIME_SCALE = 1000  # the mean node's modelled time, in METIS weight units
 RECV_SCALE = 4  # the receive shares are fractions: METIS gets them x 4, rounded
 METIS_TOLERANCE = 1.03  # METIS's default ubvec entry for k-way
-HIDDEN = 16  # the default model's hidden width (gnndist.config.ModelConfig)
 DEFAULT_NETWORK = "ib"
 # auto's plan by graph size (adjacency entries): every setting up to MEDIUM, two up to LARGE,
 # then one METIS run with the edge-cut objective on a sampled graph (see auto_plan)
@@ -308,11 +307,6 @@ def network(name: str | Network | None) -> Network:
     if name not in NETWORKS:
         raise UserError(f"unknown partition cost network {name!r}; choose from {', '.join(sorted(NETWORKS))}")
     return NETWORKS[name]
-
-
-def model_widths(num_features: int, num_classes: int, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
-    """Widths of the modelled GCN: ``(F, hidden, ..., hidden, classes)`` with ``layers`` transforms."""
-    return (max(num_features, 1),) + (hidden,) * (layers - 1) + (max(num_classes, 1),)
 
 
 def rank_loads(csr: GlobalCSR, assign: np.ndarray, parts: int) -> list[RankLoad]:

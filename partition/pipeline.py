@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from gnndist.partition.backends import BACKENDS, resolve_threads
-from gnndist.partition.balance import AUTO_BUDGET, HIDDEN, loads_from_pairs, model_widths, network, parse_balance
+from gnndist.partition.balance import AUTO_BUDGET, loads_from_pairs, network, parse_balance
 from gnndist.partition.book import (
     CHUNK,
     GlobalCSR,
@@ -49,7 +49,7 @@ from gnndist.partition.metis import OBJECTIVES, random_assign
 from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
 
-from gnndist.cost import Network, RankLoad
+from gnndist.cost import HIDDEN, Network, RankLoad, model_widths
 from gnndist.errors import UserError
 from gnndist.machine import rss_peak
 

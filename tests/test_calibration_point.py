@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 from gnndist.partition import load, read_meta
-from gnndist.partition.balance import model_widths
 
 from gnndist import cost
 from gnndist.cli import main
+from gnndist.cost import model_widths
 from gnndist.nn.models import MODELS
 
 

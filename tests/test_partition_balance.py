@@ -8,7 +8,7 @@ import pytest
 import torch
 from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index, metis_assign, partition, random_assign
-from gnndist.partition.balance import AUTO_SETTINGS, choose, model_widths, parse_balance, rank_loads, sampled_csr
+from gnndist.partition.balance import AUTO_SETTINGS, choose, parse_balance, rank_loads, sampled_csr
 from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
 from gnndist.partition.rank_times import better, load_times, time_key, unit_costs
@@ -16,7 +16,7 @@ from gnndist.partition.refine import RefineSettings, refine
 
 from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
-from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad, epoch_time
+from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad, epoch_time, model_widths
 from gnndist.errors import UserError
 from gnndist.parts.cache import partition_dir
 

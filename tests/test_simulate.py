@@ -133,7 +133,7 @@ def test_records(parts, P):
 
 def test_activation_bytes_are_the_dtypes():
     from gnndist.config import PRECISIONS
-    from gnndist.training.precision import DTYPES
+    from gnndist.kernels import DTYPES
 
     assert {name: DTYPES[name].itemsize for name in PRECISIONS} == ACTIVATION_BYTES
 

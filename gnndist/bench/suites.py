@@ -340,11 +340,10 @@ def remodel(rows: list[dict], work: Path, probe_file: Path) -> list[dict]:
     import numpy as np
 
     from gnndist import cost
-    from gnndist.cost import RankLoad
+    from gnndist.cost import RankLoad, model_widths
     from gnndist.dist.probe import read_cached
     from gnndist.nn.models import model_spec
     from gnndist.partition import read_meta
-    from gnndist.partition.balance import model_widths
 
     out = []
     for r in rows:

@@ -31,11 +31,11 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.errors import UserError, first_line
+from gnndist.kernels import DTYPES
 from gnndist.nn.conv.pyg_adapter import PyGAdapter
 
 log = logging.getLogger("gnndist")
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 GROWTH_INTERVAL = 100  # clean fp16 steps in a row before the loss scale doubles
 SKIPPED_WARNING = 10  # skipped fp16 steps in a row before the loss scale is warned about
 

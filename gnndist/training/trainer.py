@@ -16,12 +16,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.config import ModelConfig, TrainConfig
+from gnndist.cost import model_widths
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn.models import ModelSpec, model_spec
 from gnndist.nn.node_embedding import sharded_parameters
-from gnndist.partition.balance import model_widths
 from gnndist.training import metrics
 from gnndist.training.checkpoint import Checkpoints
 from gnndist.training.precision import Precision, check_model
