@@ -132,8 +132,9 @@ def test_records(parts, P):
 
 
 def test_activation_bytes_are_the_dtypes():
-    from gnndist.config import PRECISIONS
     from gnndist.kernels import DTYPES
+
+    from gnndist.config import PRECISIONS
 
     assert {name: DTYPES[name].itemsize for name in PRECISIONS} == ACTIVATION_BYTES
 
