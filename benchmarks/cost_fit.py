@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 from gnndist.partition import read_meta
-from gnndist.partition.balance import model_widths
 
 from gnndist import cost
 from gnndist.bench.common import read_csv
-from gnndist.cost import Network, RankLoad
+from gnndist.cost import Network, RankLoad, model_widths
 
 # the constants fitted, and the bounds of each
 FITTED = {"PRODUCT_PASS": (0.05, 3), "ELEMENTWISE_IN": (0.05, 20), "SPARSE_FILL": (0.05, 5),

@@ -85,10 +85,11 @@ def main() -> None:
         args.cases, args.precisions = "gcn-1d,revgnn-1d", "bf16"
     import torch
     from gnndist.datasets import load
+    from gnndist.kernels import DTYPES
     from gnndist.partition import partition
 
     from gnndist.testing import QUICK_PARTITION, p_differences, run_distributed
-    from gnndist.training.precision import DTYPES, p_bound
+    from gnndist.training.precision import p_bound
 
     cases, precisions = args.cases.split(","), args.precisions.split(",")
     bad = [c for c in cases if c not in CASES] + [p for p in precisions if p not in DTYPES]

@@ -11,13 +11,14 @@ import json
 
 import pytest
 import torch
+from gnndist.kernels import DTYPES
 from gnndist.partition import partition
 
 from gnndist.config import DistConfig, TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.testing import QUICK_PARTITION, p_differences, record_steps, run_distributed
-from gnndist.training.precision import DTYPES, LossScale, check_device, check_model, p_bound
+from gnndist.training.precision import LossScale, check_device, check_model, p_bound
 from gnndist.training.trainer import Trainer
 
 STEPS = 3
