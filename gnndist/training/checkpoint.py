@@ -81,17 +81,16 @@ class Checkpoints:
             raise ValueError("checksum mismatch")  # a flipped bit loads without complaint otherwise
         return state
 
-    def _newest_readable(self) -> tuple[str | None, list[str], int]:
-        """``(path, skipped, count)``: the newest checkpoint that reads back whole (``None``: none does), the
-        ones skipped on the way (each with why), and how many there are."""
+    def _newest_readable(self) -> tuple[Path | None, dict | None, list[str], int]:
+        """``(path, state, skipped, count)``: the newest checkpoint that reads back whole and its state (``None``:
+        none does), the ones skipped on the way (each with why), and how many there are."""
         found, skipped = self.found(), []
         for path in reversed(found):
             try:
-                self._read(path)
-                return str(path), skipped, len(found)
+                return path, self._read(path), skipped, len(found)
             except Exception as e:  # truncated, bit-flipped or foreign: try the one before
                 skipped.append(f"{path} ({first_line(e).split('. ')[0]})")
-        return None, skipped, len(found)
+        return None, None, skipped, len(found)
 
     def save(self, epoch: int, model: nn.Module, optim: torch.optim.Optimizer, best: Best, config: dict,
              widths: tuple[int, int] = (0, 0), edge_dim: int = 0, hetero: HeteroSchema | None = None) -> None:
@@ -127,7 +126,8 @@ class Checkpoints:
         reads that one (collective): hosts sharing the directory may list it at different moments, and ranks
         resuming from different epochs would run different steps. A rank that cannot read it fails them all.
         """
-        path, skipped, count = self.grid.share(self._newest_readable() if self.grid.is_main else None)
+        path, state, skipped, count = self._newest_readable() if self.grid.is_main else (None, None, [], 0)
+        path, skipped, count = self.grid.share((str(path) if path else None, skipped, count))  # rank 0's choice
         if not count:
             if required:
                 raise UserError(f"--resume: no checkpoint in {self.dir} (ckpt-*.pt); train with --checkpoint "
@@ -137,9 +137,9 @@ class Checkpoints:
             raise UserError(f"no readable checkpoint in {self.dir}: all {count} are corrupt, e.g. {skipped[0]}")
         for line in skipped if self.grid.is_main else ():
             log.warning(f"skipped the unreadable checkpoint {line}")
-        path, state, error = Path(path), None, None
+        path, error = Path(path), None
         try:
-            state = self._read(path)
+            state = state if state is not None else self._read(path)  # rank 0 has read it already
         except Exception as e:
             error = e
         failed = self.grid.all_reduce_(torch.tensor([float(error is not None)], device=self.grid.device))
