@@ -23,7 +23,14 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
-METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric besides auto (gnndist.training.metrics computes them)
+METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric of a node task (gnndist.training.metrics computes them)
+LINK_METRICS = ("auc", "mrr")  # --metric of a link task, besides hits@K
+
+
+def _hits(name: str) -> bool:
+    """Whether ``name`` is ``hits@K`` with K a positive integer."""
+    k = name.removeprefix("hits@")
+    return name.startswith("hits@") and k.isdigit() and int(k) > 0
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -51,9 +58,16 @@ class DataConfig:
                              "for --splits random (gnndist run sets R to --runs)")
     target: str | None = opt(None, "the labelled node type of a heterogeneous graph (default: the one type with "
                              "labels)")
+    edge_split: str | None = opt(None, "store a seeded (--split-seed) random edge split for link prediction, "
+                                 "TRAIN,VALID,TEST percentages, e.g. 85,5,10 (GAE's; gnndist run --task link uses "
+                                 "it by default): validation and test edges leave the message graph")
 
     def __post_init__(self) -> None:
         _need(self.random_splits >= 0, f"--random-splits must be >= 0, got {self.random_splits}")
+        if self.edge_split is not None:
+            from gnndist.datasets.edge_split import parse_edge_split
+
+            parse_edge_split(self.edge_split)  # one line naming --edge-split
 
 
 @dataclass
@@ -242,7 +256,8 @@ class RunConfig:
 @dataclass
 class EvalConfig:
     metric: str = opt("auto", "metric of model selection and of the report: auto (the dataset's own: OGB's for "
-                      "ogbn-*, rocauc for tolokers/minesweeper/questions, else acc), acc, rocauc, f1-micro, f1-macro")
+                      "ogbn-* and ogbl-*, rocauc for tolokers/minesweeper/questions, auc (and ap) for a random edge "
+                      "split, else acc), acc, rocauc, f1-micro, f1-macro; link: auc, hits@K, mrr")
     split: int | None = opt(None, "train on shipped split K of a dataset that ships several (heterophily: 0..9; "
                             "default 0)")
     splits: str = opt("one", "one: every run on one split (--split K, or the --split-seed random split); all: one "
@@ -253,13 +268,30 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        _need(self.metric == "auto" or self.metric in METRICS,
-              f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}")
+        _need(self.metric == "auto" or self.metric in METRICS + LINK_METRICS or _hits(self.metric),
+              f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS + LINK_METRICS)}, hits@K")
         _need(self.runs >= 1, f"--runs must be >= 1, got {self.runs}")
         _need(self.split is None or self.split >= 0, f"--split must be >= 0, got {self.split}")
         _need(self.split is None or self.splits == "one",
               f"--split {self.split} picks one split; --splits {self.splits} runs several: give one of them")
         _need(self.patience is None or self.patience >= 1, f"--patience must be >= 1, got {self.patience}")
+
+
+@dataclass
+class TaskConfig:
+    task: str = opt("auto", "what to learn: node (labels of nodes), link (edges: the partition's edge split), or "
+                    "auto (link where the partition holds an edge split: ogbl-*, --edge-split)",
+                    ("auto", "node", "link"))
+    decoder: str = opt("auto", "--task link: the edge decoder: dot (GAE's inner product) or mlp (OGB's "
+                       "LinkPredictor: Hadamard product, 3-layer MLP); auto: mlp on ogbl-*, else dot",
+                       ("auto", "dot", "mlp"))
+    edge_batch: int = opt(0, "--task link: training positives per optimisation step, each step one encoder pass "
+                          "(0: every positive, one step an epoch)")
+    out_dim: int = opt(0, "--task link: the width of the encoder's output rows, which the decoder reads (0: --hidden)")
+
+    def __post_init__(self) -> None:
+        _need(self.edge_batch >= 0, f"--edge-batch must be >= 0 (0: every positive), got {self.edge_batch}")
+        _need(self.out_dim >= 0, f"--out-dim must be >= 0 (0: --hidden), got {self.out_dim}")
 
 
 @dataclass
@@ -272,6 +304,7 @@ class TrainConfig:
     kernel: KernelConfig = field(default_factory=KernelConfig)
     run: RunConfig = field(default_factory=RunConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
 
     def __post_init__(self) -> None:
         _need(not self.run.resume or self.run.checkpoint, "--resume needs --checkpoint DIR")
@@ -357,7 +390,7 @@ FORMER_NAMES = {"dist": {"nproc": "ranks"}, "run": {"log": "log_file"}}
 Preset = Callable[["TrainConfig"], "TrainConfig"]  # a function returning a config (gnndist.presets)
 
 TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig, "kernel": KernelConfig,
-                  "run": RunConfig, "eval": EvalConfig}
+                  "run": RunConfig, "eval": EvalConfig, "task": TaskConfig}
 
 
 def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:

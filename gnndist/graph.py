@@ -37,6 +37,7 @@ from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout
 from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
+from gnndist.partition.link import LINK_PREFIX
 from gnndist.strategies import Halo1D, Strategy, Structure
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
@@ -183,6 +184,9 @@ class DistGraph:
             node_type=_node_types(schema, t["orig_id"]),  # [n_owned + n_halo] type index, or None
             relations=_relations(t, n_owned, n_halo),
             relation_of=None,  # (r, the union graph) for a view of one relation (relation(r)), else None
+            # a link-prediction split (META.json's "link"): this rank's slice of each pair array and of the id
+            # directory, by name (train, valid, valid_neg, test, test_neg, home; partition.link), else None
+            link={k.removeprefix(LINK_PREFIX): v for k, v in t.items() if k.startswith(LINK_PREFIX)} or None,
             _derived={},
         )
 

@@ -45,6 +45,7 @@ from gnndist.partition.choose import (
 from gnndist.partition.format import drop_pages, write_partition
 from gnndist.partition.hetero import RelationSlicer, hetero_report
 from gnndist.partition.layouts import layout_loads
+from gnndist.partition.link import link_arrays, link_bytes, link_of
 from gnndist.partition.metis import OBJECTIVES, random_assign
 from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
@@ -84,6 +85,7 @@ class Partition:
             if ea is not None else None
         # a typed graph: each part's CSR per relation (partition.hetero)
         relations = RelationSlicer(self.schema, self.book) if self.schema is not None else None
+        link = link_of(d)
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
             arrays = {
@@ -103,6 +105,8 @@ class Partition:
                 arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
             if relations is not None:
                 arrays.update(relations.arrays(lp.rank, lp.halo_gid))
+            if link is not None:  # a link-prediction split: this part's slice of every pair array
+                arrays.update(link_arrays(link, self.book.old2new, lp.rank, self.book.parts))
             yield arrays
             for mm in getattr(d, "memmaps", ()):  # the rows gathered from memory-mapped inputs: not resident
                 drop_pages(mm)
@@ -125,6 +129,8 @@ class Partition:
         }
         if self.schema is not None:
             meta["hetero"] = self.schema.to_meta()
+        if link_of(d) is not None:
+            meta["link"] = link_of(d).to_meta()
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
@@ -142,7 +148,8 @@ class Partition:
         if getattr(d, "train_masks", None) is not None:  # train / val / test masks of every stored split
             per_node += 3 * d.train_masks.shape[1]
         per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)
-        return n * per_node + nnz * per_entry
+        link = link_of(d)
+        return n * per_node + nnz * per_entry + (link_bytes(link, n) if link is not None else 0)
 
 
 def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:

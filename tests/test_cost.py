@@ -124,7 +124,7 @@ def test_model_layers_are_what_the_layers_run(part1, model, hidden):
     from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
     from gnndist.nn import build_model
-    from gnndist.training.trainer import output_width
+    from gnndist.tasks.node import output_width
 
     g = DistGraph.load(part1, ProcessGrid())
     f_in, f_out = g.x.shape[1], output_width(g)  # 6 features, 3 classes

@@ -68,7 +68,7 @@ def _revgnn_step(grid, partdir, reversible):
     model.trace = {"stored": [], "recomputed": []}
     model.train()
     with graph.context.step(epoch=3):
-        trainer.loss(model(graph, graph.x)).backward()
+        trainer.task.objective(model(graph, graph.x)).backward()
     trainer.allreduce_grads()
     return dict(grads={n: p.grad.clone() for n, p in model.named_parameters()}, trace=model.trace)
 
@@ -114,7 +114,7 @@ def _first_steps(grid, partdir, weights=None):
                     p.copy_(weights[model][n])
             trainer.optim.zero_grad(set_to_none=True)
             with graph.context.step(seed=trainer.cfg.run.seed, epoch=1):
-                trainer.loss(trainer.model(graph, graph.x)).backward()
+                trainer.task.objective(trainer.model(graph, graph.x)).backward()
             trainer.allreduce_grads()
         grads = {n: p.grad.clone() for n, p in params.items()}
         out[model] = dict(losses=losses, weights=after_one, grads=grads)

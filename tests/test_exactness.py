@@ -60,7 +60,7 @@ def _rank_job(grid, partdir):
         trainer.model.train()
         init = copy.deepcopy(trainer.model.state_dict())
         logits = trainer.model(graph, graph.x)
-        trainer.loss(logits).backward()
+        trainer.task.objective(logits).backward()
         trainer.allreduce_grads()
         grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
         owned = graph.orig_id[: graph.n_owned]

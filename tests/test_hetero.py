@@ -54,7 +54,7 @@ def _rank_job(grid, partdir):
         emb = trainer.model.embedding
         res["emb_init"] = emb.weight.detach().clone()
         logits = trainer.model(graph, graph.x)
-        trainer.loss(logits).backward()
+        trainer.task.objective(logits).backward()
         trainer.allreduce_grads()
         res.update(grads={n: p.grad.clone() for n, p in trainer.model.named_parameters() if "embedding" not in n},
                    emb_grad=emb.weight.grad.clone(), logits=logits.detach(), ids=graph.orig_id[: graph.n_owned].clone(),
@@ -335,14 +335,16 @@ def test_embedding_zero_has_no_table(tmp_path):
     from gnndist.partition import partition
 
     from gnndist.dist.grid import ProcessGrid
+    from gnndist.tasks import task_for
     from gnndist.training.trainer import model_of
 
     partition(from_hetero(_hetero(), "toy-mag"), 1, progress=False).save(tmp_path, dataset="toy-mag", progress=False)
     graph = DistGraph.load(tmp_path, ProcessGrid())
     cfg = _cfg(0)
-    learn = model_of(cfg.model, graph)
+    widths = task_for(graph, cfg).widths(cfg.model.hidden)
+    learn = model_of(cfg.model, graph, *widths)
     cfg.model.embedding = "zero"
-    zero = model_of(cfg.model, graph)
+    zero = model_of(cfg.model, graph, *widths)
     assert learn.embedding is not None and zero.embedding is None
     assert sum(p.numel() for p in learn.parameters()) - sum(p.numel() for p in zero.parameters()) \
         == learn.embedding.weight.numel()

@@ -63,7 +63,7 @@ def _rank_job(grid, partdir):
     trainer = Trainer(graph, _cfg(0), model=lambda f_in, f_out: Net(graph, f_in, f_out))
     trainer.model.eval()  # no dropout: one step's gradients
     logits = trainer.model(graph, graph.x)
-    trainer.loss(logits).backward()
+    trainer.task.objective(logits).backward()
     trainer.allreduce_grads()
     emb = trainer.model.embedding
     out.update(grads={n: p.grad.clone() for n, p in trainer.model.named_parameters() if "embedding" not in n},

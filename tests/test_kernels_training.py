@@ -53,7 +53,7 @@ def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     trainer = Trainer(graph, _cfg(model, 0.0))
     trainer.model.train()
     logits = trainer.model(graph, graph.x)
-    trainer.loss(logits).backward()
+    trainer.task.objective(logits).backward()
     return dict(losses=losses, logits=logits.detach(),
                 grads={n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 

@@ -47,7 +47,7 @@ def _rank_job(grid, partdir):
         trainer.model.train()
         with graph.context.step(seed=1, epoch=2):
             logits = trainer.model(graph, graph.x)  # [n_owned, classes]
-            trainer.loss(logits).backward()
+            trainer.task.objective(logits).backward()
         trainer.allreduce_grads()
         grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
         out[model] = dict(losses=losses, init=init, logits=logits.detach(), grads=grads,

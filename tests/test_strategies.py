@@ -165,7 +165,7 @@ def _train_job(grid, partdir, cases):
             trainer = Trainer(graph, _cfg(model, norm, dropout=0.0))
             trainer.model.train()
             logits = trainer.model(graph, graph.x)
-            trainer.loss(logits).backward()
+            trainer.task.objective(logits).backward()
             trainer.allreduce_grads()
             grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
             bn = {n: b.clone() for n, b in trainer.model.named_buffers() if "running" in n}

@@ -125,7 +125,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.partition.progress import Stages
     from gnndist.strategies import strategy_from_config
     from gnndist.training.checkpoint import load_model_file
-    from gnndist.training.trainer import metric_of, split_metrics
+    from gnndist.tasks import task_for
+    from gnndist.tasks.node import split_metrics
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")
@@ -138,7 +139,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
         graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)),
                           kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
-        model = together(grid, lambda: _model(cfg, graph, state, path), "another rank's model does not match")
+        task = task_for(graph, cfg)
+        model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
         layers = model_spec(cfg.model.model).layers(model, cfg.model.arch)  # its representation layers
         if req.layer is not None:
             check_layer(layers, req.layer)  # every rank alike: one line, before any work
@@ -155,8 +157,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
                    "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
         if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
             stages.set_postfix_str("the metric from the written rows")
-            metric = metric_of(cfg, graph)
-            summary.update(metric=metric, **split_metrics(graph, written.to(grid.device), metric))
+            summary.update(metric=task.metric, **split_metrics(graph, written.to(grid.device), task.metric))
     except BaseException:
         stages.discard()  # the error is the one line
         raise
@@ -185,12 +186,13 @@ def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:
     return keep, ids[keep.numpy()] - offsets[t], offsets[t + 1] - offsets[t]
 
 
-def _model(cfg, graph, state: dict, path: Path) -> nn.Module:
+def _model(cfg, graph, task, state: dict, path: Path) -> nn.Module:
     from gnndist.nn.node_embedding import own_state
     from gnndist.training.checkpoint import check_same_model
     from gnndist.training.trainer import model_of
 
-    model = model_of(cfg.model, graph, cfg.run.seed)
+    widths = task.widths(cfg.model.hidden)
+    model = task.wrap(model_of(cfg.model, graph, *widths, cfg.run.seed), cfg, cfg.run.seed)
     state, _ = own_state(model, state)  # the embeddings' whole tables: this rank's rows
     check_same_model(path, {"model": state, "config": cfg.to_dict()}, model)  # one line: another model or width
     model.load_state_dict(state)

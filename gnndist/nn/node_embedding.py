@@ -1,4 +1,5 @@
-"""Learnable input rows for the featureless node types of a typed graph, sharded like the features."""
+"""Learnable input rows for the featureless nodes (of a typed graph's featureless types, or of a featureless graph),
+sharded like the features."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ EMBEDDING_KEY = 0x454D4244  # the hash stream of the initial rows (apart from dr
 
 
 class NodeEmbedding(nn.Module):
-    """One learnable row per node of a featureless type; a rank holds the rows of the nodes it owns.
+    """One learnable row per node of a featureless type (of every node of a graph without features, e.g. a link
+    predictor's on ogbl-ddi); a rank holds the rows of the nodes it owns.
 
     The rows replace those nodes' (zero) feature rows, so the first layer's halo exchange carries
     them like hidden activations and its backward sends their gradients home to the owner: nothing
@@ -23,7 +25,8 @@ class NodeEmbedding(nn.Module):
     trainer, which neither broadcasts nor all-reduces them.
 
     Args:
-        graph: the rank's typed graph (``graph.hetero``, ``graph.node_type``, ``graph.orig_id``).
+        graph: the rank's graph: typed (``graph.hetero``, ``graph.node_type``, ``graph.orig_id``), or a homogeneous
+            graph (``graph.hetero`` None), whose every node has a learned row.
         dim: the width of a row (the width of the features).
         seed: seed of the initial rows.
 
@@ -34,24 +37,33 @@ class NodeEmbedding(nn.Module):
 
     def __init__(self, graph, dim: int, seed: int = 0):
         super().__init__()
-        featureless = torch.tensor([not f for f in graph.hetero.featured], device=graph.node_type.device)
-        rows = featureless[graph.node_type[: graph.n_owned]].nonzero().view(-1)  # [n_rows] local ids
+        self.whole = graph.hetero is None  # a featureless homogeneous graph: every node's row is learned
+        if self.whole:
+            rows = torch.arange(graph.n_owned, device=graph.orig_id.device)
+            self.table_rows = graph.num_nodes
+        else:
+            featureless = torch.tensor([not f for f in graph.hetero.featured], device=graph.node_type.device)
+            rows = featureless[graph.node_type[: graph.n_owned]].nonzero().view(-1)  # [n_rows] local ids
         self.register_buffer("rows", rows, persistent=False)
         self.register_buffer("ids", graph.orig_id[rows].long(), persistent=False)  # [n_rows] dataset ids
-        # where each row sits in the whole table (every featureless node, in dataset order): checkpoints hold that
-        offsets, featured = graph.hetero.offsets, graph.hetero.featured
-        shift = torch.zeros(len(featured), dtype=torch.long)  # [T] dataset id - table position, per type
-        seen = 0
-        for t, f in enumerate(featured):
-            shift[t] = offsets[t] - seen
-            seen += 0 if f else offsets[t + 1] - offsets[t]
-        self.table_rows = int(seen)
-        self.register_buffer("positions", self.ids - shift.to(self.ids.device)[graph.node_type[rows]],
-                             persistent=False)  # [n_rows]
+        if self.whole:
+            positions = self.ids
+        else:  # where each row sits in the whole table (every featureless node, in dataset order): checkpoints
+            offsets, featured = graph.hetero.offsets, graph.hetero.featured
+            shift = torch.zeros(len(featured), dtype=torch.long)  # [T] dataset id - table position, per type
+            seen = 0
+            for t, f in enumerate(featured):
+                shift[t] = offsets[t] - seen
+                seen += 0 if f else offsets[t + 1] - offsets[t]
+            self.table_rows = int(seen)
+            positions = self.ids - shift.to(self.ids.device)[graph.node_type[rows]]
+        self.register_buffer("positions", positions, persistent=False)  # [n_rows]
         init = (hash_uniform(self.ids, dim, seed, 0, EMBEDDING_KEY) * 2 - 1) * math.sqrt(3.0)  # [n_rows, dim]
         self.weight = nn.Parameter(init)
 
     def forward(self, graph, x: Tensor) -> Tensor:
+        if self.whole:  # x has no columns of its own
+            return self.weight.to(x.dtype) if x.is_floating_point() else self.weight  # [n_owned, dim]
         return x.index_put((self.rows,), self.weight.to(x.dtype))  # [n_owned, dim], differentiable in weight
 
 

@@ -13,7 +13,7 @@ keeps halving (:data:`SKIPPED_WARNING` skipped steps in a row) is warned about, 
 :class:`Precision` owns the step's arithmetic; the trainer's step is::
 
     with precision.autocast():
-        loss = trainer.loss(model(graph, graph.x))
+        loss = trainer.task.objective(model(graph, graph.x))
     precision.backward(loss)                                           # fp16: of the scaled loss
     overflow = trainer.allreduce_grads(precision.overflowed(params))   # every rank's flag in the same all-reduce
     precision.step(optimizer, params, overflow, global_loss, epoch, check)   # fp16: skip, or unscale; then step

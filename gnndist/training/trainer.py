@@ -1,8 +1,8 @@
-"""Full-graph training on P ranks that equals training on one.
+"""Full-graph training on P ranks that equals training on one, of any task (:mod:`gnndist.tasks`).
 
-Weights are replicated; the loss is the sum over a rank's training nodes divided by the
-*global* training count; gradients are all-reduced by sum; metrics are exact over every
-rank (:mod:`gnndist.training.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
+Weights are replicated; the task's loss is each rank's share of a global mean (its terms over the
+*global* count); gradients are all-reduced by sum; metrics are exact over every rank
+(:mod:`gnndist.training.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
 log and the summary in :mod:`gnndist.training.summary`, several runs in :mod:`gnndist.training.runs`.
 """
 
@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.config import ModelConfig, TrainConfig
@@ -22,7 +21,7 @@ from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
 from gnndist.nn.models import ModelSpec, model_spec
 from gnndist.nn.node_embedding import sharded_parameters
-from gnndist.training import metrics
+from gnndist.tasks import task_for
 from gnndist.training.checkpoint import Checkpoints
 from gnndist.training.precision import Precision, check_model
 from gnndist.training.summary import (
@@ -56,16 +55,14 @@ class Trainer:
     def __init__(self, graph: DistGraph, cfg: TrainConfig, model: nn.Module | ModelFactory | None = None,
                  resume_if_any: bool = False):
         self.graph, self.cfg, self.grid = graph, cfg, graph.grid
-        if graph.num_train == 0:
-            raise UserError("the partition has no training nodes (train_mask is empty)")
+        self.task = task_for(graph, cfg)  # what is learned: its data, head, loss and metrics
         torch.manual_seed(cfg.run.seed)
-        self.multilabel = graph.y.dim() > 1
-        self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
-        self.widths = (graph.x.shape[1], output_width(graph))  # the model's input and output widths
+        self.widths = self.task.widths(cfg.model.hidden)  # the encoder's input and output widths
         self.precision = Precision(cfg.optim.precision, self.grid.device, cfg.optim.loss_scale)
         # --model's spec; a model handed in declares nothing: every layout, one parameter group, not modelled
         self.spec = model_spec(cfg.model.model) if model is None else None
-        self.model = self._model(model, *self.widths).to(self.grid.device)
+        encoder = self._model(model, *self.widths).to(self.grid.device)
+        self.model = self.task.wrap(encoder, cfg, cfg.run.seed).to(self.grid.device)
         check_model(self.model, cfg.optim.precision)
         self.modelled, self.model_network = None, None  # the cost model's step and constants (first epoch)
         own = sharded_parameters(self.model)  # this rank's rows (embeddings): neither broadcast nor all-reduced
@@ -74,10 +71,13 @@ class Trainer:
                 self.grid.broadcast_(p.data)
         self.params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in own]
         self.sharded = [p for p in self.model.parameters() if p.requires_grad and id(p) in own]
-        groups = self.spec.optimiser_groups(self.model, cfg.optim.weight_decay) if self.spec else None  # GCNII's own
+        groups = self.spec.optimiser_groups(encoder, cfg.optim.weight_decay) if self.spec else None  # GCNII's own
+        if groups and self.model is not encoder:  # the task's own parameters (a decoder): one more group
+            mine = {id(p) for p in encoder.parameters()}
+            groups.append({"params": [p for p in self.params + self.sharded if id(p) not in mine]})
         self.optim = torch.optim.Adam(groups or self.params + self.sharded, lr=cfg.optim.lr,
                                       weight_decay=cfg.optim.weight_decay)
-        self.metric = metric_of(cfg, graph)
+        self.metric = self.task.metric
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
         self.start_epoch, self.best = 0, Best()
         self.history: list[dict] = []
@@ -99,20 +99,9 @@ class Trainer:
             return model(f_in, f_out)
         self.spec.check_layout(self.cfg.dist.strategy)
         self.spec.check_precision(self.cfg.optim.precision)
-        return model_of(self.cfg.model, self.graph, self.cfg.run.seed, self.spec)
+        return model_of(self.cfg.model, self.graph, f_in, f_out, self.cfg.run.seed, self.spec)
 
     # ------------------------------------------------------------------ one epoch
-    def loss(self, logits: Tensor) -> Tensor:
-        """This rank's share of the global mean loss over training nodes."""
-        g = self.graph
-        mask = g.train_mask
-        if self.multilabel:
-            per = F.binary_cross_entropy_with_logits(logits[mask], g.y[mask].float(), reduction="sum")
-            return per / (g.num_train * g.y.shape[1])
-        if self.binary:  # logits [n_owned, 1]
-            per = F.binary_cross_entropy_with_logits(logits[mask, 0], g.y[mask].float(), reduction="sum")
-            return per / g.num_train
-        return F.cross_entropy(logits[mask], g.y[mask].long(), reduction="sum") / g.num_train
 
     def allreduce_grads(self, overflow: bool = False) -> bool:
         """Sum gradients over ranks in one flat buffer; returns whether any rank's ``overflow`` was set.
@@ -137,34 +126,31 @@ class Trainer:
         return bool(flat[-1] > 0) if flagged else overflow
 
     def train_step(self, epoch: int) -> float:
-        """One optimisation step in the graph's step context; the phase timer splits its time."""
-        g, t = self.graph, self.graph.context.timer
+        """The epoch's optimisation steps (the task's: one, or one per ``--edge-batch``) in the graph's step
+        context; the phase timer splits their time. Returns the mean of the steps' global losses."""
+        t = self.graph.context.timer
         self.model.train()
-        with t.phase("other"):
-            self.optim.zero_grad(set_to_none=True)
-        with t.phase("dense"):
-            with self.precision.autocast():  # fp32: nothing
-                loss = self.loss(self.model(g, g.x))  # fp32 (autocast computes losses in fp32)
-            self.precision.backward(loss)  # fp16: scaled
-        with t.phase("comm"):
-            overflow = self.allreduce_grads(self.precision.overflowed(self.params))
-            total = self.grid.all_reduce_(loss.detach().clone())
-        with t.phase("other"):  # loss and gradients are global here: every rank decides alike
-            self.precision.step(self.optim, self.params, overflow, total, epoch,
-                                check=lambda: self._check_finite(epoch, total))
-            return float(total)
+        losses = []
+        for step in range(self.task.steps(epoch)):
+            with t.phase("other"):
+                self.optim.zero_grad(set_to_none=True)
+            with t.phase("dense"):
+                with self.precision.autocast():  # fp32: nothing
+                    loss = self.task.loss(self.model, epoch, step)  # fp32 (autocast computes losses in fp32)
+                self.precision.backward(loss)  # fp16: scaled
+            with t.phase("comm"):
+                overflow = self.allreduce_grads(self.precision.overflowed(self.params))
+                total = self.grid.all_reduce_(loss.detach().clone())
+            with t.phase("other"):  # loss and gradients are global here: every rank decides alike
+                self.precision.step(self.optim, self.params, overflow, total, epoch,
+                                    check=lambda: self._check_finite(epoch, total))
+                losses.append(float(total))
+        return sum(losses) / len(losses)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """The run's metric on train/val/test over every rank, keyed ``train_<metric>`` etc.
-
-        Count metrics add up statistics over ranks (one all-reduce); ROC-AUC gathers every
-        rank's labels and scores of the split and ranks them all (rank order does not matter).
-        """
+        """The task's metrics on train / val / test over every rank, keyed ``train_<metric>`` etc. (collective)."""
         self.model.eval()
-        with self.precision.autocast():
-            logits = self.model(self.graph, self.graph.x).float()  # [n_owned, C]
-        return split_metrics(self.graph, logits, self.metric)
+        return self.task.evaluate(self.model, self.precision.autocast)
 
     def epoch(self, epoch: int) -> dict:
         """Train one step, measure it (time, bytes, phases), evaluate: the epoch's row of the log."""
@@ -261,57 +247,18 @@ class Trainer:
                         f"(lower --lr, or check the features)")
 
 
-def output_width(graph: DistGraph) -> int:
-    """The model's output width on this graph: one logit per label (multi-label), one (binary), one per class."""
-    if graph.y.dim() > 1:
-        return graph.y.shape[1]
-    return 1 if graph.num_classes == 2 else graph.num_classes
-
-
 def edge_width(graph: DistGraph) -> int:
     """The width of the partition's edge features (0: it has none)."""
     ea = graph.edge_attr
     return rows2d(ea).shape[1] if ea is not None else 0
 
 
-def model_of(m: ModelConfig, graph: DistGraph, seed: int = 0, spec: ModelSpec | None = None) -> nn.Module:
-    """The registered model ``--model`` of the config ``m`` (``spec``: its spec, looked up by default) for this
-    graph's feature and output widths (``seed``: of a typed graph's embeddings)."""
+def model_of(m: ModelConfig, graph: DistGraph, f_in: int, f_out: int, seed: int = 0,
+             spec: ModelSpec | None = None) -> nn.Module:
+    """The registered model ``--model`` of the config ``m`` (``spec``: its spec, looked up by default) of widths
+    ``f_in`` to ``f_out`` (the task's: :meth:`~gnndist.tasks.node.NodeTask.widths`) on this graph (``seed``: of a
+    typed graph's embeddings)."""
     spec = spec or model_spec(m.model)
-    return spec.build(graph.x.shape[1], m.hidden, output_width(graph), m.layers, m.dropout, m.norm, m.recompute,
+    return spec.build(f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
                       m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
                       embedding=m.embedding)
-
-
-def split_metrics(graph: DistGraph, logits: Tensor, metric: str) -> dict[str, float]:
-    """``metric`` on the train / val / test masks over every rank, keyed ``train_<metric>`` etc. (collective).
-
-    Count metrics add up statistics over ranks (one all-reduce); ROC-AUC gathers every rank's
-    labels and scores of the split and ranks them all (rank order does not matter).
-
-    Shapes:
-        logits ``[n_owned, C]``
-    """
-    masks = (graph.train_mask, graph.val_mask, graph.test_mask)
-    y, grid = graph.y, graph.grid
-    if metric == "rocauc":
-        score = metrics.scores(logits, y.dim() > 1)
-        parts = grid.all_gather_object([(y[m].cpu(), score[m].cpu()) for m in masks])
-        values = [metrics.roc_auc(torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts]))
-                  for i in range(3)]
-    else:
-        stats = [metrics.counts(metric, logits[m], y[m], graph.num_classes) for m in masks]
-        flat = torch.cat([s.reshape(-1) for s in stats])  # one all-reduce for the three splits
-        grid.all_reduce_(flat)
-        values = [metrics.from_counts(metric, part.view_as(s))
-                  for part, s in zip(flat.split([s.numel() for s in stats]), stats)]
-    return {metric_key(split, metric): v for split, v in zip(SPLITS, values)}
-
-
-def metric_of(cfg: TrainConfig, graph: DistGraph) -> str:
-    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.training.metrics.default_metric`)."""
-    name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
-    if name == "rocauc" and graph.y.dim() == 1 and graph.num_classes != 2:
-        raise UserError(f"--metric rocauc needs a binary or multi-label dataset; {graph.meta.get('dataset')} has "
-                        f"{graph.num_classes} classes (use acc, f1-micro or f1-macro)")
-    return name

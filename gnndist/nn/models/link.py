@@ -1,0 +1,83 @@
+"""Link prediction's model: an encoder (any registered or user model), an edge decoder, and learned input rows
+for a featureless graph.
+
+    model = LinkModel(encoder, decoder("mlp", 256), embedding)   # model(graph, x): every owned node's row
+    logits = model.decoder(h_u, h_v)                             # one logit per pair
+
+The decoder sees the two endpoint rows of each pair, wherever their owners are
+(:mod:`gnndist.tasks.pairs` brings them): it is local arithmetic on rows, with no dropout (OGB's link
+baselines use none in the predictor), so its result does not depend on the ranks.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+DECODERS = ("dot", "mlp")
+
+
+class DotDecoder(nn.Module):
+    """GAE's inner product: ``<h_u, h_v>`` (Kipf & Welling 2016). No parameters.
+
+    Shapes:
+        hu, hv ``[n, d]`` -> ``[n]``
+    """
+
+    def forward(self, hu: Tensor, hv: Tensor) -> Tensor:
+        return (hu * hv).sum(dim=-1)
+
+
+class MLPDecoder(nn.Module):
+    """OGB's ``LinkPredictor``: the Hadamard product ``h_u * h_v``, then ``layers`` linear layers with ReLU
+    between them, to one logit.
+
+    Args:
+        width: the encoder's output width ``d`` (and the hidden width of the MLP).
+        layers: linear layers (default 3, OGB's).
+
+    Shapes:
+        hu, hv ``[n, d]`` -> ``[n]``
+    """
+
+    def __init__(self, width: int, layers: int = 3):
+        super().__init__()
+        widths = [width] * layers + [1]
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+
+    def forward(self, hu: Tensor, hv: Tensor) -> Tensor:
+        x = hu * hv
+        for lin in self.lins[:-1]:
+            x = F.relu(lin(x))
+        return self.lins[-1](x).view(-1)
+
+
+def decoder(name: str, width: int) -> nn.Module:
+    """The decoder ``--decoder name`` for encoder rows of width ``width``."""
+    if name == "dot":
+        return DotDecoder()
+    if name == "mlp":
+        return MLPDecoder(width)
+    raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODERS)}")
+
+
+class LinkModel(nn.Module):
+    """An encoder and an edge decoder; ``forward`` is the encoder's (every owned node's row).
+
+    Args:
+        encoder: a module taking ``(graph, x)`` -> ``[n_owned, d]``.
+        decoder: a module taking ``(h_u, h_v)`` -> one logit per pair.
+        embedding: a :class:`~gnndist.nn.NodeEmbedding` whose rows are the input of a featureless graph, or None.
+
+    Shapes:
+        x ``[n_owned, F]`` -> ``[n_owned, d]``
+    """
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, embedding: nn.Module | None = None):
+        super().__init__()
+        self.encoder, self.decoder, self.embedding = encoder, decoder, embedding
+
+    def forward(self, graph, x: Tensor) -> Tensor:
+        if self.embedding is not None:
+            x = self.embedding(graph, x)
+        return self.encoder(graph, x)

@@ -1,0 +1,209 @@
+"""Link prediction, full-graph and exact on P ranks: an encoder pass, then the pairs' rows from their owners.
+
+A step: the encoder computes every owned node's row (one pass over the message graph: training edges
+only); the step's positive pairs and their negatives name rows anywhere, which come from their owners in
+one exchange (:func:`gnndist.tasks.pairs.fetch_rows`; their gradients go back the same way); the decoder
+scores each pair; the loss is OGB's and GAE's, ``mean softplus(-pos) + mean softplus(neg)``, each rank
+adding its pairs' terms over the *global* counts. No rank gathers the embedding table.
+
+What does not depend on P:
+
+* which rank holds a pair: part ``k`` stores slice ``k`` of each pair array (:mod:`gnndist.partition.link`);
+  a pair's global index is its position in the split;
+* training negatives: one per positive, global uniform node pairs (``corrupt``: the positive's source with a
+  uniform destination, citation2's) from a hash of (seed, epoch, the positive's global index), in dataset ids;
+* ``--edge-batch B``: positive ``i`` belongs to step ``hash(seed, epoch, i) mod S`` of the ``S = ceil(E / B)``
+  steps of an epoch (about ``B`` each), so one process and P ranks make the same steps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gnndist.errors import UserError
+from gnndist.kernels.dropout.reference import hash_bits
+from gnndist.nn.models.link import LinkModel, decoder
+from gnndist.nn.node_embedding import NodeEmbedding
+from gnndist.partition.link import pair_slice
+from gnndist.tasks.pairs import Directory, fetch_rows
+from gnndist.training import metrics
+from gnndist.training.summary import SPLITS, metric_key
+
+NEGATIVE_KEY = 0x4E454721  # the hash stream of training negatives (apart from dropout's and embeddings')
+BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positive
+TRAIN_EVAL_KEY = 0x54524E45  # the hash stream of the train metric's per-positive negatives (fixed: every epoch alike)
+LINK_FIX = "gnndist partition DATASET --edge-split 85,5,10 stores a seeded random edge split (gnndist run DATASET " \
+           "--task link makes one)"
+
+
+def uniform_nodes(ids: Tensor, width: int, num_nodes: int, seed: int, epoch: int, key: int) -> Tensor:
+    """``width`` uniform node ids in ``[0, num_nodes)`` per global index in ``ids``, from a hash (any rank alike).
+
+    Shapes:
+        ids ``[n]`` int64 -> ``[n, width]`` int64
+    """
+    return (hash_bits(ids, width, seed, epoch, key).long() * num_nodes) >> 31
+
+
+class LinkTask:
+    """Predict the edges of a split: positives and negatives of the partition's edge split (META.json's ``link``).
+
+    Args:
+        graph: this rank's :class:`~gnndist.graph.DistGraph` (its ``link`` arrays).
+        cfg: the training config (``--decoder``, ``--edge-batch``, ``--out-dim``, ``--metric``, ``--seed``).
+    """
+
+    name = "link"
+
+    def __init__(self, graph, cfg):
+        if graph.link is None:
+            raise UserError(f"--task link: the partition of {graph.meta.get('dataset')} has no edge split; {LINK_FIX}")
+        self.graph, self.grid, self.cfg = graph, graph.grid, cfg
+        split = graph.meta["link"]
+        self.metric = link_metric(cfg.eval.metric, split["metric"])
+        counts = {k: v[0] for k, v in split["counts"].items()}
+        self.per_positive = split["metric"] == "mrr"  # negatives [n, K] destinations per positive (citation2)
+        _check_counts(split["counts"], self.per_positive, graph.meta.get("dataset"))
+        self.counts = counts
+        self.num_nodes = graph.num_nodes
+        self.offsets = torch.tensor(graph.meta["offsets"], dtype=torch.int64, device=self.grid.device)
+        self.directory = Directory(graph.link["home"], self.num_nodes, self.grid)
+        new = self.directory.new_ids
+        self.pairs = {name: new(graph.link[name], f"the {name} pairs")
+                      for name in ("train", "valid", "test", "valid_neg", "test_neg")}  # new ids, this rank's slice
+        self.first = {name: pair_slice(counts[name], self.grid.rank, self.grid.world_size)[0] for name in counts}
+        self.featureless = graph.x.shape[1] == 0
+        e = counts["train"]
+        self.batch = cfg.task.edge_batch or e
+        self.num_steps = -(-e // self.batch)
+        self.step_counts: dict[int, Tensor] = {}  # epoch -> [S] global positives of each step
+
+    # ------------------------------------------------------------------ the model
+    def widths(self, hidden: int) -> tuple[int, int]:
+        """The encoder's input width (the features', or ``hidden`` for learned rows) and output width
+        (``--out-dim``, else ``hidden``)."""
+        return hidden if self.featureless else self.graph.x.shape[1], self.cfg.task.out_dim or hidden
+
+    def wrap(self, encoder: nn.Module, cfg, seed: int) -> nn.Module:
+        """The model trained: ``encoder`` with ``--decoder`` (and learned input rows on a featureless graph)."""
+        f_in, f_out = self.widths(cfg.model.hidden)
+        embedding = NodeEmbedding(self.graph, f_in, seed) if self.featureless else None
+        return LinkModel(encoder, decoder(self.decoder, f_out), embedding)
+
+    @property
+    def decoder(self) -> str:
+        """``--decoder``; by default OGB's MLP on its datasets, GAE's inner product on a random split."""
+        given = self.cfg.task.decoder
+        return given if given != "auto" else ("mlp" if self.graph.meta["link"]["kind"] == "ogb" else "dot")
+
+    # ------------------------------------------------------------------ training
+    def steps(self, epoch: int) -> int:
+        """Optimisation steps of an epoch: ``ceil(E_train / --edge-batch)`` (one with every positive by default)."""
+        return self.num_steps
+
+    def _step_of(self, epoch: int) -> Tensor:
+        """The step of each of this rank's training positives in ``epoch``. ``[n_local]`` int64."""
+        n = self.pairs["train"].shape[0]
+        ids = torch.arange(self.first["train"], self.first["train"] + n, device=self.grid.device)
+        if self.num_steps == 1:
+            return torch.zeros(n, dtype=torch.int64, device=ids.device)
+        return uniform_nodes(ids, 1, self.num_steps, self.cfg.run.seed, epoch, BATCH_KEY)[:, 0]
+
+    def loss(self, model: nn.Module, epoch: int, step: int) -> Tensor:
+        """This rank's share of the global loss of step ``step``: its positives of the step and their negatives."""
+        g, seed = self.graph, self.cfg.run.seed
+        of = self._step_of(epoch)
+        if epoch not in self.step_counts:
+            self.step_counts = {epoch: self.grid.all_reduce_(torch.bincount(of, minlength=self.num_steps).double())}
+        total = self.step_counts[epoch][step].clamp(min=1)
+        chosen = (of == step).nonzero().view(-1)
+        pos = self.pairs["train"][chosen]  # [n, 2] new ids
+        index = chosen + self.first["train"]  # [n] global indices of the positives
+        if self.per_positive:  # corrupt the destination
+            dst = uniform_nodes(index, 1, self.num_nodes, seed, epoch, NEGATIVE_KEY)
+            neg = torch.cat([pos[:, :1], self.directory.new_ids(dst)], dim=1)
+        else:
+            neg = self.directory.new_ids(uniform_nodes(index, 2, self.num_nodes, seed, epoch, NEGATIVE_KEY))
+        h = model(g, g.x)  # [n_owned, d]
+        score = self.scores(model, h, torch.cat([pos, neg]))
+        n = pos.shape[0]
+        return (F.softplus(-score[:n]).sum() + F.softplus(score[n:]).sum()) / total
+
+    def scores(self, model: nn.Module, h: Tensor, pairs: Tensor) -> Tensor:
+        """The decoder's logit of each pair (new ids), its rows from their owners (collective).
+
+        Shapes:
+            h ``[n_owned, d]``; pairs ``[n, 2]`` -> ``[n]`` float32
+        """
+        rows = fetch_rows(h, pairs.reshape(-1), self.offsets, self.grid, self.graph.context.counter, "pairs")
+        rows = rows.view(pairs.shape[0], 2, -1)
+        return model.decoder(rows[:, 0], rows[:, 1]).float()
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, autocast) -> dict[str, float]:
+        """The metric on train / val / test over every rank, keyed ``val_hits@50`` etc. (AUC: AP beside it).
+
+        Validation and test positives are scored against their split's negatives; the train value
+        scores the first ``E_val`` training positives against the validation negatives (OGB's practice).
+        """
+        g = self.graph
+        with autocast():
+            h = model(g, g.x)
+        out = {}
+        for split, (pos, neg) in zip(SPLITS, (self._train_eval(), ("valid", "valid_neg"), ("test", "test_neg"))):
+            p, n = (self.pairs[pos], self.pairs[neg]) if isinstance(pos, str) else (pos, neg)
+            values = self._metrics(model, h, p, n)
+            out.update({metric_key(split, k): v for k, v in values.items()})
+        return out
+
+    def _train_eval(self) -> tuple[Tensor, Tensor]:
+        """The train metric's positives (global index below ``E_val``) and negatives (the validation negatives,
+        or hashed destinations per positive)."""
+        pos = self.pairs["train"]
+        keep = (torch.arange(pos.shape[0], device=pos.device) + self.first["train"]) < self.counts["valid"]
+        pos = pos[keep]
+        if not self.per_positive:
+            return pos, self.pairs["valid_neg"]
+        index = keep.nonzero().view(-1) + self.first["train"]
+        k = self.pairs["valid_neg"].shape[1]
+        dst = uniform_nodes(index, k, self.num_nodes, self.cfg.run.seed, 0, TRAIN_EVAL_KEY)
+        return pos, self.directory.new_ids(dst)
+
+    def _metrics(self, model: nn.Module, h: Tensor, pos: Tensor, neg: Tensor) -> dict[str, float]:
+        n = pos.shape[0]
+        if self.per_positive:  # neg [n, K] destinations of each positive's source
+            k = neg.shape[1]
+            pairs = torch.stack([pos[:, :1].expand(n, k), neg], dim=2).reshape(-1, 2)
+            score = self.scores(model, h, torch.cat([pos, pairs]))
+            return metrics.link_metrics(self.metric, score[:n], score[n:].view(n, k), self.grid)
+        score = self.scores(model, h, torch.cat([pos, neg]))
+        return metrics.link_metrics(self.metric, score[:n], score[n:], self.grid)
+
+
+def link_metric(given: str, stored: str) -> str:
+    """The link task's metric: ``--metric`` when it names one (``auc``, ``mrr``, ``hits@K``), else the split's."""
+    if given == "auto":
+        return stored
+    if given in ("auc", "mrr") or given.startswith("hits@"):
+        if (given == "mrr") != (stored == "mrr"):
+            raise UserError(f"--metric {given}: this split's negatives are "
+                            f"{'per positive (MRR)' if stored == 'mrr' else 'shared (AUC, Hits@K)'}")
+        return given
+    raise UserError(f"--metric {given} is a node metric; a link task is scored by auc, mrr or hits@K")
+
+
+def _check_counts(counts: dict, per_positive: bool, name: str | None) -> None:
+    """One line for a split that cannot train or be scored: no positives, negatives of the wrong shape."""
+    for split in ("train", "valid", "test"):
+        if counts[split][0] == 0:
+            raise UserError(f"{name}: the edge split has no {split} positives; {LINK_FIX} with a nonzero share")
+    for split in ("valid", "test"):
+        neg = counts[f"{split}_neg"]
+        if per_positive and (len(neg) != 2 or neg[0] != counts[split][0]):
+            raise UserError(f"{name}: {split} negatives of shape {neg}: MRR needs [{counts[split][0]}, K], "
+                            f"K destinations per positive")
+        if not per_positive and (len(neg) != 2 or neg[1] != 2 or neg[0] == 0):
+            raise UserError(f"{name}: {split} negatives of shape {neg}: need [M, 2] node pairs, M >= 1")

@@ -1,0 +1,91 @@
+"""Rows of a distributed table by global id, from whichever rank owns them: the pairs' one exchange.
+
+A table is split over the ranks in contiguous ranges (``offsets``, ``[P + 1]``): the encoder's output
+(a rank owns the new ids ``[offsets[r], offsets[r + 1])`` of the partition) and the directory that
+turns dataset ids into new ids (rank ``r`` holds the new ids of dataset ids ``[r * H, (r + 1) * H)``).
+
+    plan = fetch_plan(ids, offsets, grid)     # ids: sorted, unique; who asks whom for what (one exchange)
+    rows = gather(h, plan, counter, "pairs")  # [len(ids), F], differentiable: gradients go home to the owners
+
+No rank holds a whole table: a rank receives the rows its own pairs name, once each.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gnndist.dist.comm import ExchangePlan, gather
+from gnndist.dist.grid import ProcessGrid
+from gnndist.errors import UserError
+
+
+def fetch_plan(ids: Tensor, offsets: Tensor, grid: ProcessGrid) -> ExchangePlan:
+    """The :class:`ExchangePlan` that brings the rows ``ids`` of a table split at ``offsets`` to this rank.
+
+    Collective (two all-to-alls: the counts, then the ids). The rows arrive in the order of ``ids``
+    (sorted ids are grouped by owner, owners in rank order).
+
+    Shapes:
+        ids ``[n]`` int64, sorted and unique; offsets ``[P + 1]`` int64
+    """
+    world, rank = grid.world_size, grid.rank
+    owner = torch.bucketize(ids, offsets[1:-1].to(ids.device), right=True)  # [n] rank owning each id
+    recv_counts = torch.bincount(owner, minlength=world)  # [P] rows this rank asks of each rank
+    if not grid.distributed:
+        return ExchangePlan(ids - int(offsets[0]), [ids.numel()], [ids.numel()], None)
+    asked = torch.empty_like(recv_counts)
+    grid.all_to_all_single(asked, recv_counts)  # [P] rows each rank asks of this one
+    send_counts, recv_list = asked.tolist(), recv_counts.tolist()
+    wanted = ids.new_empty(sum(send_counts))
+    grid.all_to_all_single(wanted, ids.contiguous(), send_counts, recv_list)
+    return ExchangePlan(wanted - int(offsets[rank]), send_counts, recv_list, grid)
+
+
+def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, counter=None,
+               tag: str = "pairs") -> Tensor:
+    """``table``'s rows of the global ``ids`` (any order, repeats allowed), from their owners; differentiable.
+
+    Collective. Each distinct id travels once; its gradient is summed and sent back to its owner.
+
+    Shapes:
+        table ``[n_owned, *]`` (this rank's range of the split); ids ``[n]`` int64  ->  ``[n, *]``
+    """
+    uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    rows = gather(table, fetch_plan(uniq, offsets, grid), counter, tag)  # [n_unique, *]
+    return rows[inverse]
+
+
+class Directory:
+    """Dataset id -> new id, held 1/P per rank: rank ``r`` answers for dataset ids ``[r * H, (r + 1) * H)``.
+
+    Args:
+        home: this rank's slice of the map (the partition's ``link_home``), new ids of its dataset ids.
+        num_nodes: N, every node of the graph.
+        grid: the process grid.
+
+    Shapes:
+        home ``[min(H, N - r * H)]`` int64 with ``H = ceil(N / P)``
+    """
+
+    def __init__(self, home: Tensor, num_nodes: int, grid: ProcessGrid):
+        per = -(-num_nodes // grid.world_size)
+        self.home, self.num_nodes, self.grid = home.long().view(-1, 1), num_nodes, grid
+        self.offsets = torch.tensor([min(r * per, num_nodes) for r in range(grid.world_size + 1)],
+                                    dtype=torch.int64, device=home.device)
+
+    def new_ids(self, ids: Tensor, what: str = "pairs") -> Tensor:
+        """The new ids of dataset ``ids`` (collective; ``what`` names them in the error of an id out of range).
+
+        Shapes:
+            ids ``[*]`` int64  ->  ``[*]`` int64
+        """
+        flat = ids.reshape(-1).long()
+        bad = bool(self.grid.all_reduce_(torch.tensor(
+            [float(flat.numel() > 0 and (int(flat.min()) < 0 or int(flat.max()) >= self.num_nodes))],
+            device=flat.device)).item() > 0)
+        if bad:
+            lo, hi = (int(flat.min()), int(flat.max())) if flat.numel() else (0, 0)
+            raise UserError(f"{what}: node ids must lie in [0, {self.num_nodes}) (the graph has {self.num_nodes:,} "
+                            f"nodes); found ids in [{lo}, {hi}] on some rank")
+        return fetch_rows(self.home, flat, self.offsets, self.grid).view(ids.shape)
