@@ -124,9 +124,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
     from gnndist.strategies import strategy_from_config
-    from gnndist.training.checkpoint import load_model_file
     from gnndist.tasks import task_for
     from gnndist.tasks.node import split_metrics
+    from gnndist.training.checkpoint import load_model_file
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")
