@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from gnndist.config import (
+    DEFAULT_EDGE_SPLIT,
     DataConfig,
     DistConfig,
     ModelConfig,
@@ -64,21 +65,22 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_config(args: argparse.Namespace, dataset: str | None):
-    """The training config of the flags, presets and the user's kernel overrides (``GNNDIST_KERNEL``,
-    ``GNNDIST_SPMM_TUNE``: read here, once, and passed down as a value)."""
+def _train_config(args: argparse.Namespace, dataset: str | None, task: str | None = None):
+    """The training config of the flags, presets (``task``: what the partition holds, for the recipe) and the
+    user's kernel overrides (``GNNDIST_KERNEL``, ``GNNDIST_SPMM_TUNE``: read here, once, and passed down as a
+    value)."""
     from gnndist.kernels.settings import settings_from_env
 
-    return from_args(args, dataset, kernel_env=settings_from_env())  # a bad GNNDIST_KERNEL: one line, exit 2
+    return from_args(args, dataset, kernel_env=settings_from_env(), task=task)  # a bad GNNDIST_KERNEL: one line
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from gnndist.partition import read_meta
     from gnndist.train import train
 
-    dataset = _dataset_of(args.partdir, read_meta)
-    cfg = _train_config(args, dataset)
-    _say_recipe(dataset, cfg)
+    dataset, task = _dataset_of(args.partdir, read_meta)
+    cfg = _train_config(args, dataset, task)
+    _say_recipe(dataset, cfg, task)
     _say_modelled_widths(args.partdir, cfg, read_meta)
     return train(str(args.partdir), cfg)
 
@@ -100,21 +102,23 @@ def _say_modelled_widths(partdir, cfg, read_meta) -> None:
               f"(gnndist partition --hidden {cfg.model.hidden} --layers {cfg.model.layers} chooses for this one)", cfg)
 
 
-def _say_recipe(dataset: str | None, cfg) -> None:
-    from gnndist.presets import dataset_recipe
+def _say_recipe(dataset: str | None, cfg, task: str | None = None) -> None:
+    from gnndist.presets import dataset_recipe, task_of
     from gnndist.train import stage
 
-    recipe = dataset_recipe(dataset)
+    recipe = dataset_recipe(dataset, task_of({"task": {"task": cfg.task.task}}, dataset, task))
     if recipe is not None:
         stage(f"{recipe[0]} (this family's recipe; flags override it)", cfg)
 
 
-def _dataset_of(partdir, read_meta) -> str | None:
-    """The dataset name a partition was made from (for its family recipe); None if unreadable."""
+def _dataset_of(partdir, read_meta) -> tuple[str | None, str | None]:
+    """The dataset name a partition was made from and the task it holds (``link`` with an edge split, else
+    ``node``), for its family recipe; ``(None, None)`` if unreadable."""
     try:
-        return read_meta(partdir).get("dataset")
+        meta = read_meta(partdir)
     except UserError:
-        return None  # launch reports the bad directory in its own words
+        return None, None  # launch reports the bad directory in its own words
+    return meta.get("dataset"), "link" if "link" in meta else "node"
 
 
 def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
@@ -122,6 +126,8 @@ def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
+    if cfg.task.task == "link" and dcfg.edge_split is None and not Path(args.dataset).name.startswith("ogbl"):
+        dcfg = dataclasses.replace(dcfg, edge_split=DEFAULT_EDGE_SPLIT)  # ogbl-* have their own
     return dcfg
 
 
@@ -133,6 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _train_config(args, args.dataset)
     _say_recipe(args.dataset, cfg)
     dcfg = run_data_config(args, cfg)
+    if dcfg.edge_split is not None and cfg.task.task == "auto":
+        cfg = dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, task="link"))
     here = place()
     world = here.world if here.launched else cfg.dist.ranks
     part = dataclasses.replace(build_section(PartitionConfig, args), parts=world)  # for the model trained: cfg.model
@@ -183,7 +191,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     d = build_section(DistConfig, args)
     req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress,
-                         args.type)
+                         args.type, args.pairs)
     here = place()
     if here.rank == 0:  # one rank alone, rank 0 of torchrun: one line, before any rank starts
         req.check()
@@ -343,8 +351,11 @@ def _add_predict(sub) -> None:
                                                   "rows in place), .pt or .csv (small outputs); row i is dataset "
                                                   "node i")
     sq.add_argument("--what", default="probs", choices=WHATS,
-                    help="class probabilities (default), logits, the predicted class, or the representation after "
-                         "--layer K (0-based)")
+                    help="class probabilities (default), logits, the predicted class, the representation after "
+                         "--layer K (0-based; a link model: its encoder's rows without --layer), or a link model's "
+                         "scores of --pairs")
+    sq.add_argument("--pairs", default=None, help="with --what scores: a .npy of [n, 2] dataset node ids; writes "
+                    "the probability of each pair, in their order")
     sq.add_argument("--layer", type=int, default=None, help="with --what embedding: the layer whose output to write")
     sq.add_argument("--force", action="store_true", help="replace an existing --out")
     sq.add_argument("--type", default=None, help="a heterogeneous graph: the node type whose rows to write, in its "

@@ -24,6 +24,7 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
 METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric of a node task (gnndist.training.metrics computes them)
+DEFAULT_EDGE_SPLIT = "85,5,10"  # --edge-split of gnndist run --task link on a graph without one (GAE's)
 LINK_METRICS = ("auc", "mrr")  # --metric of a link task, besides hits@K
 
 

@@ -38,25 +38,55 @@ def heterophily(cfg: TrainConfig) -> TrainConfig:
                        optim={"lr": 3e-5, "weight_decay": 0.0, "epochs": 1000}, eval={"splits": "all"})
 
 
-# dataset family: (a pattern of the dataset's name, why, its recipe), first match wins
-DATASET_RECIPES: list[tuple[str, str, Preset]] = [
-    (r"^(roman[-_]empire|amazon[-_]ratings|minesweeper|tolokers|questions)(\.npz)?$",
+def gae(cfg: TrainConfig) -> TrainConfig:
+    """GAE on the Planetoid citation graphs (Kipf & Welling, NIPS workshop 2016, https://arxiv.org/abs/1611.07308):
+    a 2-layer GCN of 32 then 16 units, the inner-product decoder, Adam at lr 0.01 without weight decay or dropout,
+    200 epochs, an 85 / 5 / 10 edge split; test ROC-AUC and AP (their Cora: 91.0 / 92.0)."""
+    return with_fields(cfg, model={"model": "gcn", "layers": 2, "hidden": 32, "dropout": 0.0},
+                       optim={"lr": 0.01, "weight_decay": 0.0, "epochs": 200}, task={"out_dim": 16, "decoder": "dot"})
+
+
+def ogbl_collab(cfg: TrainConfig) -> TrainConfig:
+    """OGB's full-batch ogbl-collab baseline (``examples/linkproppred/collab/gnn.py``): a 3-layer GCN of 256, the
+    3-layer MLP LinkPredictor, no dropout, Adam at lr 0.001, 400 epochs; OGB steps every 65,536 positives (each
+    step one encoder pass here too: ``--edge-batch 0`` makes an epoch one step)."""
+    return with_fields(cfg, model={"model": "gcn", "layers": 3, "hidden": 256, "dropout": 0.0},
+                       optim={"lr": 0.001, "weight_decay": 0.0, "epochs": 400},
+                       task={"decoder": "mlp", "edge_batch": 65536})
+
+
+# dataset family: (a pattern of the dataset's name, the task, why, its recipe), first match of the task wins
+DATASET_RECIPES: list[tuple[str, str, str, Preset]] = [
+    (r"^(roman[-_]empire|amazon[-_]ratings|minesweeper|tolokers|questions)(\.npz)?$", "node",
      "heterophily benchmark (Platonov et al. 2023): --arch residual, 5 blocks of 512, layer norm, dropout 0.2, "
      "lr 3e-5, 1000 epochs, raw features, --splits all", heterophily),
-    (r"amazon", "Amazon co-purchase graph: raw binary features, hidden 64", amazon),
+    (r"amazon", "node", "Amazon co-purchase graph: raw binary features, hidden 64", amazon),
+    (r"^(cora|citeseer|pubmed)", "link", "GAE on a Planetoid graph (Kipf & Welling 2016): GCN 32-16, dot decoder, "
+     "lr 0.01, 200 epochs, no dropout, test AUC and AP", gae),
+    (r"^ogbl[-_]collab", "link", "OGB's full-batch ogbl-collab baseline: GCN 3x256, MLP decoder, lr 0.001, 400 "
+     "epochs, steps of 65,536 positives", ogbl_collab),
 ]
 
 
-def dataset_recipe(dataset: str | None) -> tuple[str, Preset] | None:
-    """``(why, recipe)`` of the first :data:`DATASET_RECIPES` family matching ``dataset``'s name, if any."""
+def dataset_recipe(dataset: str | None, task: str = "node") -> tuple[str, Preset] | None:
+    """``(why, recipe)`` of the first :data:`DATASET_RECIPES` family of ``task`` matching ``dataset``'s name, if any."""
     name = Path(dataset).name.lower() if dataset else ""
-    for pattern, why, recipe in DATASET_RECIPES:
-        if re.search(pattern, name):
+    for pattern, kind, why, recipe in DATASET_RECIPES:
+        if kind == task and re.search(pattern, name):
             return why, recipe
     return None
 
 
-def from_args(args, dataset: str | None = None, kernel_env=None) -> TrainConfig:
+def task_of(given: dict[str, dict[str, Any]], dataset: str | None, stored: str | None = None) -> str:
+    """The task a run's recipe is chosen for: ``--task``, else ``stored`` (what a partition holds), else ``link``
+    for an ogbl-* dataset and ``node`` for any other."""
+    task = given.get("task", {}).get("task", "auto")
+    if task != "auto":
+        return task
+    return stored or ("link" if Path(dataset or "").name.lower().startswith("ogbl") else "node")
+
+
+def from_args(args, dataset: str | None = None, kernel_env=None, task: str | None = None) -> TrainConfig:
     """The training config of parsed ``gnndist train`` / ``run`` arguments (:func:`compose` of the flags given).
 
     ``kernel_env``: the user's :class:`~gnndist.kernels.KernelSettings` from the environment (read once by the
@@ -69,11 +99,12 @@ def from_args(args, dataset: str | None = None, kernel_env=None) -> TrainConfig:
         k = given.setdefault("kernel", {})
         k.setdefault("kernel", kernel_env.impl or "auto")
         k.setdefault("spmm_tune", kernel_env.tune)
-    return compose(given, dataset)
+    return compose(given, dataset, task)
 
 
-def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> TrainConfig:
-    """Defaults, then ``dataset``'s family recipe, then the chosen model's preset, then the flags ``given``.
+def compose(given: dict[str, dict[str, Any]], dataset: str | None = None, task: str | None = None) -> TrainConfig:
+    """Defaults, then ``dataset``'s family recipe (of the run's task: :func:`task_of`, ``task`` what the partition
+    holds), then the chosen model's preset, then the flags ``given``.
 
     The model's preset is its own architecture's recipe: it is left out with ``--arch residual``.
     """
@@ -81,7 +112,7 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None) -> Tra
 
     spec = model_spec(given.get("model", {}).get("model", TrainConfig().model.model))  # one line when unknown
     cfg = TrainConfig()
-    recipe = dataset_recipe(dataset)
+    recipe = dataset_recipe(dataset, task_of(given, dataset, task))
     if recipe is not None:
         cfg = recipe[1](cfg)
     if "split" in given.get("eval", {}) and "splits" not in given["eval"]:  # --split K over a recipe's --splits all

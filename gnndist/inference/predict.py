@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from gnndist.errors import UserError
 
-WHATS = ("probs", "logits", "class", "embedding")
+WHATS = ("probs", "logits", "class", "embedding", "scores")  # scores: a link model's, of --pairs
 LAYOUTS = ("1d", "2d")  # --strategy of predict: the layouts that take no option but the rank count
 SUFFIXES = (".npy", ".pt", ".csv")
 
@@ -39,12 +39,17 @@ class PredictRequest:
     strategy: str = "1d"
     progress: bool = True  # rank 0: a bar naming the stage on a terminal, else one line per slow stage
     type: str | None = None  # a typed graph: the node type whose rows are written (default: the target type)
+    pairs: str | None = None  # --what scores: a .npy of [n, 2] dataset node ids
 
     def check(self) -> None:
         """One line for a request that cannot be (before any rank starts)."""
         if self.what not in WHATS:
             raise UserError(f"--what must be one of {', '.join(WHATS)}, got {self.what!r}")
-        if (self.layer is not None) != (self.what == "embedding"):
+        if (self.pairs is not None) != (self.what == "scores"):
+            raise UserError("--pairs PAIRS.npy goes with --what scores (a link model's probability of each pair)")
+        if self.pairs is not None:
+            read_pairs(self.pairs, 0, 1)  # one line: missing, not [n, 2] integers
+        if self.layer is not None and self.what != "embedding":
             raise UserError("--layer K goes with --what embedding (the representation after layer K)")
         if Path(self.out).suffix not in SUFFIXES:
             raise UserError(f"--out {self.out}: the file's suffix says the format, one of {', '.join(SUFFIXES)}")
@@ -56,6 +61,21 @@ class PredictRequest:
         folder = out.parent if str(out.parent) else Path(".")
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"--out {out}: {folder} is not a writable folder")
+
+
+def read_pairs(path: str, rank: int, parts: int) -> np.ndarray:
+    """Slice ``rank`` of ``parts`` of the node pairs in ``path`` (a ``.npy`` of ``[n, 2]`` integer dataset ids),
+    memory-mapped: no rank reads them all. ``[n_rank, 2]`` int64."""
+    from gnndist.partition.link import pair_slice
+
+    try:
+        arr = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise UserError(f"--pairs {path}: not a readable .npy file ({e})") from None
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
+        raise UserError(f"--pairs {path}: need an [n, 2] array of integer node ids, got {arr.dtype} {list(arr.shape)}")
+    lo, hi = pair_slice(arr.shape[0], rank, parts)
+    return np.ascontiguousarray(arr[lo:hi], dtype=np.int64)
 
 
 def check_layer(layers: list[nn.Module], layer: int) -> None:
@@ -140,17 +160,23 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)),
                           kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
         task = task_for(graph, cfg)
+        check_what(req.what, task.name, req.layer)
         model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
-        layers = model_spec(cfg.model.model).layers(model, cfg.model.arch)  # its representation layers
+        layers = model_spec(cfg.model.model).layers(task.encoder(model), cfg.model.arch)  # its representation layers
         if req.layer is not None:
             check_layer(layers, req.layer)  # every rank alike: one line, before any work
         stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
                    f"{grid.world_size} rank(s)")
         stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
         out = forward_at(model.to(grid.device), graph, req.layer, layers, stages if grid.is_main else None)
-        rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
+        if req.what == "scores":  # each rank scores its slice of the pairs, written at their positions
+            stages.set_postfix_str("score the pairs")
+            rows, ids, n = pair_scores(task, model, out, req.pairs)
+            keep = torch.ones(rows.shape[0], dtype=torch.bool)
+        else:
+            rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
+            keep, ids, n = rows_of_type(graph, req.type)  # a typed graph: one type's rows, in its own dataset order
         stages.set_postfix_str(f"write {Path(req.out).name}")
-        keep, ids, n = rows_of_type(graph, req.type)  # a typed graph: one type's rows, in its own dataset order
         written = rows.clone()
         written[keep] = write_rows(grid, graph, rows[keep], req.out, ids, n)
         summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [n, rows.shape[1]],
@@ -164,6 +190,32 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     stages.close()
     summary["peak_memory_bytes"] = grid.all_gather_object(peak_memory_bytes(grid.device))  # per rank, measured
     return summary
+
+
+def check_what(what: str, task: str, layer: int | None = None) -> None:
+    """One line when ``--what`` is not an output of the checkpoint's task."""
+    if task == "node" and what == "embedding" and layer is None:
+        raise UserError("--what embedding needs --layer K (the representation after layer K)")
+    if task == "link" and what in ("probs", "logits", "class"):
+        raise UserError(f"--what {what}: the checkpoint is a link predictor; it writes --what embedding (its "
+                        f"encoder's rows) or --what scores --pairs PAIRS.npy")
+    if task == "node" and what == "scores":
+        raise UserError("--what scores: the checkpoint is a node model; --what scores is a link predictor's")
+
+
+@torch.no_grad()
+def pair_scores(task, model: nn.Module, h: Tensor, path: str) -> tuple[Tensor, np.ndarray, int]:
+    """The probability of each of this rank's pairs of ``path`` (``[n_rank, 1]``), their positions and the count
+    of every pair (collective: rows come from their owners)."""
+    from gnndist.partition.link import pair_slice
+
+    grid = task.grid
+    pairs = torch.from_numpy(read_pairs(path, grid.rank, grid.world_size)).to(grid.device)
+    new = task.directory.new_ids(pairs, f"--pairs {path}")
+    prob = torch.sigmoid(task.scores(model, h, new)).cpu()[:, None]  # [n_rank, 1]
+    total = int(np.load(path, mmap_mode="r").shape[0])
+    lo, hi = pair_slice(total, grid.rank, grid.world_size)
+    return prob, np.arange(lo, hi), total
 
 
 def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:

@@ -57,6 +57,8 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
         key += f"-rsplits{data.random_splits}"
     if data.target:
         key += f"-target-{data.target}"
+    if data.edge_split:
+        key += "-edges" + "+".join(data.edge_split.split(","))
     if part.method != "random" and part.balance != "auto":
         key += "-b" + "+".join(part.constraints)
     if part.method != "random" and not part.refine:
@@ -108,6 +110,14 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
         from gnndist.datasets.split import add_random_splits
 
         add_random_splits(data, dcfg.split_seed, dcfg.random_splits)
+    if dcfg.edge_split:
+        from gnndist.datasets.edge_split import parse_edge_split, random_edge_split, set_edge_split
+
+        if "link" in data:
+            raise UserError(f"--edge-split: {dataset} has an edge split of its own (its link-prediction split)")
+        say(f"splitting the edges {dcfg.edge_split} (seed {dcfg.split_seed})")
+        set_edge_split(data, *random_edge_split(data.edge_index, int(data.num_nodes),
+                                                parse_edge_split(dcfg.edge_split), dcfg.split_seed))
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.partition_seed, part.constraints,

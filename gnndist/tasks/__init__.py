@@ -6,7 +6,7 @@ checkpoints, ``--runs`` / ``--splits``, early stopping, the log and the summary 
     model = task.wrap(encoder, cfg, seed)         # the model trained (node: the encoder; link: + decoder)
     for step in range(task.steps(epoch)):
         loss = task.loss(model, epoch, step)      # this rank's share of the global loss
-    values = task.evaluate(model, autocast)       # {"train_<metric>": ..., "val_<metric>": ..., ...}
+    values = task.evaluate(model, autocast)       # {"train_<m>": ..., "val_<m>": ...} for m in task.metrics
 
 * :class:`~gnndist.tasks.node.NodeTask`: labels and node splits; a classifier head (the encoder's output).
 * :class:`~gnndist.tasks.link.LinkTask`: edge splits; an edge decoder over pairs whose rows live on any rank.

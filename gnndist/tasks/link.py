@@ -63,6 +63,7 @@ class LinkTask:
         self.graph, self.grid, self.cfg = graph, graph.grid, cfg
         split = graph.meta["link"]
         self.metric = link_metric(cfg.eval.metric, split["metric"])
+        self.metrics = (self.metric, "ap") if self.metric == "auc" else (self.metric,)  # the first selects
         counts = {k: v[0] for k, v in split["counts"].items()}
         self.per_positive = split["metric"] == "mrr"  # negatives [n, K] destinations per positive (citation2)
         _check_counts(split["counts"], self.per_positive, graph.meta.get("dataset"))
@@ -97,6 +98,10 @@ class LinkTask:
         """``--decoder``; by default OGB's MLP on its datasets, GAE's inner product on a random split."""
         given = self.cfg.task.decoder
         return given if given != "auto" else ("mlp" if self.graph.meta["link"]["kind"] == "ogb" else "dot")
+
+    def encoder(self, model: nn.Module) -> nn.Module:
+        """The encoder of the model trained (its representation layers are the encoder's)."""
+        return model.encoder
 
     # ------------------------------------------------------------------ training
     def steps(self, epoch: int) -> int:

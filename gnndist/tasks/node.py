@@ -34,6 +34,7 @@ class NodeTask:
         self.multilabel = graph.y.dim() > 1
         self.binary = not self.multilabel and graph.num_classes == 2  # one logit, binary cross-entropy
         self.metric = metric_of(cfg, graph)
+        self.metrics = (self.metric,)  # what evaluate() reports; the first selects the model
         self.out_width = output_width(graph)
 
     def widths(self, hidden: int) -> tuple[int, int]:
@@ -43,6 +44,10 @@ class NodeTask:
     def wrap(self, encoder: nn.Module, cfg, seed: int) -> nn.Module:
         """The model trained: the encoder itself (its output is the head)."""
         return encoder
+
+    def encoder(self, model: nn.Module) -> nn.Module:
+        """The encoder of the model trained (its representation layers are the encoder's): the model itself."""
+        return model
 
     def steps(self, epoch: int) -> int:
         """Optimisation steps of an epoch: one, over every training node."""

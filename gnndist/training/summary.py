@@ -29,12 +29,14 @@ def metric_key(split: str, metric: str) -> str:
 
 @dataclass
 class Best:
-    """The epoch of best validation metric (the first maximum) and its train / val / test values."""
+    """The epoch of best validation metric (the first maximum) and its train / val / test values; ``others``: the
+    values of the task's further metrics at that epoch, by key (a link task's ``test_ap`` beside ``test_auc``)."""
 
     val: float = -1.0
     epoch: int = -1
     train: float = 0.0
     test: float = 0.0
+    others: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -73,7 +75,8 @@ class RunSummary:
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("best", "history")}
-        return {**{metric_key(s, self.metric): self.value(s) for s in SPLITS}, "best_epoch": self.best.epoch, **d}
+        return {**{metric_key(s, self.metric): self.value(s) for s in SPLITS}, **self.best.others,
+                "best_epoch": self.best.epoch, **d}
 
 
 @dataclass

@@ -79,6 +79,7 @@ class Trainer:
                                       weight_decay=cfg.optim.weight_decay)
         self.metric = self.task.metric
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
+        self.task_keys = [metric_key(split, m) for m in self.task.metrics for split in SPLITS]
         self.start_epoch, self.best = 0, Best()
         self.history: list[dict] = []
         self.step_bytes: dict = {}  # this rank's bytes per layer in the last training step (measured)
@@ -183,7 +184,8 @@ class Trainer:
         """Model selection on the run's validation metric: the first maximum."""
         val = row[self.keys["val"]]
         if val > self.best.val:
-            self.best = Best(val, row["epoch"], row[self.keys["train"]], row[self.keys["test"]])
+            others = {k: row[k] for k in self.task_keys if k not in self.keys.values()}  # e.g. a link task's AP
+            self.best = Best(val, row["epoch"], row[self.keys["train"]], row[self.keys["test"]], others)
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> RunSummary:
