@@ -15,14 +15,30 @@ score of a split, so the trainer gathers ``(y, score)`` from every rank and call
 
 Heads: ``C`` logits for ``C > 2`` classes (cross-entropy), one logit for two classes
 (binary cross-entropy), ``T`` logits for ``T`` labels (binary cross-entropy per label).
+
+Link prediction (:func:`link_metrics`): each rank scores any slice of the positive pairs and of the
+negatives; every rank returns the value of the whole split, bit for bit the one-process value:
+
+* ``hits@K`` (OGB's ``ogbl-collab`` / ``ogbl-ddi`` rule): the share of positives scoring strictly
+  above the ``K``-th largest score of the negatives shared by all positives; 1.0 if fewer than ``K``.
+* ``mrr`` (OGB's ``ogbl-citation2`` rule): mean of ``1 / rank`` of each positive among its own
+  negatives, a tie counted as half above and half below (``rank = (#> + #>=) / 2 + 1``).
+* ``auc``: ROC-AUC and average precision (scikit-learn's step-wise definition, ties grouped)
+  of every positive (label 1) against every negative (label 0).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from gnndist.config import METRICS
+from gnndist.errors import UserError
+
+if TYPE_CHECKING:
+    from gnndist.dist.grid import ProcessGrid
 
 ROCAUC_DATASETS = ("tolokers", "minesweeper", "questions")  # Platonov et al. 2023 score these by ROC-AUC
 
@@ -133,6 +149,124 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
     ranks = avg_rank[inverse]  # [n] in sorted order
     pos_rank_sum = float(ranks[y[order]].sum())
     return (pos_rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def average_precision(y: Tensor, score: Tensor) -> float:
+    """Average precision of ``score`` against 0/1 ``y``: ``sum_n (R_n - R_{n-1}) * P_n`` over the distinct
+    scores in decreasing order (scikit-learn's ``average_precision_score``); tied scores form one threshold.
+
+    Returns ``nan`` without a positive (scikit-learn warns and says 0).
+
+    Shapes:
+        y ``[n]``, score ``[n]``
+    """
+    y = y.bool().view(-1)
+    n_pos = int(y.sum())
+    if n_pos == 0:
+        return float("nan")
+    s_sorted, order = torch.sort(score.double().view(-1), descending=True)
+    _, tie = torch.unique_consecutive(s_sorted, return_counts=True)
+    seen = torch.cumsum(tie, 0)  # [groups] scores at or above each threshold
+    tp = torch.cumsum(y[order].long(), 0)[seen - 1]  # [groups] positives among them
+    recall_step = torch.diff(tp, prepend=tp.new_zeros(1)).double() / n_pos
+    return float((recall_step * (tp.double() / seen.double())).sum())
+
+
+def hits_at_k(pos: Tensor, neg: Tensor, k: int, grid: ProcessGrid) -> float:
+    """Hits@K over every rank (collective): share of positives scoring strictly above the ``k``-th largest
+    negative of all ranks; 1.0 when all ranks hold fewer than ``k`` negatives (OGB's ``_eval_hits``).
+
+    Each rank sends its top ``min(k, m_local)`` negatives; ``nan`` when no rank holds a positive.
+
+    Args:
+        pos: this rank's scores of positive pairs.
+        neg: this rank's scores of negative pairs, shared: each positive is compared with every rank's.
+        k: ``K >= 1``.
+        grid: the job's process grid.
+
+    Shapes:
+        pos ``[n_local]``, neg ``[m_local]`` (either may be empty)
+    """
+    if k < 1:
+        raise ValueError(f"hits@K needs K >= 1, not {k}")
+    pos, neg = pos.detach().view(-1), neg.detach().view(-1)
+    top = torch.topk(neg, min(k, neg.numel())).values.cpu()  # [min(k, m_local)]
+    parts = grid.all_gather_object((top, neg.numel()))
+    if sum(m for _, m in parts) < k:
+        return 1.0
+    kth = torch.topk(torch.cat([t for t, _ in parts]), k).values[-1].to(pos.device)  # 0-dim, neg's dtype
+    stats = torch.tensor([int((pos > kth).sum()), pos.numel()], dtype=torch.int64, device=grid.device)
+    hits, n = grid.all_reduce_(stats).tolist()
+    return hits / n if n else float("nan")
+
+
+def mrr(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> float:
+    """Mean reciprocal rank over every rank (collective), each positive ranked among its own negatives with
+    ties counted half: ``rank = (#{neg > pos} + #{neg >= pos}) / 2 + 1`` (OGB's ``_eval_mrr``).
+
+    Ranks are gathered as a histogram of ``2 * (rank - 1)`` (exact integers), so the float64 mean is the
+    same at any world size; OGB's own is float32. ``nan`` when no rank holds a positive.
+
+    Shapes:
+        pos ``[n_local]``, neg ``[n_local, K]`` (``[0, K]`` on a rank without positives)
+    """
+    twice = (neg > pos.view(-1, 1)).sum(1) + (neg >= pos.view(-1, 1)).sum(1)  # [n_local] 2 * (rank - 1)
+    values, counts = torch.unique(twice.detach(), return_counts=True)
+    parts = grid.all_gather_object((values.cpu(), counts.cpu()))
+    rank2, inverse = torch.unique(torch.cat([v for v, _ in parts]), return_inverse=True)  # sorted
+    hist = torch.zeros(rank2.numel(), dtype=torch.int64).index_add_(0, inverse, torch.cat([c for _, c in parts]))
+    total = int(hist.sum())
+    if total == 0:
+        return float("nan")
+    return float((hist.double() * (2.0 / (rank2.double() + 2))).sum()) / total
+
+
+def auc_ap(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> tuple[float, float]:
+    """ROC-AUC (:func:`roc_auc`) and :func:`average_precision` of every rank's positives (label 1) against every
+    rank's negatives (label 0), gathered on each rank (collective); rank order does not matter.
+
+    Shapes:
+        pos ``[n_local]``, neg ``[m_local]`` (either may be empty)
+    """
+    parts = grid.all_gather_object((pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)))
+    p = torch.cat([a.double() for a, _ in parts])
+    n = torch.cat([b.double() for _, b in parts])
+    y = torch.cat([torch.ones(p.numel(), dtype=torch.bool), torch.zeros(n.numel(), dtype=torch.bool)])
+    score = torch.cat([p, n])  # [n_pos + n_neg]
+    return roc_auc(y, score), average_precision(y, score)
+
+
+def parse_link_metric(name: str) -> tuple[str, int | None]:
+    """``"auc"`` -> ``("auc", None)``, ``"mrr"`` -> ``("mrr", None)``, ``"hits@50"`` -> ``("hits", 50)``;
+    any other name is a one-line :class:`UserError`."""
+    kind, at, k = name.partition("@")
+    if not at and kind in ("auc", "mrr"):
+        return kind, None
+    if kind == "hits" and k.isascii() and k.isdigit() and int(k) >= 1:
+        return kind, int(k)
+    raise UserError(f"link metric {name!r}: expected auc, mrr or hits@K with a whole K >= 1 (such as hits@50)")
+
+
+def link_metrics(metric: str, pos: Tensor, neg: Tensor, grid: ProcessGrid) -> dict[str, float]:
+    """The link-prediction ``metric`` of the split every rank holds a slice of (collective).
+
+    ``"auc"`` -> ``{"auc", "ap"}`` (:func:`auc_ap`), ``"hits@K"`` -> ``{"hits@K"}`` (:func:`hits_at_k`),
+    ``"mrr"`` -> ``{"mrr"}`` (:func:`mrr`). Names are checked where the user writes them
+    (:func:`parse_link_metric`); here an unknown one is a ``ValueError``.
+
+    Shapes:
+        pos ``[n_local]``; neg ``[m_local]`` (auc, hits: shared negatives) or ``[n_local, K]`` (mrr)
+    """
+    try:
+        kind, k = parse_link_metric(metric)
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    if kind == "auc":
+        auc, ap = auc_ap(pos, neg, grid)
+        return {"auc": auc, "ap": ap}
+    if kind == "mrr":
+        return {"mrr": mrr(pos, neg, grid)}
+    return {f"hits@{k}": hits_at_k(pos, neg, k, grid)}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
