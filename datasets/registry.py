@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import hetero, npy_folder, npz, ogb, planetoid, pyg_file, snap, social
+from . import hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, snap, social
 from . import sbm as synth
 from .contract import validate
 from .root import default_root
@@ -181,6 +181,8 @@ for _name in snap.SNAP:
     register(_name, snap.load_snap)
 for _name in ogb.OGB_NAMES:
     register(_name, ogb.load_ogb)
+for _name in ogbl.OGBL_NAMES:  # link prediction: data.link holds OGB's split
+    register(_name, ogbl.load_ogbl)
 HETERO_NAMES = {"ogbn-mag": ogb.load_ogb}  # (name, root, seed, target) -> Data with data.hetero
 register_format("ogb", ogb.read_ogb_folder, ogb.is_ogb_folder)
 register("facebook-page-page", social.load_musae)
