@@ -60,6 +60,10 @@ class EdgeSplit:
     valid_as_input: bool = False
     train_weight: Tensor | None = None
 
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={list(v.shape)}" for k, v in self.arrays().items())
+        return f"EdgeSplit({self.metric}, {self.kind}: {counts})"
+
     @property
     def per_positive(self) -> bool:
         """Whether the negatives are per positive (``[n, K]`` destinations), not shared pairs."""

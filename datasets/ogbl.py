@@ -18,7 +18,7 @@ A dataset lives in ``<root>/ogbl_<name>/`` (or ``ogbl_<name>_pyg/``) as OGB unzi
 
 The result is a link-prediction graph: ``edge_index`` the message graph (OGB's graph, the training edges, cleaned:
 both directions, no duplicates, sorted), ``data.link`` the `EdgeSplit` (kind ``"ogb"``, OGB's ``Evaluator`` metric),
-``y`` zeros and ``num_classes = 0`` (no node labels), no masks. ddi has no node features: ``x`` is ``[N, 0]`` and
+``y`` -1 (unlabelled) and ``num_classes = 0``, empty node masks. ddi has no node features: ``x`` is ``[N, 0]`` and
 ``data.featureless = True``, for the model to learn one embedding per node as OGB's ddi baselines do.
 
 `PygLinkPropPredDataset`, not the plain `LinkPropPredDataset`: the plain one writes ``processed/data_processed``
@@ -129,7 +129,9 @@ def _from_ogbl(graph: Data, parts: dict[str, dict[str, Tensor]], name: str) -> D
     featureless = graph.x is None
     x = torch.zeros(n, 0) if featureless else graph.x.to(torch.float32)  # [N, F]; ddi: [N, 0]
     ei = graph.edge_index.numpy()
-    data = make_data(x, torch.zeros(n, dtype=torch.int64), clean_edges(ei[0], ei[1], n), name, num_classes=0)
+    data = make_data(x, torch.full((n,), -1, dtype=torch.int64), clean_edges(ei[0], ei[1], n), name, num_classes=0)
+    none = torch.zeros(n, dtype=torch.bool)  # no node is labelled: the node masks are empty
+    data.train_mask, data.val_mask, data.test_mask = none, none.clone(), none.clone()
     if featureless:
         data.featureless = True
     metric = Evaluator(name).eval_metric

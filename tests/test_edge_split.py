@@ -143,8 +143,8 @@ def test_ogbl_collab_round_trip(data_root):
         for k, v in split.arrays().items():
             assert torch.equal(back.link.arrays()[k], v), k
         assert torch.equal(back.x, data.x) and torch.equal(back.edge_index, message)
-        assert torch.equal(back.y, torch.zeros(300, dtype=torch.int64)) and back.num_classes == 0
-        assert back.name == "ogbl-collab" and back.get("train_mask") is None and back.get("featureless") is None
+        assert torch.equal(back.y, torch.full((300,), -1)) and back.num_classes == 0  # unlabelled
+        assert back.name == "ogbl-collab" and not back.train_mask.any() and back.get("featureless") is None
     assert folder == str(data_root / "ogbl_collab") and snapshot(data_root) == before  # never written into
 
 

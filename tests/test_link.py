@@ -126,9 +126,10 @@ def test_metric_keys_of_a_link_run(runs):
 
 def test_message_graph_holds_no_validation_or_test_edge(tmp_path):
     """Every rank's rows of A (in dataset ids) miss every validation and test edge, in both directions."""
+    from gnndist.partition import partition
+
     from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
-    from gnndist.partition import partition
 
     data = _data()
     partition(data, 1, **QUICK_PARTITION).save(tmp_path, dataset="toy", progress=False)

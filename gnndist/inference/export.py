@@ -28,6 +28,14 @@ built with the PyG layers in place. A model with a gnndist layer of its own (``-
 ``gen``, ``resgcn``, ``revgnn``) has no exact twin: one line, use ``--format gnndist``.
 
 In eval mode the twin gives gnndist's logits (dropout is the only difference in training).
+
+A link predictor (``--task link``) writes its encoder so, with ``f["task"] == "link"``, its decoder and a
+featureless graph's learned rows::
+
+    x = f["embedding"] if f["embedding"] is not None else x          # [N, in]
+    h = model(x, edge_index)                                          # the message graph's edges
+    d = f["decoder"]                                                  # {"kind": "dot" | "mlp", "state_dict"}
+    score = (h[u] * h[v]).sum(-1)                                     # dot; mlp: OGB's LinkPredictor(h[u], h[v])
 """
 
 from __future__ import annotations
@@ -126,11 +134,27 @@ def _hetero_file(twin: str, state: dict, config: dict, path: Path) -> dict:
     return {"module": "gnndist.pyg_twins", "model": twin, "kwargs": kwargs, "state_dict": out}
 
 
+def link_file(state: dict, config: dict, path: Path) -> dict:
+    """A link predictor's ``--format pyg`` contents: its encoder's twin (as :func:`pyg_file` writes a node model's),
+    its decoder (``{"kind": "dot"}``, or ``"mlp"`` with the state dict of OGB's ``LinkPredictor(d, d, 1, 3, 0.0)``,
+    whose names it has) and a featureless graph's learned input rows (``embedding``, ``[N, in]`` in dataset order,
+    else None)."""
+    def part(prefix: str) -> dict:
+        return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+    encoder = pyg_file(part("encoder."), {**config, "task": {**config["task"], "task": "node"}}, path)
+    kind = config["task"]["decoder"]
+    return {**encoder, "task": "link", "decoder": {"kind": kind, "state_dict": part("decoder.")},
+            "embedding": state.get("embedding.weight")}
+
+
 def pyg_file(state: dict, config: dict, path: Path) -> dict:
     """The ``--format pyg`` contents for the checkpoint's model, or one line when it has no exact PyG twin."""
     from gnndist.nn.models import model_spec
     from gnndist.training.checkpoint import check_same_model
 
+    if config.get("task", {}).get("task") == "link":
+        return link_file(state, config, path)
     m = config["model"]
     name, norm, plain = m["model"], m.get("norm", "none"), m.get("arch", "plain") == "plain"
     spec = model_spec(name)

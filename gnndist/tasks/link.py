@@ -18,6 +18,8 @@ What does not depend on P:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -82,6 +84,10 @@ class LinkTask:
         self.step_counts: dict[int, Tensor] = {}  # epoch -> [S] global positives of each step
 
     # ------------------------------------------------------------------ the model
+    def resolved(self, cfg):
+        """``cfg`` with ``--task link`` and the decoder it trains (:attr:`decoder`)."""
+        return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, task="link", decoder=self.decoder))
+
     def widths(self, hidden: int) -> tuple[int, int]:
         """The encoder's input width (the features', or ``hidden`` for learned rows) and output width
         (``--out-dim``, else ``hidden``)."""

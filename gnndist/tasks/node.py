@@ -7,6 +7,8 @@ metrics are exact over every rank (:mod:`gnndist.training.metrics`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -36,6 +38,10 @@ class NodeTask:
         self.metric = metric_of(cfg, graph)
         self.metrics = (self.metric,)  # what evaluate() reports; the first selects the model
         self.out_width = output_width(graph)
+
+    def resolved(self, cfg):
+        """``cfg`` with ``--task node``."""
+        return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, task="node"))
 
     def widths(self, hidden: int) -> tuple[int, int]:
         """The encoder's input and output widths: the features', one logit per class (or label)."""

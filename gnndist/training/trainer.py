@@ -54,8 +54,9 @@ class Trainer:
 
     def __init__(self, graph: DistGraph, cfg: TrainConfig, model: nn.Module | ModelFactory | None = None,
                  resume_if_any: bool = False):
-        self.graph, self.cfg, self.grid = graph, cfg, graph.grid
         self.task = task_for(graph, cfg)  # what is learned: its data, head, loss and metrics
+        cfg = self.task.resolved(cfg)  # --task and --decoder as resolved: what a checkpoint rebuilds
+        self.graph, self.cfg, self.grid = graph, cfg, graph.grid
         torch.manual_seed(cfg.run.seed)
         self.widths = self.task.widths(cfg.model.hidden)  # the encoder's input and output widths
         self.precision = Precision(cfg.optim.precision, self.grid.device, cfg.optim.loss_scale)
