@@ -29,12 +29,12 @@ import torch
 from torch_geometric.data import Data
 
 from gnndist.errors import UserError
+from gnndist.machine import CHUNK
 
 from .split import per_class_split
 
 EDGES = "edge_index.npy"
 MASKS = ("train_mask", "val_mask", "test_mask")
-CHUNK = 1 << 22  # edges or rows per chunk
 
 
 def is_npy_folder(path: str) -> bool:

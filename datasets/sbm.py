@@ -20,6 +20,7 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 from gnndist.files import atomic_dir
+from gnndist.machine import CHUNK
 
 from .graph import make_data
 from .split import set_random_split
@@ -38,11 +39,6 @@ def parse_name(name: str) -> tuple[int, int] | None:
     if n < 2:
         raise UserError(f"{name}: a synthetic graph needs at least 2 nodes")
     return n, int(m.group(3)) if m.group(3) else NAMED_AVG_DEGREE
-
-
-
-
-CHUNK = 1 << 22  # edges, or feature values, drawn at once
 
 
 def _picks(rng, cum: np.ndarray, lo: float, hi: float, k: int, shuffle: bool = False) -> np.ndarray:

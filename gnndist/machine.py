@@ -1,8 +1,9 @@
 """This process on its machine: the cores it may use, its peak resident memory, how peers reach its host, a free
-port (bottom layer, standard library only).
+port, how much one pass over a large array takes at once (bottom layer, standard library only).
 
-Read by the partitioner (threads, the report's stage peaks), the process grid (threads per rank, the hosts of a
-job), the timers (a CPU rank's peak memory) and the launcher (a local rendezvous port).
+Read by the partitioner (threads, the report's stage peaks, the chunk size), the dataset generators and
+converters (the chunk size), the process grid (threads per rank, the hosts of a job), the timers (a CPU rank's
+peak memory) and the launcher (a local rendezvous port).
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+
+# Entries (edges, adjacency entries, table cells, feature values) one pass over a large array handles at once:
+# it bounds every temporary array of the partitioner and the dataset generators to ~2^22 elements (32 MiB of
+# int64), whatever the graph's size.
+CHUNK = 1 << 22
 
 
 def cores() -> int:

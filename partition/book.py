@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from gnndist.errors import UserError
+from gnndist.machine import CHUNK
 
 
 def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
@@ -51,9 +52,6 @@ class GlobalCSR:
     def rows(self) -> np.ndarray:
         """Row (destination) id of every stored entry."""
         return np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degree())
-
-
-CHUNK = 1 << 22  # adjacency entries (or edges) processed at once: bounds every temporary array
 
 
 def id_dtype(num_nodes: int) -> type:

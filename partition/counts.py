@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 from gnndist.partition.book import GlobalCSR
 
+from gnndist.machine import CHUNK
+
 DENSE_MAX_CELLS = 1 << 27  # N * P up to this: a dense int32 table (512 MiB), else sparse
-CHUNK = 1 << 22  # adjacency entries (and table cells) counted at once
 
 
 def _row_chunks(csr: GlobalCSR, parts: int):

@@ -15,9 +15,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import CHUNK, GlobalCSR, in_order, row_chunks, unique_ids
+from gnndist.partition.book import GlobalCSR, in_order, row_chunks, unique_ids
 
 from gnndist.cost import RankLoad
+from gnndist.machine import CHUNK
 
 
 def replications(parts: int, max_replication: int = 16) -> list[int]:

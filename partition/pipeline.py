@@ -22,7 +22,6 @@ import torch
 from gnndist.partition.backends import BACKENDS, resolve_threads
 from gnndist.partition.balance import AUTO_BUDGET, loads_from_pairs, network, parse_balance
 from gnndist.partition.book import (
-    CHUNK,
     GlobalCSR,
     PartitionBook,
     build_local_parts,
@@ -52,7 +51,7 @@ from gnndist.partition.report import quality
 
 from gnndist.cost import HIDDEN, Network, RankLoad, model_widths
 from gnndist.errors import UserError
-from gnndist.machine import rss_peak
+from gnndist.machine import CHUNK, rss_peak
 
 METHODS = ("auto", *BACKENDS)
 STAGES = ("symmetrise", "assign", "plans", "renumber")  # and "types" after them on a typed graph

@@ -58,9 +58,9 @@ from gnndist.partition.peers import Ledger, prune_peers
 from gnndist.partition.rank_times import compare, load_times, time_key, times_of, unit_costs
 
 from gnndist.cost import Network, RankLoad, epoch_time
+from gnndist.machine import CHUNK
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
-CHUNK = 1 << 22  # adjacency entries processed at once (bounds the temporary arrays)
 
 
 def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.ndarray:
