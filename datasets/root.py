@@ -1,11 +1,11 @@
-"""Where datasets live: ``$GNNDIST_DATA``, else ``~/.cache/gnndist`` (the user's override, read where it is used)."""
+"""Where datasets live: the data root, :func:`gnndist.machine.data_root` (``$GNNDIST_DATA``, else
+``~/.cache/gnndist``)."""
 
 from __future__ import annotations
 
-import os
-import os.path as osp
+from gnndist.machine import data_root
 
 
 def default_root() -> str:
-    """Dataset root: ``$GNNDIST_DATA``, else ``~/.cache/gnndist``."""
-    return os.environ.get("GNNDIST_DATA") or osp.join(osp.expanduser("~"), ".cache", "gnndist")
+    """Dataset root: ``$GNNDIST_DATA``, else ``~/.cache/gnndist`` (:func:`gnndist.machine.data_root`)."""
+    return data_root()

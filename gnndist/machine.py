@@ -1,9 +1,11 @@
 """This process on its machine: the cores it may use, its peak resident memory, how peers reach its host, a free
-port, how much one pass over a large array takes at once (bottom layer, standard library only).
+port, how much one pass over a large array takes at once, where gnndist keeps its files (bottom layer, standard
+library only).
 
 Read by the partitioner (threads, the report's stage peaks, the chunk size), the dataset generators and
 converters (the chunk size), the process grid (threads per rank, the hosts of a job), the timers (a CPU rank's
-peak memory) and the launcher (a local rendezvous port).
+peak memory), the launcher (a local rendezvous port), and the datasets, the partition cache and the probe's
+cache (the data root).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ import socket
 # it bounds every temporary array of the partitioner and the dataset generators to ~2^22 elements (32 MiB of
 # int64), whatever the graph's size.
 CHUNK = 1 << 22
+
+
+def data_root() -> str:
+    """Where gnndist keeps its files on this machine (datasets, cached partitions, the probe's constants):
+    ``$GNNDIST_DATA`` (the user's override, read where it is used), else ``~/.cache/gnndist``."""
+    return os.environ.get("GNNDIST_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "gnndist")
 
 
 def cores() -> int:

@@ -27,6 +27,7 @@ import torch
 
 from gnndist.cost import NETWORKS, Network
 from gnndist.files import atomic_file
+from gnndist.machine import data_root, host_identity
 
 log = logging.getLogger("gnndist")
 
@@ -36,10 +37,9 @@ SUSTAINED = 0.02  # seconds of back-to-back calls in one timing of local work
 
 
 def default_cache() -> Path:
-    """Where measured constants are kept: ``<data root>/probe.json`` (``$GNNDIST_DATA``, else ``~/.cache/gnndist``)."""
-    from gnndist.datasets.root import default_root
-
-    return Path(default_root()) / "probe.json"
+    """Where measured constants are kept: ``<data root>/probe.json`` (:func:`gnndist.machine.data_root`:
+    ``$GNNDIST_DATA``, else ``~/.cache/gnndist``)."""
+    return Path(data_root()) / "probe.json"
 
 
 def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
@@ -63,8 +63,6 @@ def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
 def machine_key(world_size: int, device: torch.device | str) -> str:
     """:func:`cache_key` of a job of ``world_size`` ranks on this machine alone (a partition's or a benchmark's
     lookup of what a ``--strategy auto`` run here measured)."""
-    from gnndist.machine import host_identity
-
     return cache_key([host_identity()] * world_size, device)
 
 

@@ -12,17 +12,16 @@ from pathlib import Path
 
 from gnndist.config import DataConfig, ModelConfig, PartitionConfig
 from gnndist.errors import UserError
+from gnndist.machine import data_root
 
 
 def partition_cache() -> Path:
     """Folder of cached partitions: ``$GNNDIST_PARTITIONS``, else ``<data root>/partitions``.
 
-    The data root is :func:`gnndist.datasets.default_root` (``$GNNDIST_DATA``, else
+    The data root is :func:`gnndist.machine.data_root` (``$GNNDIST_DATA``, else
     ``~/.cache/gnndist``), never ``--root``: a dataset folder given with ``--root`` is only read.
     """
-    from gnndist.datasets import default_root
-
-    return Path(_user_cache() or Path(default_root()) / "partitions")
+    return Path(_user_cache() or Path(data_root()) / "partitions")
 
 
 def _user_cache() -> str | None:
@@ -39,13 +38,11 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
     data comes from, so that two datasets of one name never share a partition.
     """
-    from gnndist.datasets import default_root
-
     is_path = os.sep in dataset or os.path.exists(dataset)
     name = Path(dataset).name if is_path else dataset
-    root = os.path.realpath(data.root or default_root())
+    root = os.path.realpath(data.root or data_root())
     sources = [os.path.realpath(dataset)] if is_path else []
-    if root != os.path.realpath(default_root()) or _user_cache():
+    if root != os.path.realpath(data_root()) or _user_cache():
         sources.append(root)
     if sources:
         name += "-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:8]
