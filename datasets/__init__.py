@@ -22,7 +22,8 @@ Modules, one per format:
     ogb.py        ogbn-* via PygNodePropPredDataset (official split; ogbn-mag: typed); write_ogb
     hetero.py     typed graphs as one union graph + HeteroSchema: a saved HeteroData, synthetic-mag-<N>,
                   <dataset>-paper-word (feature columns as a featureless word type)
-    schema.py     HeteroSchema, a typed graph's schema: data.hetero, graph.hetero; META.json's form (to/from_meta)
+    schema.py     HeteroSchema, a typed graph's schema: data.hetero (schema_of), graph.hetero; META.json's form
+                  (to/from_meta)
     snap.py       SNAP .jlg and text edge lists (structure only)
     social.py     Facebook Page-Page (MUSAE) and Facebook100 .mat
     pyg_file.py   a torch.save'd Data (weights_only)

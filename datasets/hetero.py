@@ -32,7 +32,7 @@ from torch_geometric.data import Data, HeteroData
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
-from .schema import HeteroSchema
+from .schema import HeteroSchema, schema_of
 
 NO_FEATURE_WIDTH = 64  # x's width when no type has features (every type then learns an embedding)
 SYNTHETIC_MAG_RE = re.compile(r"^synthetic-mag-(\d+)([km]?)$", re.IGNORECASE)
@@ -267,7 +267,7 @@ def parse_paper_word(name: str) -> str | None:
 
 def load_paper_word(name: str, base: Data, target: str | None = None) -> Data:
     """``<dataset>-paper-word``: ``base`` (the dataset, loaded) as its paper-word union graph (:func:`paper_word`)."""
-    if bool((base.x < 0).any()) or getattr(base, "hetero", None) is not None or base.y.dim() != 1:
+    if bool((base.x < 0).any()) or schema_of(base) is not None or base.y.dim() != 1:
         raise UserError(f"{name}: {base.name} is not a single-label bag-of-words graph (features must be counts "
                         f"or weights >= 0)")
     return from_hetero(paper_word(base), name, target, num_classes=int(base.num_classes))

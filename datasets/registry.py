@@ -14,6 +14,7 @@ from . import hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, snap, soc
 from . import sbm as synth
 from .contract import validate
 from .root import default_root
+from .schema import schema_of
 
 Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
 
@@ -143,7 +144,7 @@ def load(
             f"unknown dataset {dataset!r} (not a registered name nor an existing path); "
             f"known: {', '.join(names())}, synthetic-<N>[k|m]"
         )
-    if target is not None and getattr(data, "hetero", None) is None:
+    if target is not None and schema_of(data) is None:
         raise UserError(f"--target {target!r}: {dataset} is not a heterogeneous graph (it has one node type)")
     validate(data)
     return data

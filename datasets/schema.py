@@ -59,3 +59,8 @@ class HeteroSchema:
     def counts(self) -> list[int]:
         """The nodes of each type (``[T]``)."""
         return [b - a for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+
+
+def schema_of(data) -> HeteroSchema | None:
+    """A dataset's typed-graph schema, ``data.hetero``; ``None`` for a graph of one node type (no attribute)."""
+    return getattr(data, "hetero", None)

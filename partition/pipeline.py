@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gnndist.datasets.schema import schema_of
 from gnndist.partition.backends import BACKENDS, resolve_threads
 from gnndist.partition.balance import AUTO_BUDGET, loads_from_pairs, network, parse_balance
 from gnndist.partition.book import (
@@ -69,7 +70,7 @@ class Partition:
     seed: int
     report: dict
     threads: int = 1  # threads of the save's chunked passes (the pipeline's --threads)
-    schema: object | None = None  # a typed graph's HeteroSchema (data.hetero), else None
+    schema: object | None = None  # a typed graph's HeteroSchema (schema_of(data)), else None
 
     def local_parts(self):
         """Yield each rank's :class:`LocalPart` in rank order."""
@@ -228,7 +229,7 @@ def request(data, parts: int, method: str = "auto", objective: str = "vol", seed
     check_budget(auto_budget)
     check_parts(int(data.num_nodes), parts)
     setting = parse_balance(balance)
-    schema = getattr(data, "hetero", None)
+    schema = schema_of(data)
     if setting is not None and "types" in setting.constraints and schema is None:
         raise UserError("--balance types balances every node type of a heterogeneous graph; this graph has one node "
                         "type (balance nodes)")
