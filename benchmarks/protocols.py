@@ -76,15 +76,10 @@ def command(row: str, root: str, ranks: int, flags: list[str], runs: int | None)
 
 def rank_main(grid, partdir: str, cfg) -> dict:
     """One rank (under ``gnndist.launch``): load the part, train every run of the plan, the summary as a dict."""
-    from gnndist.kernels import settings_from_config
-
     from gnndist.graph import DistGraph
-    from gnndist.strategies import strategy_from_config
     from gnndist.training.runs import fit_runs
 
-    m = cfg.model
-    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
-                           kernel=settings_from_config(cfg.kernel), normalize_features=m.normalize_features)
+    graph = DistGraph.from_config(*DistGraph.read(partdir, grid), grid, cfg)
     summary = fit_runs(graph, cfg)  # --model of cfg, as its spec builds it
     return summary.to_dict()
 

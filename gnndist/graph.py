@@ -27,18 +27,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnndist.config import DistConfig, TrainConfig
 from gnndist.context import RunContext
 from gnndist.datasets.schema import HeteroSchema
 from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
-from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout
+from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
 from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
 from gnndist.partition.link import LINK_PREFIX
-from gnndist.strategies import Halo1D, Strategy, Structure
+from gnndist.strategies import Halo1D, Strategy, Structure, strategy_from_config
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
 SPARSE_INPUT = 16  # input features whose nonzeros are under 1/16 of the cells drop out at the nonzeros alone
@@ -221,6 +222,22 @@ class DistGraph:
     def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
         """Load this rank's part (the keywords of :class:`DistGraph`; collective: the strategy is built)."""
         return cls(*cls.read(root, grid), grid, **kw)
+
+    @classmethod
+    def from_config(cls, arrays: dict, meta: dict, grid: ProcessGrid, cfg: TrainConfig, dist: DistConfig | None = None,
+                    comm_dtype: str | None = None) -> DistGraph:
+        """The graph a run of ``cfg`` trains on: ``cfg.dist``'s strategy, rows on the wire in ``cfg.wire_dtype``,
+        ``cfg.kernel``'s kernels, features normalised at load where ``cfg.model.normalize_features`` (collective:
+        the strategy is built). The one way a config becomes a graph.
+
+        Args:
+            arrays, meta: this rank's part and META.json (:meth:`read`).
+            dist: the layout in place of ``cfg.dist`` (``gnndist predict``'s ``--strategy``, a test's layout).
+            comm_dtype: in place of ``cfg.wire_dtype`` (``gnndist predict``, in fp32: ``"fp32"``).
+        """
+        strategy = strategy_from_config(dist or cfg.dist)
+        return cls(arrays, meta, grid, strategy=strategy, comm_dtype=comm_dtype or cfg.wire_dtype,
+                   kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
 
     def with_split(self, k: int) -> DistGraph:
         """The same graph training, validating and testing on split ``k`` of the partition's splits.

@@ -333,10 +333,9 @@ def record_steps(grid, partdir: str, cfg, dist) -> dict:
     :func:`p_differences` compares P ranks' records with one process's.
     """
     from gnndist.graph import DistGraph
-    from gnndist.strategies import strategy_from_config
     from gnndist.training.trainer import Trainer
 
-    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(dist), comm_dtype=cfg.wire_dtype)
+    graph = DistGraph.from_config(*DistGraph.read(partdir, grid), grid, cfg, dist=dist)
     trainer = Trainer(graph, cfg)
 
     def logits():

@@ -32,16 +32,13 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
     After an elastic restart with ``--checkpoint``, training resumes from the newest good checkpoint.
     """
     from gnndist.graph import DistGraph
-    from gnndist.kernels import settings_from_config
-    from gnndist.strategies import strategy_from_config
     from gnndist.training.runs import fit_runs
 
     if prepare is not None:
         together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
     arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
                             "(see its error)")  # before any collective of the build: the ranks fail together
-    graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(cfg.dist), comm_dtype=cfg.wire_dtype,
-                      kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
+    graph = DistGraph.from_config(arrays, meta, grid, cfg)
     if grid.is_main:
         stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
               f"{grid.describe()}", cfg)  # the backend and device, once

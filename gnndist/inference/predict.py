@@ -139,11 +139,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.config import DistConfig, TrainConfig
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
-    from gnndist.kernels import settings_from_config
     from gnndist.launcher import together
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
-    from gnndist.strategies import strategy_from_config
     from gnndist.tasks import task_for
     from gnndist.tasks.node import split_metrics
     from gnndist.training.checkpoint import load_model_file
@@ -157,8 +155,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         cfg = TrainConfig.from_dict(config)
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
-        graph = DistGraph(arrays, meta, grid, strategy=strategy_from_config(DistConfig(strategy=req.strategy)),
-                          kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
+        graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=DistConfig(strategy=req.strategy),
+                                      comm_dtype="fp32")  # the forward runs in fp32: its rows travel as they are
         task = task_for(graph, cfg)
         check_what(req.what, task.name, req.layer)
         model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
