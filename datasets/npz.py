@@ -14,6 +14,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, labels_to_zero_based, make_data
+from .root import registered_file
 from .split import set_random_split, set_splits
 
 GALLERY_URL = "https://github.com/EdisonLeeeee/GraphData/raw/master/datasets"
@@ -185,20 +186,12 @@ def load_shchur(name: str, root: str, seed: int = 0) -> Data:
 
 def load_gallery(name: str, root: str, seed: int = 0) -> Data:
     """BlogCatalog / Flickr (ANE) / DBLP from ``root/<folder>/<file>.npz``."""
-    path = osp.join(root, GALLERY[name])
-    if not osp.isfile(path):
-        raise UserError(
-            f"{name}: no file at {path}; get it from {GALLERY_URL}/{osp.basename(path)}"
-        )
+    path = registered_file(name, root, GALLERY[name], f"{GALLERY_URL}/{osp.basename(GALLERY[name])}")
     return read_shchur(path, name, seed)
 
 
 def load_heterophily(name: str, root: str, seed: int = 0) -> Data:
     """Heterophily benchmark graph from ``root/<name>/<name>.npz`` (underscores)."""
     stem = name.replace("-", "_")
-    path = osp.join(root, stem, f"{stem}.npz")
-    if not osp.isfile(path):
-        raise UserError(
-            f"{name}: no file at {path}; get it from {HETEROPHILY_URL}/{stem}.npz"
-        )
+    path = registered_file(name, root, osp.join(stem, f"{stem}.npz"), f"{HETEROPHILY_URL}/{stem}.npz")
     return read_heterophily(path, name, seed)

@@ -19,6 +19,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
+from .root import registered_file
 from .split import set_random_split
 
 JLG_HEADER = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*,\s*([ud])\s*(,.*)?$")
@@ -159,9 +160,5 @@ def read_edge_list(path: str, name: str, seed: int = 0) -> Data:
 
 def load_snap(name: str, root: str, seed: int = 0) -> Data:
     """A registered SNAP graph from ``root/<folder>/<file>.jlg``."""
-    path = osp.join(root, SNAP[name])
-    if not osp.isfile(path):
-        raise UserError(
-            f"{name}: no file at {path}; get it from {SNAP_URL}/{SNAP[name].split('/', 1)[1]}"
-        )
+    path = registered_file(name, root, SNAP[name], f"{SNAP_URL}/{SNAP[name].split('/', 1)[1]}")
     return read_jlg(path, name, seed)

@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
+from .root import registered_file
 from .split import set_random_split
 
 MUSAE_URL = "https://github.com/benedekrozemberczki/MUSAE/tree/master/input"
@@ -181,7 +182,5 @@ def load_musae(name: str, root: str, seed: int = 0) -> Data:
 
 def load_fb100(name: str, root: str, seed: int = 0) -> Data:
     """Facebook100 Cornell5 from ``root/fb100_cornell5/Cornell5.mat``."""
-    path = osp.join(root, "fb100_cornell5", "Cornell5.mat")
-    if not osp.isfile(path):
-        raise UserError(f"{name}: no file at {path}; get Cornell5.mat from {FB100_URL}")
+    path = registered_file(name, root, osp.join("fb100_cornell5", "Cornell5.mat"), FB100_URL, what="Cornell5.mat")
     return read_fb100(path, name, seed)
