@@ -149,7 +149,7 @@ class LinkTask:
             h ``[n_owned, d]``; pairs ``[n, 2]`` -> ``[n]`` float32
         """
         rows = fetch_rows(h, pairs.reshape(-1), self.offsets, self.grid, self.graph.context.counter, "pairs")
-        rows = rows.view(pairs.shape[0], 2, -1)
+        rows = rows.view(pairs.shape[0], 2, h.shape[1])
         return model.decoder(rows[:, 0], rows[:, 1]).float()
 
     # ------------------------------------------------------------------ evaluation

@@ -21,39 +21,46 @@ from gnndist.errors import UserError
 
 
 def fetch_plan(ids: Tensor, offsets: Tensor, grid: ProcessGrid) -> ExchangePlan:
-    """The :class:`ExchangePlan` that brings the rows ``ids`` of a table split at ``offsets`` to this rank.
+    """The :class:`ExchangePlan` that brings the rows ``ids`` of a table split at ``offsets``, owned by *other*
+    ranks, to this rank.
 
     Collective (two all-to-alls: the counts, then the ids). The rows arrive in the order of ``ids``
     (sorted ids are grouped by owner, owners in rank order).
 
     Shapes:
-        ids ``[n]`` int64, sorted and unique; offsets ``[P + 1]`` int64
+        ids ``[n]`` int64, sorted, unique, none of them this rank's; offsets ``[P + 1]`` int64
     """
-    world, rank = grid.world_size, grid.rank
     owner = torch.bucketize(ids, offsets[1:-1].to(ids.device), right=True)  # [n] rank owning each id
-    recv_counts = torch.bincount(owner, minlength=world)  # [P] rows this rank asks of each rank
-    if not grid.distributed:
-        return ExchangePlan(ids - int(offsets[0]), [ids.numel()], [ids.numel()], None)
+    recv_counts = torch.bincount(owner, minlength=grid.world_size)  # [P] rows this rank asks of each rank
     asked = torch.empty_like(recv_counts)
     grid.all_to_all_single(asked, recv_counts)  # [P] rows each rank asks of this one
     send_counts, recv_list = asked.tolist(), recv_counts.tolist()
     wanted = ids.new_empty(sum(send_counts))
     grid.all_to_all_single(wanted, ids.contiguous(), send_counts, recv_list)
-    return ExchangePlan(wanted - int(offsets[rank]), send_counts, recv_list, grid)
+    return ExchangePlan(wanted - int(offsets[grid.rank]), send_counts, recv_list, grid)
 
 
 def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, counter=None,
                tag: str = "pairs") -> Tensor:
     """``table``'s rows of the global ``ids`` (any order, repeats allowed), from their owners; differentiable.
 
-    Collective. Each distinct id travels once; its gradient is summed and sent back to its owner.
+    Collective on several ranks. Each distinct id owned elsewhere travels once (its gradient is summed and sent
+    back to its owner); this rank's own rows do not travel (nor count as bytes).
 
     Shapes:
         table ``[n_owned, *]`` (this rank's range of the split); ids ``[n]`` int64  ->  ``[n, *]``
     """
     uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
-    rows = gather(table, fetch_plan(uniq, offsets, grid), counter, tag)  # [n_unique, *]
-    return rows[inverse]
+    lo, hi = int(offsets[grid.rank]), int(offsets[grid.rank + 1])
+    mine = (uniq >= lo) & (uniq < hi)
+    near = table[uniq[mine] - lo]  # [n_near, *]
+    if not grid.distributed:
+        return near[inverse]
+    far = gather(table, fetch_plan(uniq[~mine], offsets, grid), counter, tag)  # [n_far, *]
+    where = torch.empty_like(uniq)  # each distinct id's row in cat([far, near])
+    where[~mine] = torch.arange(far.shape[0], device=uniq.device)
+    where[mine] = torch.arange(near.shape[0], device=uniq.device) + far.shape[0]
+    return torch.cat([far, near])[where[inverse]]
 
 
 class Directory:
