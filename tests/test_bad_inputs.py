@@ -116,6 +116,35 @@ def _full_disk(monkeypatch):
 
 TRAIN1 = ["--epochs", "2", "--no-progress"]
 
+
+def _link_partition(tmp, name="toy", fractions=(0.8, 0.1, 0.1), edit=None):
+    """A 1-part partition of a small graph with a random edge split (``edit(split)`` applied first)."""
+    from gnndist.datasets import synthetic
+    from gnndist.datasets.edge_split import random_edge_split, set_edge_split
+    from gnndist.partition import partition
+
+    data = synthetic(120, avg_degree=6, num_classes=3, num_features=5, seed=4)
+    split, message = random_edge_split(data.edge_index, 120, fractions, seed=0)
+    if edit is not None:
+        edit(split)
+    set_edge_split(data, split, message)
+    out = tmp / f"link-{name}"
+    partition(data, 1, progress=False).save(out, dataset=name, progress=False)
+    return str(out)
+
+
+def _link_checkpoint(tmp):
+    d = _link_partition(tmp)
+    assert main(["train", d, "--epochs", "1", "--no-progress", "--checkpoint", str(tmp / "lk")]) == 0
+    return d, str(tmp / "lk")
+
+
+def _pairs(tmp, arr):
+    import numpy as np
+
+    np.save(tmp / "pairs.npy", np.asarray(arr))
+    return str(tmp / "pairs.npy")
+
 CASES = {
     # names and paths
     "unknown-dataset": lambda t, p1, p2, mp: (["run", "no-such-graph", "--root", str(t)], "unknown dataset"),
@@ -248,6 +277,36 @@ CASES = {
     "hetero-balance-types-kaminpar": lambda t, p1, p2, mp: (
         ["partition", _typed_file(t), "--parts", "2", "--method", "kaminpar", "--balance", "types"],
         "--method kaminpar balances one node weight, not"),
+    # link prediction
+    "link-task-without-edge-split": lambda t, p1, p2, mp: (["train", str(p1), "--task", "link"] + TRAIN1,
+                                                           "has no edge split; gnndist partition DATASET --edge-split"),
+    "link-decoder-on-node-task": lambda t, p1, p2, mp: (["train", str(p1), "--decoder", "mlp"] + TRAIN1,
+                                                        "--decoder mlp is for link prediction (--task link)"),
+    "link-task-node-on-ogbl": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t, "ogbl-collab"), "--task", "node"] + TRAIN1,
+        "--task node: ogbl-collab is a link-prediction dataset"),
+    "link-split-without-valid-positives": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t, fractions=(0.9, 0.0, 0.1))] + TRAIN1, "the edge split has no valid positives"),
+    "link-negatives-of-wrong-shape": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t, edit=lambda s: setattr(s, "test_neg", s.test_neg[:, :1]))] + TRAIN1,
+        "test negatives of shape"),
+    "link-edge-split-over-100": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t), "--parts", "2", "--edge-split", "80,30,10"], "--edge-split"),
+    "link-metric-node-on-link": lambda t, p1, p2, mp: (["train", _link_partition(t), "--metric", "acc"] + TRAIN1,
+                                                       "--metric acc is a node metric"),
+    "link-pairs-out-of-range": lambda t, p1, p2, mp: (
+        ["predict", *_link_checkpoint(t)[:1], "--checkpoint", str(t / "lk"), "--what", "scores", "--pairs",
+         _pairs(t, [[0, 1], [5, 10**6]]), "--out", str(t / "s.npy"), "--no-progress"],
+        "node ids must lie in [0, 120)"),
+    "link-pairs-not-two-columns": lambda t, p1, p2, mp: (
+        ["predict", str(p1), "--checkpoint", str(t), "--what", "scores", "--pairs", _pairs(t, [[0, 1, 2]]),
+         "--out", str(t / "s.npy")], "need an [n, 2] array of integer node ids"),
+    "link-scores-without-pairs": lambda t, p1, p2, mp: (
+        ["predict", str(p1), "--checkpoint", str(t), "--what", "scores", "--out", str(t / "s.npy")],
+        "--pairs PAIRS.npy goes with --what scores"),
+    "link-probs-of-a-link-model": lambda t, p1, p2, mp: (
+        ["predict", *_link_checkpoint(t)[:1], "--checkpoint", str(t / "lk"), "--out", str(t / "p.npy"),
+         "--no-progress"], "the checkpoint is a link predictor"),
 }
 
 
