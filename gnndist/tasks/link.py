@@ -94,7 +94,10 @@ class LinkTask:
         return hidden if self.featureless else self.graph.x.shape[1], self.cfg.task.out_dim or hidden
 
     def wrap(self, encoder: nn.Module, cfg, seed: int) -> nn.Module:
-        """The model trained: ``encoder`` with ``--decoder`` (and learned input rows on a featureless graph)."""
+        """The model trained: ``encoder`` with ``--decoder`` (and learned input rows on a featureless graph); a
+        :class:`~gnndist.nn.LinkModel` handed in is the user's own encoder and decoder, trained as it is."""
+        if isinstance(encoder, LinkModel):
+            return encoder
         f_in, f_out = self.widths(cfg.model.hidden)
         embedding = NodeEmbedding(self.graph, f_in, seed) if self.featureless else None
         return LinkModel(encoder, decoder(self.decoder, f_out), embedding)

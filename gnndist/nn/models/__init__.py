@@ -17,6 +17,7 @@ from gnndist.nn.models.deep import GCNII, ResGCN
 from gnndist.nn.models.gat import GAT
 from gnndist.nn.models.gine import GINE
 from gnndist.nn.models.gnn import GNN
+from gnndist.nn.models.link import DotDecoder, LinkModel, MLPDecoder
 from gnndist.nn.models.residual_gnn import ResidualGNN, gat_heads
 from gnndist.nn.models.rev_gnn import GroupAddRev, RevGNN
 from gnndist.nn.models.rgcn import RGCN
@@ -31,8 +32,9 @@ from gnndist.nn.models.spec import (
     register_model,
 )
 
-__all__ = ["GAT", "GCNII", "GINE", "GNN", "MODELS", "RGCN", "GroupAddRev", "ModelSpec", "Preset", "ResGCN",
-           "ResidualGNN", "RevGNN", "build_model", "model_spec", "models_help", "register_model"]
+__all__ = ["GAT", "GCNII", "GINE", "GNN", "MODELS", "RGCN", "DotDecoder", "GroupAddRev", "LinkModel", "MLPDecoder",
+           "ModelSpec", "Preset", "ResGCN", "ResidualGNN", "RevGNN", "build_model", "model_spec", "models_help",
+           "register_model"]
 
 # GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005
 GAT_PRESET: Preset = {"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}
