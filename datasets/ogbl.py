@@ -148,6 +148,23 @@ def _from_ogbl(graph: Data, parts: dict[str, dict[str, Tensor]], name: str) -> D
     return data
 
 
+def _write_split(folder: str, name: str, a: dict, weight: Tensor, year: Tensor, ones: dict,
+                 per_positive: bool) -> None:
+    """``{train,valid,test}.pt`` of ``split/<kind>/`` in ``name``'s dict form (``a``: the split's arrays)."""
+    for part in SPLIT_PARTS:
+        pos = a[part]  # [n, 2]
+        if per_positive:
+            out = {"source_node": pos[:, 0].contiguous(), "target_node": pos[:, 1].contiguous()}
+        else:
+            out = {"edge": pos}
+        if name == "ogbl-collab":
+            out["weight"] = weight if part == "train" else ones[part]
+            out["year"] = year if part == "train" else ones[part]
+        if part != "train":
+            out["target_node_neg" if per_positive else "edge_neg"] = a[f"{part}_neg"]
+        torch.save(out, osp.join(folder, f"{part}.pt"))
+
+
 def write_ogbl(data: Data, root: str, name: str = "ogbl-collab", split: EdgeSplit | None = None, seed: int = 0,
                year: Tensor | None = None) -> str:
     """Save a graph and its link split in OGB's layout of ``name``, so `load_ogbl` (and OGB) read it offline.
@@ -176,7 +193,7 @@ def write_ogbl(data: Data, root: str, name: str = "ogbl-collab", split: EdgeSpli
     name = _canonical(name)
     meta = _master(name)
     n = int(data.num_nodes)
-    split = split if split is not None else getattr(data, "link", None)
+    split = split if split is not None else (data.link if "link" in data else None)
     if split is None:
         split, _ = random_edge_split(data.edge_index, n, seed=seed)
     per_positive = meta["eval metric"] == "mrr"
@@ -200,18 +217,7 @@ def write_ogbl(data: Data, root: str, name: str = "ogbl-collab", split: EdgeSpli
     extra = {"edge_weight": weight, "edge_year": year, "node_year": torch.ones(n, dtype=torch.int64)}
     for file in _extra_files(meta, "node") + _extra_files(meta, "edge"):
         _write_csv(extra[file].reshape(-1, 1).numpy(), osp.join(raw, f"{file}.csv.gz"))
-    for part in SPLIT_PARTS:
-        pos = a[part]  # [n, 2]
-        if per_positive:
-            out = {"source_node": pos[:, 0].contiguous(), "target_node": pos[:, 1].contiguous()}
-        else:
-            out = {"edge": pos}
-        if name == "ogbl-collab":
-            out["weight"] = weight if part == "train" else ones[part]
-            out["year"] = year if part == "train" else ones[part]
-        if part != "train":
-            out["target_node_neg" if per_positive else "edge_neg"] = a[f"{part}_neg"]
-        torch.save(out, osp.join(split_dir, f"{part}.pt"))
+    _write_split(split_dir, name, a, weight, year, ones, per_positive)
     with open(osp.join(folder, f"RELEASE_v{meta['version']}.txt"), "w") as f:
         f.write(f"written by gnndist.datasets.ogbl.write_ogbl in the layout of {name}\n")
     return folder
