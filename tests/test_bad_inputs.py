@@ -230,7 +230,10 @@ CASES = {
     "timeout-zero": lambda t, p1, p2, mp: (["train", str(p1), "--timeout", "0"], "--timeout must be > 0"),
     "not-a-number": lambda t, p1, p2, mp: (["train", str(p1), "--hidden", "wide"], "invalid int value: 'wide'"),
     # evaluation protocol
-    "unknown-metric": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "auc"] + TRAIN1, "unknown --metric 'auc'"),
+    "unknown-metric": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "accuracy"] + TRAIN1,
+                                         "unknown --metric 'accuracy'"),
+    "link-metric-on-node-task": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "auc"] + TRAIN1,
+                                                   "--metric auc is a link-prediction metric"),
     "rocauc-on-multiclass": lambda t, p1, p2, mp: (["train", str(p1), "--metric", "rocauc"] + TRAIN1,
                                                    "--metric rocauc needs a binary or multi-label dataset"),
     "runs-zero": lambda t, p1, p2, mp: (["train", str(p1), "--runs", "0"] + TRAIN1, "--runs must be >= 1"),

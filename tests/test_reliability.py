@@ -170,8 +170,10 @@ def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(part1, tmp_path, 
 @pytest.mark.parametrize("where", ["loss", "grad"])
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(part1, tmp_path, capsys, monkeypatch, where):
     if where == "loss":
-        real = Trainer.loss
-        monkeypatch.setattr(Trainer, "loss", lambda self, logits: real(self, logits) * (
+        from gnndist.tasks import NodeTask
+
+        real = NodeTask.objective
+        monkeypatch.setattr(NodeTask, "objective", lambda self, logits: real(self, logits) * (
             float("nan") if self.graph.context.current.epoch == 3 else 1.0))
     else:
         real = Trainer.allreduce_grads
