@@ -1,13 +1,14 @@
 # gnndist: two commands.
 #   make demo   set up .venv (torch only if none importable) and run the main job on bundled Cora
-#   make test   same set-up, then ruff (make lint), then the test suite
+#   make test   same set-up, then ruff (make lint), then the test suite (tests/test_docs_site.py builds the site)
+#   make docs   the documentation site, mkdocs build --strict into build/site (mkdocs.yml; mkdocs serve to browse)
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.gnndist-installed
 
-.PHONY: demo test setup lint clean system-metis
+.PHONY: demo test docs setup lint clean system-metis
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -33,6 +34,10 @@ demo: setup
 # gnndist as installed (tests/conftest.py refuses a run with the root on the path)
 test: setup lint
 	$(VENV)/bin/pytest -q -x tests
+
+# a broken link, a page missing from the nav or an API name that no longer exists fails it (--strict)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # optional: Debian/Ubuntu's 32-bit-index METIS, half the partitioning memory of pymetis's build
 system-metis:

@@ -231,7 +231,8 @@ class DistGraph:
         the strategy is built). The one way a config becomes a graph.
 
         Args:
-            arrays, meta: this rank's part and META.json (:meth:`read`).
+            arrays: this rank's part (:meth:`read`).
+            meta: its META.json (:meth:`read`).
             dist: the layout in place of ``cfg.dist`` (``gnndist predict``'s ``--strategy``, a test's layout).
             comm_dtype: in place of ``cfg.wire_dtype`` (``gnndist predict``, in fp32: ``"fp32"``).
         """

@@ -160,11 +160,14 @@ def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: 
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
         ranks: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
-        backend, timeout, check_collectives, device: how the group forms (:func:`gnndist.dist.grid.join_group`).
+        backend: ``"auto"``, ``"gloo"`` or ``"nccl"`` (:func:`gnndist.dist.grid.join_group`, as the next three).
+        timeout: seconds a rank waits for missing peers or a collective before failing (``--timeout``).
+        check_collectives: compare every collective across ranks before it runs (``--check-collectives``).
+        device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
 
     Raises:
         UserError: one line; :class:`RanksFailed` (its ``code``: 2 user error, 1 bug) when a spawned rank
-        failed; :class:`RanksStopped` when a signal stopped them.
+            failed; :class:`RanksStopped` when a signal stopped them.
     """
     opts = GroupOptions(backend, timeout, check_collectives or collectives_checked(), device)
     if under_torchrun() or ranks == 1:

@@ -1,5 +1,6 @@
 """Every documented command is a tested command: each ``gnndist ...`` and ``torchrun ... -m gnndist.cli ...``
-line of README.md and docs/*.md parses with the CLI's own parser (and torchrun's, for torchrun lines).
+line of README.md, the site's pages (docs/**/*.md) and the benchmark pages (benchmarks/README.md,
+benchmarks/results/*.md) parses with the CLI's own parser (and torchrun's, for torchrun lines).
 
 A document cannot name a flag that does not exist, a choice that is not one, or a spelling that
 torchrun's parser would take. Lines of code blocks must parse whole; commands quoted in prose
@@ -20,7 +21,8 @@ from torch.distributed.run import get_args_parser
 from gnndist.cli import build_parser
 
 CHECKOUT = Path(__file__).resolve().parents[1]
-DOCS = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md")), CHECKOUT / "benchmarks" / "README.md"]
+DOCS = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").rglob("*.md")), CHECKOUT / "benchmarks" / "README.md",
+        *sorted((CHECKOUT / "benchmarks" / "results").glob("*.md"))]
 SUBCOMMANDS = ("partition", "synth", "info", "train", "run", "predict", "export", "simulate", "bench")
 _START = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:\S*/)?(gnndist|torchrun)\s")  # env assignments, then the program
 _INLINE = re.compile(r"`((?:\S*/)?(?:gnndist|torchrun) [^`]+)`")

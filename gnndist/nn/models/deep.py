@@ -26,11 +26,14 @@ class GCNII(nn.Module):
     0.01 on the convolutions and 5e-4 (``--weight-decay``) on the linear layers.
 
     Args:
-        in_channels, hidden, out_channels: widths.
+        in_channels: input width.
+        hidden: hidden width.
+        out_channels: output width.
         layers: number of GCNII convolutions (>= 1).
         dropout: dropout probability before every layer (partition-invariant masks).
         norm: must be ``"none"`` (GCNII has no normalisation layers).
-        alpha, theta: of every :class:`GCN2Conv` (defaults ``0.1``, ``0.5``).
+        alpha: of every :class:`GCN2Conv` (default ``0.1``).
+        theta: of every :class:`GCN2Conv` (default ``0.5``).
         conv_weight_decay: weight decay of the convolutions' weights (default ``0.01``).
 
     Shapes:
@@ -84,7 +87,9 @@ class ResGCN(nn.Module):
     layout whatever ``--strategy`` says.
 
     Args:
-        in_channels, hidden, out_channels: widths.
+        in_channels: input width.
+        hidden: hidden width.
+        out_channels: output width.
         layers: number of GENConv layers (>= 1).
         dropout: dropout probability of the input, inside every block and before the output layer.
         norm: ``"batch"`` (global statistics), ``"layer"`` or ``"none"``, in the blocks and MLPs.

@@ -17,8 +17,9 @@ class GAT(nn.Module):
     dropout masks are partition-invariant, so P ranks train exactly like one.
 
     Args:
-        in_channels, hidden, out_channels: widths; ``hidden`` is the total width of a
-            hidden layer (``heads`` x ``hidden // heads``).
+        in_channels: input width.
+        hidden: the total width of a hidden layer (``heads`` x ``hidden // heads``).
+        out_channels: output width.
         layers: depth (>= 1).
         dropout: dropout probability of the inputs of every layer and of the attention.
         norm: ``"none"``, ``"batch"`` (global statistics) or ``"layer"`` after hidden layers.

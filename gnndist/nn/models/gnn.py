@@ -19,7 +19,9 @@ class GNN(nn.Module):
 
     Args:
         conv: factory ``(in_channels, out_channels) -> layer``; layers take ``(graph, x)``.
-        in_channels, hidden, out_channels: widths.
+        in_channels: input width.
+        hidden: hidden width.
+        out_channels: output width.
         layers: depth (>= 1).
         dropout: dropout probability; masks come from ``graph.dropout`` (partition-invariant).
         norm: ``"none"``, ``"batch"`` (global statistics) or ``"layer"``.

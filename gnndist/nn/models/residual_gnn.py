@@ -28,7 +28,9 @@ class ResidualGNN(nn.Module):
 
     Args:
         conv: factory ``(hidden, hidden) -> layer`` taking ``(graph, x)``.
-        in_channels, hidden, out_channels: widths.
+        in_channels: input width.
+        hidden: hidden width.
+        out_channels: output width.
         layers: residual blocks (>= 1).
         dropout: dropout probability after the input linear and twice in every block.
         norm: ``"layer"`` (the paper's), ``"batch"`` (global statistics) or ``"none"``.

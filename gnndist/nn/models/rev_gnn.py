@@ -235,7 +235,9 @@ class RevGNN(nn.Module):
     that every rank stops at the trainer's finite-loss check together.
 
     Args:
-        in_channels, hidden, out_channels: widths (``hidden`` divisible by ``groups``).
+        in_channels: input width.
+        hidden: hidden width (divisible by ``groups``).
+        out_channels: output width.
         layers: number of reversible blocks (>= 1).
         dropout: dropout probability of the input, inside every branch and before the output layer.
         norm: ``"batch"``, ``"layer"`` or ``"none"``, in every branch and before the output.

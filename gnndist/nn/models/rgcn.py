@@ -17,7 +17,9 @@ class RGCN(GNN):
     travel home like any activation's.
 
     Args:
-        in_channels, hidden, out_channels: widths (``in_channels``: the features' and the embeddings').
+        in_channels: input width (the features' and the embeddings').
+        hidden: hidden width.
+        out_channels: output width.
         layers: depth (>= 1).
         dropout: dropout probability (partition-invariant masks).
         norm: ``"none"``, ``"batch"`` or ``"layer"``.
