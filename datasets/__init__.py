@@ -10,12 +10,15 @@ Contract of every `Data`: ``x`` float32 [N, F]; ``y`` int64 [N] (``-1`` = unlabe
 never inside a mask); ``edge_index`` int64 [2, E], symmetric, no self-loops, no
 duplicates, sorted by (row, col) (a ``.npy`` folder's is its raw edge list, ``data.raw_edges = True``:
 the partitioner cleans it in chunks); ``train_mask/val_mask/test_mask`` bool [N];
-``data.name``; ``data.num_classes``. Nothing is downloaded: a missing file raises
-`UserError` naming the expected path and where to get it.
+``data.name``; ``data.num_classes``. A registered dataset missing from the data root is downloaded from
+its public source on first use (download.py; ``GNNDIST_MIRROR``, ``GNNDIST_OFFLINE=1``: docs/downloads.md);
+offline, the missing file raises `UserError` naming the expected path and where to get it.
 
 Modules, one per format:
 
     registry.py   names -> loaders, format detection of paths, `load`
+    download.py   the public source of every registered dataset (URL, sha256 or size, licence, citation) and
+                  `fetch`: checked, atomic, one process per data root (flock)
     planetoid.py  cora/citeseer/pubmed via PyG Planetoid (public split); Cora is bundled
     npz.py        Amazon/Coauthor (PyG raw or GraphGallery npz), BlogCatalog/Flickr/DBLP,
                   heterophily benchmark npz (every shipped split: train_masks [N, K]; split 0 current)

@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, labels_to_zero_based, make_data
-from .root import registered_file
+from .root import MissingFiles, registered_file
 from .split import set_random_split, set_splits
 
 GALLERY_URL = "https://github.com/EdisonLeeeee/GraphData/raw/master/datasets"
@@ -178,7 +178,7 @@ def load_shchur(name: str, root: str, seed: int = 0) -> Data:
     for path in (pyg_path, gallery_path):
         if osp.isfile(path):
             return read_shchur(path, name, seed)
-    raise UserError(
+    raise MissingFiles(
         f"{name}: no file at {pyg_path} (PyG layout, from {SHCHUR_URL}/{pyg_file}) "
         f"nor {gallery_path} (from {GALLERY_URL}/{osp.basename(gallery)})"
     )

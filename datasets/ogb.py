@@ -38,7 +38,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data, pyg_safe_globals
-from .root import default_root
+from .root import MissingFiles, default_root
 
 OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", "ogbn-mag"]
 META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
@@ -195,7 +195,8 @@ def load_ogb(name: str, root: str, seed: int = 0, target: str | None = None) -> 
     """A registered ``ogbn-*`` dataset from ``root/ogbn_<name>/`` (OGB's layout), official split (``target``: the
     labelled type of ``ogbn-mag``).
 
-    Never downloads: missing files raise `UserError` with the command that fetches them.
+    Missing files raise `MissingFiles` with the command that fetches them (the registry then downloads OGB's zip
+    from ``master.csv``'s URL and unpacks it as ``root/ogbn_<name>``).
     """
     name = next(n for n in OGB_NAMES if n.lower() == name.lower())
     meta = _master(name)
@@ -205,7 +206,7 @@ def load_ogb(name: str, root: str, seed: int = 0, target: str | None = None) -> 
     folder = osp.join(root, dir_name)
     missing = _raw_complete(folder, meta)
     if missing:
-        raise UserError(
+        raise MissingFiles(
             f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
             f'python -c "from ogb.nodeproppred import PygNodePropPredDataset as D; '
             f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "

@@ -45,6 +45,7 @@ from gnndist.errors import UserError, first_line
 from .edge_split import EdgeSplit, random_edge_split
 from .graph import clean_edges, make_data, pyg_safe_globals
 from .ogb import _processing_folder, _write_csv
+from .root import MissingFiles
 
 OGBL_NAMES = ["ogbl-collab", "ogbl-ddi", "ogbl-ppa", "ogbl-citation2"]
 SPLIT_PARTS = ("train", "valid", "test")
@@ -89,8 +90,8 @@ def _missing(folder: str, meta: dict[str, str]) -> list[str]:
 def load_ogbl(name: str, root: str, seed: int = 0) -> Data:
     """A registered ``ogbl-*`` dataset from ``root/ogbl_<name>/`` (OGB's layout), with OGB's split as ``data.link``.
 
-    Never downloads: missing files raise `UserError` with the command that fetches them. ``seed`` is unused (the
-    split is OGB's); it is the registry's loader signature.
+    Missing files raise `MissingFiles` with the command that fetches them (the registry then downloads OGB's zip).
+    ``seed`` is unused (the split is OGB's); it is the registry's loader signature.
     """
     name = _canonical(name)
     meta = _master(name)
@@ -100,7 +101,7 @@ def load_ogbl(name: str, root: str, seed: int = 0) -> Data:
     folder = osp.join(root, dir_name)
     missing = _missing(folder, meta)
     if missing:
-        raise UserError(
+        raise MissingFiles(
             f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
             f'python -c "from ogb.linkproppred import PygLinkPropPredDataset as D; '
             f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "

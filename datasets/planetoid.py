@@ -13,6 +13,7 @@ from torch_geometric.io import read_planetoid_data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
+from .root import MissingFiles
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -42,7 +43,8 @@ def load_planetoid(name: str, root: str) -> Data:
     """Load ``cora``/``citeseer``/``pubmed`` from ``root/<Name>/raw`` (PyG's layout).
 
     A plain ``root/<name>/ind.<name>.*`` folder also works. Cora falls back to the copy bundled with the package.
-    Nothing is downloaded: when the files are missing this raises `UserError` naming the folder and the URL.
+    When the files are missing this raises `MissingFiles` naming the folder and the URL (the registry then
+    downloads them into ``root/<Name>/raw``).
     """
     cls_name = PLANETOID[name]
     raw = osp.join(root, cls_name, "raw")
@@ -56,7 +58,7 @@ def load_planetoid(name: str, root: str) -> Data:
         if folder is not None and has_raw(folder, name):
             return load_planetoid_folder(folder, name)
     missing = [s for s in SUFFIXES if not osp.isfile(osp.join(raw, f"ind.{name}.{s}"))]
-    raise UserError(
+    raise MissingFiles(
         f"{name}: missing raw files {', '.join(f'ind.{name}.{s}' for s in missing)} in {raw}; "
         f"get them from {URL}/ind.{name}.<x|tx|allx|y|ty|ally|graph|test.index> "
         f'(or run: python -c "from torch_geometric.datasets import Planetoid; '

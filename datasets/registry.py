@@ -10,10 +10,10 @@ from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
-from . import hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, snap, social
+from . import download, hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, snap, social
 from . import sbm as synth
 from .contract import validate
-from .root import default_root
+from .root import MissingFiles, default_root
 from .schema import schema_of
 
 Loader = Callable[[str, str, int], Data]  # (name, root, seed) -> Data
@@ -95,6 +95,8 @@ def load(
 ) -> Data:
     """Load a registered dataset, a ``synthetic-<N>`` graph, or a file/folder path.
 
+    A registered dataset whose files are not under ``root`` is downloaded there first (:mod:`.download`: its public
+    source, checked, unpacked atomically, one process per data root; ``GNNDIST_OFFLINE=1`` refuses in one line).
     A ``synthetic-*`` name is generated once into ``root/synthetic/`` (`sbm.named_folder`) and read
     as that ``.npy`` folder, like a path to it: memory-mapped, with its raw edge list
     (``data.raw_edges``), which the partitioner cleans.
@@ -123,9 +125,9 @@ def load(
             raise UserError(f"{dataset}: no such file or folder")
         data = _read(format, dataset, _path_name(dataset), seed, target)
     elif key in HETERO_NAMES:
-        data = HETERO_NAMES[key](key, root, seed, target)
+        data = _fetching(key, root, lambda: HETERO_NAMES[key](key, root, seed, target))
     elif key in REGISTRY:
-        data = REGISTRY[key](key, root, seed)
+        data = _fetching(key, root, lambda: REGISTRY[key](key, root, seed))
     elif hetero.parse_paper_word(key) is not None and hetero.parse_paper_word(key) in REGISTRY:
         data = hetero.load_paper_word(key, load(hetero.parse_paper_word(key), root, seed=seed), target)
     elif hetero.parse_synthetic_mag(key) is not None:
@@ -148,6 +150,16 @@ def load(
         raise UserError(f"--target {target!r}: {dataset} is not a heterogeneous graph (it has one node type)")
     validate(data)
     return data
+
+
+def _fetching(name: str, root: str, load_it: Callable[[], Data]) -> Data:
+    """``load_it()``, the registered dataset ``name``; where its loader finds its files missing, they are downloaded
+    into ``root`` (:func:`.download.fetch`) and it loads again."""
+    try:
+        return load_it()
+    except MissingFiles as e:
+        download.fetch(name, root, str(e))
+    return load_it()
 
 
 def _read(fmt: str, path: str, name: str, seed: int, target: str | None) -> Data:

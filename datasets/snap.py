@@ -35,6 +35,17 @@ SNAP = {
     "as-caida": "snap_as_caida/as-caida20071105.jlg",
     "ego-facebook": "snap_facebook_combined/facebook-combined.jlg",
 }
+# name -> its file under SNAP_URL (SNAPDatasets.jl's data/ folder: the hint's and the download's URL)
+SNAP_REMOTE = {
+    "email-enron": "email-enron/email-enron.jlg",
+    "soc-slashdot0902": "soc-slashdot0902/soc-slashdot0902-undirected.jlg",
+    "ego-twitter": "ego-twitter/ego-twitter-undirected.jlg",
+    "cit-hepph": "arxiv_cit/arxiv-cit-hep-ph.jlg",
+    "ca-astroph": "ca-astroph/astro-ph-cc1.jlg",
+    "ca-condmat": "ca-condmat/ca-condmat-cc1.jlg",
+    "as-caida": "as-caida/as-caida20071105.jlg",
+    "ego-facebook": "facebook-combined/facebook-combined.jlg",
+}
 
 
 def _open_text(path: str):
@@ -160,5 +171,5 @@ def read_edge_list(path: str, name: str, seed: int = 0) -> Data:
 
 def load_snap(name: str, root: str, seed: int = 0) -> Data:
     """A registered SNAP graph from ``root/<folder>/<file>.jlg``."""
-    path = registered_file(name, root, SNAP[name], f"{SNAP_URL}/{SNAP[name].split('/', 1)[1]}")
+    path = registered_file(name, root, SNAP[name], f"{SNAP_URL}/{SNAP_REMOTE[name]}")
     return read_jlg(path, name, seed)

@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
-from .root import registered_file
+from .root import MissingFiles, registered_file
 from .split import set_random_split
 
 MUSAE_URL = "https://github.com/benedekrozemberczki/MUSAE/tree/master/input"
@@ -174,7 +174,7 @@ def load_musae(name: str, root: str, seed: int = 0) -> Data:
     """Facebook Page-Page from ``root/facebook_page_page/``."""
     folder = osp.join(root, "facebook_page_page")
     if not all(osp.isfile(osp.join(folder, f)) for f in MUSAE_FILES):
-        raise UserError(
+        raise MissingFiles(
             f"{name}: need {', '.join(MUSAE_FILES)} in {folder}; get them from {MUSAE_URL}"
         )
     return read_musae(folder, name, seed)

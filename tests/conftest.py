@@ -28,6 +28,9 @@ if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 # every multi-rank run the tests start (the CLI's ranks too) compares its collectives across ranks
 os.environ.setdefault("GNNDIST_CHECK_COLLECTIVES", "1")
+# the suite never reaches the internet: a registered dataset missing from a test's root is a one-line refusal;
+# tests/test_download.py lifts it and serves the sources on 127.0.0.1 (GNNDIST_MIRROR)
+os.environ.setdefault("GNNDIST_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(config, items):
