@@ -53,14 +53,14 @@ def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, c
     uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
     lo, hi = int(offsets[grid.rank]), int(offsets[grid.rank + 1])
     mine = (uniq >= lo) & (uniq < hi)
-    near = table[uniq[mine] - lo]  # [n_near, *]
+    near = table.index_select(0, uniq[mine] - lo)  # [n_near, *]; index_select: its backward is an index_add
     if not grid.distributed:
-        return near[inverse]
+        return near.index_select(0, inverse)
     far = gather(table, fetch_plan(uniq[~mine], offsets, grid), counter, tag)  # [n_far, *]
     where = torch.empty_like(uniq)  # each distinct id's row in cat([far, near])
     where[~mine] = torch.arange(far.shape[0], device=uniq.device)
     where[mine] = torch.arange(near.shape[0], device=uniq.device) + far.shape[0]
-    return torch.cat([far, near])[where[inverse]]
+    return torch.cat([far, near]).index_select(0, where[inverse])
 
 
 class Directory:
