@@ -137,9 +137,10 @@ class LinkTask:
         index = chosen + self.first["train"]  # [n] global indices of the positives
         if self.per_positive:  # corrupt the destination
             dst = uniform_nodes(index, 1, self.num_nodes, seed, epoch, NEGATIVE_KEY)
-            neg = torch.cat([pos[:, :1], self.directory.new_ids(dst)], dim=1)
+            neg = torch.cat([pos[:, :1], self.directory.new_ids(dst, counter=g.context.counter)], dim=1)
         else:
-            neg = self.directory.new_ids(uniform_nodes(index, 2, self.num_nodes, seed, epoch, NEGATIVE_KEY))
+            neg = self.directory.new_ids(uniform_nodes(index, 2, self.num_nodes, seed, epoch, NEGATIVE_KEY),
+                                         counter=g.context.counter)
         h = model(g, g.x)  # [n_owned, d]
         score = self.scores(model, h, torch.cat([pos, neg]))
         n = pos.shape[0]

@@ -45,7 +45,8 @@ def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, c
     """``table``'s rows of the global ``ids`` (any order, repeats allowed), from their owners; differentiable.
 
     Collective on several ranks. Each distinct id owned elsewhere travels once (its gradient is summed and sent
-    back to its owner); this rank's own rows do not travel (nor count as bytes).
+    back to its owner); this rank's own rows do not travel (nor count as bytes). ``counter`` counts, under ``tag``,
+    the ids asked for (8 bytes each) and the rows that answer them (forward), and the rows' gradients (backward).
 
     Shapes:
         table ``[n_owned, *]`` (this rank's range of the split); ids ``[n]`` int64  ->  ``[n, *]``
@@ -56,7 +57,10 @@ def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, c
     near = table.index_select(0, uniq[mine] - lo)  # [n_near, *]; index_select: its backward is an index_add
     if not grid.distributed:
         return near.index_select(0, inverse)
-    far = gather(table, fetch_plan(uniq[~mine], offsets, grid), counter, tag)  # [n_far, *]
+    plan = fetch_plan(uniq[~mine], offsets, grid)
+    if counter is not None:  # the requests: one int64 id per row asked for
+        counter.add(tag, "fwd", 8 * plan.n_recv, 8 * plan.n_send)
+    far = gather(table, plan, counter, tag)  # [n_far, *]
     where = torch.empty_like(uniq)  # each distinct id's row in cat([far, near])
     where[~mine] = torch.arange(far.shape[0], device=uniq.device)
     where[mine] = torch.arange(near.shape[0], device=uniq.device) + far.shape[0]
@@ -81,8 +85,9 @@ class Directory:
         self.offsets = torch.tensor([min(r * per, num_nodes) for r in range(grid.world_size + 1)],
                                     dtype=torch.int64, device=home.device)
 
-    def new_ids(self, ids: Tensor, what: str = "pairs") -> Tensor:
-        """The new ids of dataset ``ids`` (collective; ``what`` names them in the error of an id out of range).
+    def new_ids(self, ids: Tensor, what: str = "pairs", counter=None) -> Tensor:
+        """The new ids of dataset ``ids`` (collective; ``what`` names them in the error of an id out of range;
+        ``counter``: the run's byte counter, which counts the ids' answers under the tag ``directory``).
 
         Shapes:
             ids ``[*]`` int64  ->  ``[*]`` int64
@@ -95,4 +100,4 @@ class Directory:
             lo, hi = (int(flat.min()), int(flat.max())) if flat.numel() else (0, 0)
             raise UserError(f"{what}: node ids must lie in [0, {self.num_nodes}) (the graph has {self.num_nodes:,} "
                             f"nodes); found ids in [{lo}, {hi}] on some rank")
-        return fetch_rows(self.home, flat, self.offsets, self.grid).view(ids.shape)
+        return fetch_rows(self.home, flat, self.offsets, self.grid, counter, "directory").view(ids.shape)
