@@ -44,6 +44,25 @@ OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", 
 META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
 
 
+def ogb_folder(name: str, root: str, meta: dict[str, str], missing_of, reader: str) -> str:
+    """The folder of OGB's dataset ``name`` under ``root`` (its ``_pyg`` twin where there is one), once
+    ``missing_of(folder, meta)`` finds nothing missing; else `MissingFiles` with the command that fetches it
+    (``reader``: OGB's class, ``"nodeproppred import PygNodePropPredDataset"`` or the link one)."""
+    dir_name = name.replace("-", "_")
+    if osp.isdir(osp.join(root, dir_name + "_pyg")):
+        dir_name += "_pyg"
+    folder = osp.join(root, dir_name)
+    missing = missing_of(folder, meta)
+    if missing:
+        raise MissingFiles(
+            f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
+            f'python -c "from ogb.{reader} as D; '
+            f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "
+            f"{meta['download_name']} to {dir_name})"
+        )
+    return folder
+
+
 def _master(name: str) -> dict[str, str]:
     """OGB's own row of ``master.csv`` for ``name``."""
     from ogb.nodeproppred import dataset_pyg
@@ -200,18 +219,7 @@ def load_ogb(name: str, root: str, seed: int = 0, target: str | None = None) -> 
     """
     name = next(n for n in OGB_NAMES if n.lower() == name.lower())
     meta = _master(name)
-    dir_name = name.replace("-", "_")
-    if osp.isdir(osp.join(root, dir_name + "_pyg")):
-        dir_name += "_pyg"
-    folder = osp.join(root, dir_name)
-    missing = _raw_complete(folder, meta)
-    if missing:
-        raise MissingFiles(
-            f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
-            f'python -c "from ogb.nodeproppred import PygNodePropPredDataset as D; '
-            f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "
-            f"{meta['download_name']} to {dir_name})"
-        )
+    folder = ogb_folder(name, root, meta, _raw_complete, "nodeproppred import PygNodePropPredDataset")
     ds = _open_dataset(name, osp.dirname(_processing_folder(folder)), None)
     with pyg_safe_globals():
         return _from_ogb(ds, name, meta["split"], target)

@@ -44,8 +44,7 @@ from gnndist.errors import UserError, first_line
 
 from .edge_split import EdgeSplit, random_edge_split
 from .graph import clean_edges, make_data, pyg_safe_globals
-from .ogb import _processing_folder, _write_csv
-from .root import MissingFiles
+from .ogb import _processing_folder, _write_csv, ogb_folder
 
 OGBL_NAMES = ["ogbl-collab", "ogbl-ddi", "ogbl-ppa", "ogbl-citation2"]
 SPLIT_PARTS = ("train", "valid", "test")
@@ -95,18 +94,7 @@ def load_ogbl(name: str, root: str, seed: int = 0) -> Data:
     """
     name = _canonical(name)
     meta = _master(name)
-    dir_name = name.replace("-", "_")
-    if osp.isdir(osp.join(root, dir_name + "_pyg")):
-        dir_name += "_pyg"
-    folder = osp.join(root, dir_name)
-    missing = _missing(folder, meta)
-    if missing:
-        raise MissingFiles(
-            f"{name}: missing {', '.join(missing)} under {folder}; on a machine with internet run "
-            f'python -c "from ogb.linkproppred import PygLinkPropPredDataset as D; '
-            f"D('{name}', root='{root}')\" (or unzip {meta['url']} into {root} and rename "
-            f"{meta['download_name']} to {dir_name})"
-        )
+    folder = ogb_folder(name, root, meta, _missing, "linkproppred import PygLinkPropPredDataset")
     from ogb.linkproppred import PygLinkPropPredDataset
 
     try:
