@@ -2,12 +2,49 @@
 
 ``torch.optim.Optimizer`` imports ``torch._dynamo`` at its first call (about 150 MiB per rank); the trainer's
 :class:`~gnndist.training.adam.Adam` does not, and gives ``torch.optim.Adam``'s numbers bit for bit.
+
+The ranks are checked in a fresh interpreter (this file run as a script): the test session's pooled ranks
+may have imported anything by then.
 """
+
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from gnndist.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
+from gnndist.testing import QUICK_PARTITION, run_distributed
 from gnndist.training.adam import Adam
+
+UNUSED = ("torch._dynamo", "sympy")  # modules a training rank has no use for
+
+
+def train_and_list_imports(grid, partdir: str, checkpoint: str) -> list[str]:
+    """One rank: build the trainer on its part, train two epochs (steps, evaluation, checkpoints); which of
+    :data:`UNUSED` are imported by then."""
+    from gnndist.graph import DistGraph
+    from gnndist.training.trainer import Trainer
+
+    graph = DistGraph.load(partdir, grid)
+    cfg = TrainConfig(model=ModelConfig(hidden=8), optim=OptimConfig(epochs=2),
+                      run=RunConfig(progress=False, checkpoint=checkpoint))
+    Trainer(graph, cfg).fit()
+    return [m for m in UNUSED if m in sys.modules]
+
+
+def test_a_training_rank_imports_no_dynamo(tmp_path):
+    from gnndist.datasets import synthetic
+    from gnndist.partition import partition
+
+    data = synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=0)
+    part = partition(data, 2, **QUICK_PARTITION).save(tmp_path / "p2", dataset="imports", progress=False)
+    r = subprocess.run([sys.executable, __file__, str(part), str(tmp_path / "ckpt")], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    imported = json.loads(r.stdout.strip().splitlines()[-1])
+    assert imported == [[], []], f"imported by a training rank (per rank): {imported}"
 
 
 def _params(seed: int) -> list[torch.nn.Parameter]:
@@ -63,3 +100,6 @@ def test_adam_refuses_what_it_does_not_do():
     with pytest.raises(ValueError, match="more than one group"):
         Adam([{"params": [p]}, {"params": [p]}])
 
+
+if __name__ == "__main__":  # the ranks of test_a_training_rank_imports_no_dynamo, in an interpreter of their own
+    print(json.dumps(run_distributed(train_and_list_imports, 2, sys.argv[1], sys.argv[2])))
