@@ -153,3 +153,27 @@ def test_run_says_why_it_rebuilds(cache, capsys):
         f"gnndist: rebuilding {target}: made by partition format {FORMAT_VERSION} / algorithm 0, this gnndist "
         f"writes {FORMAT_VERSION} / {ALGORITHM_VERSION}"]
 
+
+def test_info_shows_the_versions_and_train_reads_an_older_algorithm(tmp_path, capsys):
+    out, _ = make_partition("synthetic-200", PartitionConfig(parts=1, method="metis", balance="nodes"), DataConfig(),
+                            str(tmp_path / "p"))
+    assert main(["info", str(out)]) == 0
+    assert f"made by partition format {FORMAT_VERSION} / algorithm {ALGORITHM_VERSION} (this gnndist's)" \
+        in capsys.readouterr().out.splitlines()
+    assert main(["info", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["format_version"], report["algorithm_version"]) == (FORMAT_VERSION, ALGORITHM_VERSION)
+
+    _edit_meta(out, algorithm_version=None)  # made before algorithm versions: readable, and exact as any partition
+    assert main(["info", str(out)]) == 0
+    assert (f"made by partition format {FORMAT_VERSION} / algorithm 0, this gnndist writes {FORMAT_VERSION} / "
+            f"{ALGORITHM_VERSION} (train reads it as it is; the cache rebuilds it)") in capsys.readouterr().out
+    assert main(["train", str(out), "--epochs", "1", "--no-progress"]) == 0
+
+    _edit_meta(out, format_version=None)  # another format: refused in one line that says how to make it again
+    capsys.readouterr()
+    assert main(["train", str(out), "--epochs", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "partition format version 0 is not supported" in err[0], err
+    assert err[0].endswith(f"made by an older gnndist: re-make it with `gnndist partition synthetic-200 --parts 1 "
+                           f"--method metis --out {out}`"), err
