@@ -49,16 +49,18 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from gnndist.partition import format_report, read_meta
-    from gnndist.partition.format import verify_partition
+    from gnndist.partition.format import verify_partition, version_line, versions_of
 
     meta = read_meta(args.partdir)
     checked = verify_partition(args.partdir, meta) if args.verify else None  # a bad file: one line, exit 2
+    made = versions_of(meta)
     if _json(args):
         print(json.dumps({**meta["report"], "dir": str(args.partdir), "dataset": meta["dataset"],
-                          "verified": checked is not None}))
+                          "format_version": made[0], "algorithm_version": made[1], "verified": checked is not None}))
     else:
         print(f"dataset {meta['dataset']}: N={meta['N']:,} E={meta['E']:,} (directed) F={meta['F']} "
               f"classes={meta['classes']}")
+        print(version_line(meta))
         print(format_report(meta["report"]))
         print(f"checksums: {checked} part files match META.json" if checked is not None
               else "checksums: not verified (--no-verify)")

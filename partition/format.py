@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import shlex
 import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,16 @@ import numpy as np
 from gnndist.errors import UserError
 from gnndist.files import atomic_dir
 
+# What META.json records of the code that made a partition (``format_version``, ``algorithm_version``; a META.json
+# without one of them is version 0 of it, made before it was recorded). docs/partitioning.md, "Versions".
+# The layout of the files: bump when read_meta / read_part (or a rank) would read a partition differently or need
+# what an older one lacks. A partition of another format is refused (read_meta), in one line saying how to remake it.
 FORMAT_VERSION = 1
+# What the files hold: bump whenever a change would give different parts or part files for the same inputs
+# (dataset, settings, seed): another assignment, node order, array value or dtype, or META.json value the ranks
+# read. Re-recording tests/partition_checksums.json is such a change. The cache rebuilds a partition of another
+# version (gnndist.parts.cache); gnndist train reads one as it is (every partition trains to the same numbers).
+ALGORITHM_VERSION = 1
 META = "META.json"
 
 
@@ -73,7 +83,7 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
                     np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
                     hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
             files = {rel: h.result() for rel, h in hashes.items()}
-            meta = {"format_version": FORMAT_VERSION, **meta, "sha256": files}
+            meta = {"format_version": FORMAT_VERSION, "algorithm_version": ALGORITHM_VERSION, **meta, "sha256": files}
             with open(tmp / META, "w") as f:
                 json.dump(meta, f, indent=1)
     except OSError as e:
@@ -92,15 +102,59 @@ def read_meta(root: str | Path) -> dict:
         raise UserError(f"{path} is corrupt: {e}") from None
     if not isinstance(meta, dict):
         raise UserError(f"{path} is corrupt: not a JSON object")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise UserError(
-            f"{path}: partition format version {meta.get('format_version')} is not supported "
-            f"(this gnndist reads version {FORMAT_VERSION}); re-run `gnndist partition`"
-        )
+    made = meta.get("format_version", 0)
+    if made != FORMAT_VERSION:
+        newer = isinstance(made, int) and made > FORMAT_VERSION
+        how = "a newer gnndist: train with that one, or" if newer else "an older gnndist:"
+        raise UserError(f"{path}: partition format version {made} is not supported (this gnndist reads version "
+                        f"{FORMAT_VERSION}); it was made by {how} re-make it with `{remake_command(root, meta)}`")
     missing = [k for k in ("parts", "N", "F", "classes", "sha256") if k not in meta]
     if missing:
         raise UserError(f"{path} is corrupt: it lacks {', '.join(missing)}; re-run `gnndist partition`")
     return meta
+
+
+def versions_of(meta: dict) -> tuple[int, int]:
+    """``(format_version, algorithm_version)`` of a META.json (0 for a field it predates)."""
+    return meta.get("format_version", 0), meta.get("algorithm_version", 0)
+
+
+def other_versions(meta: dict) -> str | None:
+    """``"made by partition format X / algorithm Y, this gnndist writes X' / Y'"`` for a META.json of other versions
+    than this gnndist writes; ``None`` for one of its own."""
+    made = versions_of(meta)
+    if made == (FORMAT_VERSION, ALGORITHM_VERSION):
+        return None
+    return (f"made by partition format {made[0]} / algorithm {made[1]}, this gnndist writes "
+            f"{FORMAT_VERSION} / {ALGORITHM_VERSION}")
+
+
+def version_mismatch(root: str | Path) -> str | None:
+    """:func:`other_versions` of the partition at ``root``, read whatever its format; ``None`` also when ``root`` has
+    no readable META.json (nothing to say about versions)."""
+    try:
+        meta = json.loads((Path(root) / META).read_text())
+    except (OSError, ValueError):
+        return None
+    return other_versions(meta) if isinstance(meta, dict) else None
+
+
+def version_line(meta: dict) -> str:
+    """``gnndist info``'s line: the versions that made the partition, against this gnndist's."""
+    other = other_versions(meta)
+    if other is not None:
+        return f"{other} (train reads it as it is; the cache rebuilds it)"
+    return f"made by partition format {FORMAT_VERSION} / algorithm {ALGORITHM_VERSION} (this gnndist's)"
+
+
+def remake_command(root: str | Path, meta: dict) -> str:
+    """The ``gnndist partition`` command that writes ``root`` again, with the settings its META.json records."""
+    cmd = ["gnndist", "partition", str(meta.get("dataset", "DATASET")), "--parts", str(meta.get("parts", "P"))]
+    if meta.get("method") not in (None, "auto"):
+        cmd += ["--method", str(meta["method"])]
+    if meta.get("seed"):
+        cmd += ["--partition-seed", str(meta["seed"])]
+    return shlex.join(cmd + ["--out", str(root)])
 
 
 def read_part(root: str | Path, rank: int, meta: dict | None = None) -> dict[str, np.ndarray]:

@@ -1,5 +1,5 @@
-"""The partition cache: where it lies (never in a ``--root`` dataset folder), and keys that tell
-datasets of one name and partitions for different models apart."""
+"""The partition cache: where it lies (never in a ``--root`` dataset folder), keys that tell datasets of one
+name and partitions for different models apart, and versions: a partition another gnndist made is rebuilt."""
 
 import json
 import os
@@ -8,10 +8,11 @@ import shutil
 import pytest
 from gnndist.datasets.planetoid import bundled_dir
 from gnndist.partition import read_meta
+from gnndist.partition.format import ALGORITHM_VERSION, FORMAT_VERSION, versions_of
 
 from gnndist.cli import main
 from gnndist.config import DataConfig, ModelConfig, PartitionConfig
-from gnndist.parts.cache import make_partition, partition_cache, partition_dir
+from gnndist.parts.cache import ensure_partition, make_partition, partition_cache, partition_dir
 
 CORA_F, CORA_CLASSES = 1433, 7
 
@@ -104,3 +105,75 @@ def test_train_notes_a_partition_chosen_for_another_model(tmp_path, capsys):
     assert "chosen for a model of widths 1433-16-7, training 1433-64-64-7" in said and said.count("\n") == 1
     _say_modelled_widths(tmp_path / "nothing", cfg(), read_meta)  # launch reports a bad directory, not this
     assert capsys.readouterr().out == ""
+
+
+# ---------------------------------------------------------------------- versions
+def _edit_meta(folder, **fields):
+    """Set (or, given None, delete) fields of ``folder``'s META.json: a partition as another gnndist wrote it.
+    Returns the META.json written."""
+    meta = json.loads((folder / "META.json").read_text())
+    for key, value in fields.items():
+        if value is None:
+            del meta[key]
+        else:
+            meta[key] = value
+    (folder / "META.json").write_text(json.dumps(meta))
+    return meta
+
+
+@pytest.mark.parametrize("made", [dict(algorithm_version=None), dict(algorithm_version=ALGORITHM_VERSION + 1),
+                                  dict(format_version=None)], ids=["no-algorithm", "newer-algorithm", "no-format"])
+def test_a_cached_partition_of_other_versions_is_rebuilt_in_one_line(cache, made):
+    part, said = PartitionConfig(parts=2, method="metis", balance="nodes"), []
+    target = ensure_partition("synthetic-200", part, DataConfig(), say=said.append)
+    assert versions_of(read_meta(target)) == (FORMAT_VERSION, ALGORITHM_VERSION)
+    said.clear()
+    assert ensure_partition("synthetic-200", part, DataConfig(), say=said.append) == target
+    assert said == [f"using the cached partition {target}"]  # same versions: reused
+
+    old = versions_of(_edit_meta(target, **made))
+    said.clear()
+    assert ensure_partition("synthetic-200", part, DataConfig(), say=said.append) == target
+    assert [s for s in said if s.startswith("rebuilding")] == [
+        f"rebuilding {target}: made by partition format {old[0]} / algorithm {old[1]}, this gnndist writes "
+        f"{FORMAT_VERSION} / {ALGORITHM_VERSION}"]
+    assert f"writing the parts to {target}" in said
+    assert versions_of(read_meta(target)) == (FORMAT_VERSION, ALGORITHM_VERSION)
+
+
+def test_run_says_why_it_rebuilds(cache, capsys):
+    flags = ["--balance", "nodes", "--method", "metis", "--epochs", "1", "--no-progress"]
+    assert main(["run", "synthetic-200", *flags]) == 0
+    target = cache / "synthetic-200-p1-metis-vol-s0-bnodes"
+    _edit_meta(target, algorithm_version=None)
+    capsys.readouterr()
+    assert main(["run", "synthetic-200", *flags]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [s for s in out if "rebuilding" in s] == [
+        f"gnndist: rebuilding {target}: made by partition format {FORMAT_VERSION} / algorithm 0, this gnndist "
+        f"writes {FORMAT_VERSION} / {ALGORITHM_VERSION}"]
+
+
+def test_info_shows_the_versions_and_train_reads_an_older_algorithm(tmp_path, capsys):
+    out, _ = make_partition("synthetic-200", PartitionConfig(parts=1, method="metis", balance="nodes"), DataConfig(),
+                            str(tmp_path / "p"))
+    assert main(["info", str(out)]) == 0
+    assert f"made by partition format {FORMAT_VERSION} / algorithm {ALGORITHM_VERSION} (this gnndist's)" \
+        in capsys.readouterr().out.splitlines()
+    assert main(["info", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["format_version"], report["algorithm_version"]) == (FORMAT_VERSION, ALGORITHM_VERSION)
+
+    _edit_meta(out, algorithm_version=None)  # made before algorithm versions: readable, and exact as any partition
+    assert main(["info", str(out)]) == 0
+    assert (f"made by partition format {FORMAT_VERSION} / algorithm 0, this gnndist writes {FORMAT_VERSION} / "
+            f"{ALGORITHM_VERSION} (train reads it as it is; the cache rebuilds it)") in capsys.readouterr().out
+    assert main(["train", str(out), "--epochs", "1", "--no-progress"]) == 0
+
+    _edit_meta(out, format_version=None)  # another format: refused in one line that says how to make it again
+    capsys.readouterr()
+    assert main(["train", str(out), "--epochs", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "partition format version 0 is not supported" in err[0], err
+    assert err[0].endswith(f"made by an older gnndist: re-make it with `gnndist partition synthetic-200 --parts 1 "
+                           f"--method metis --out {out}`"), err

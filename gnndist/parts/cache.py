@@ -1,7 +1,7 @@
 """The partition cache: where ``gnndist run`` keeps the partitions it makes, under a key of every setting.
 
     target = partition_dir("cora", part, data)     # $GNNDIST_PARTITIONS/cora-p4-auto-vol-s0...
-    ensure_partition("cora", part, data, say=print)  # made once, reused by every later run
+    ensure_partition("cora", part, data, say=print)  # made once, reused by every later run of this gnndist
 """
 
 from __future__ import annotations
@@ -140,20 +140,29 @@ def _check_writable(target: Path, cached: bool) -> None:
 
 
 def is_ready(target: Path, parts: int) -> bool:
-    """Whether ``target`` holds a complete partition into ``parts`` parts (META.json is written last)."""
-    from gnndist.partition import read_meta
+    """Whether ``target`` holds a complete partition into ``parts`` parts (META.json is written last) that this
+    gnndist would write: its partition format and algorithm versions are this gnndist's."""
+    from gnndist.partition.format import read_meta, version_mismatch
 
     try:
-        return (target / "META.json").is_file() and read_meta(target)["parts"] == parts
+        return ((target / "META.json").is_file() and version_mismatch(target) is None
+                and read_meta(target)["parts"] == parts)
     except UserError:
         return False
 
 
 def ensure_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, model: ModelConfig | None = None,
                      say=lambda msg: None) -> Path:
-    """The cached partition of ``dataset`` for ``part``, ``dcfg`` and ``model``, made now if the cache has none."""
+    """The cached partition of ``dataset`` for ``part``, ``dcfg`` and ``model``, made now if the cache has none, or
+    remade (``say`` hears why) if an older (or newer) gnndist made it: a partition is never reused across
+    partition format or algorithm versions (:data:`gnndist.partition.format.ALGORITHM_VERSION`)."""
+    from gnndist.partition.format import version_mismatch
+
     target = partition_dir(dataset, part, dcfg, model)
     if is_ready(target, part.parts):
         say(f"using the cached partition {target}")
         return target
+    why = version_mismatch(target)
+    if why is not None:
+        say(f"rebuilding {target}: {why}")
     return make_partition(dataset, part, dcfg, None, model, say=say)[0]

@@ -22,6 +22,7 @@ from gnndist.kernels.csr import rows2d
 from gnndist.nn.models import ModelSpec, model_spec
 from gnndist.nn.node_embedding import sharded_parameters
 from gnndist.tasks import task_for
+from gnndist.training.adam import Adam
 from gnndist.training.checkpoint import Checkpoints
 from gnndist.training.precision import Precision, check_model
 from gnndist.training.summary import (
@@ -76,8 +77,8 @@ class Trainer:
         if groups and self.model is not encoder:  # the task's own parameters (a decoder): one more group
             mine = {id(p) for p in encoder.parameters()}
             groups.append({"params": [p for p in self.params + self.sharded if id(p) not in mine]})
-        self.optim = torch.optim.Adam(groups or self.params + self.sharded, lr=cfg.optim.lr,
-                                      weight_decay=cfg.optim.weight_decay)
+        # torch.optim.Adam's numbers, without torch.optim.Optimizer: its first call imports torch._dynamo (~150 MiB)
+        self.optim = Adam(groups or self.params + self.sharded, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.metric = self.task.metric
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
         self.task_keys = [metric_key(split, m) for m in self.task.metrics for split in SPLITS]
