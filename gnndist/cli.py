@@ -77,31 +77,13 @@ def _train_config(args: argparse.Namespace, dataset: str | None, task: str | Non
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gnndist.partition import read_meta
-    from gnndist.train import train
+    from gnndist.train import dataset_of, say_modelled_widths, train
 
-    dataset, task = _dataset_of(args.partdir, read_meta)
+    dataset, task = dataset_of(args.partdir)
     cfg = _train_config(args, dataset, task)
     _say_recipe(dataset, cfg, task)
-    _say_modelled_widths(args.partdir, cfg, read_meta)
+    say_modelled_widths(args.partdir, cfg)
     return train(str(args.partdir), cfg)
-
-
-def _say_modelled_widths(partdir, cfg, read_meta) -> None:
-    """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
-    from gnndist.cost import model_widths
-    from gnndist.train import stage
-
-    try:
-        meta = read_meta(partdir)
-        modelled = meta["report"]["cost_model"]["widths"]
-    except (UserError, KeyError, TypeError):
-        return  # launch reports a bad directory; a partition from before the cost model has no widths
-    trained = list(model_widths(modelled[0], modelled[-1], cfg.model.hidden, cfg.model.layers))
-    if modelled != trained and meta.get("method") != "random":  # same data: the hidden widths and depth differ
-        stage(f"note: this partition was chosen for a model of widths {'-'.join(map(str, modelled))}, training "
-              f"{'-'.join(map(str, trained))}; results are the same, the balance may not be the fastest "
-              f"(gnndist partition --hidden {cfg.model.hidden} --layers {cfg.model.layers} chooses for this one)", cfg)
 
 
 def _say_recipe(dataset: str | None, cfg, task: str | None = None) -> None:
@@ -111,16 +93,6 @@ def _say_recipe(dataset: str | None, cfg, task: str | None = None) -> None:
     recipe = dataset_recipe(dataset, task_of({"task": {"task": cfg.task.task}}, dataset, task))
     if recipe is not None:
         stage(f"{recipe[0]} (this family's recipe; flags override it)", cfg)
-
-
-def _dataset_of(partdir, read_meta) -> tuple[str | None, str | None]:
-    """The dataset name a partition was made from and the task it holds (``link`` with an edge split, else
-    ``node``), for its family recipe; ``(None, None)`` if unreadable."""
-    try:
-        meta = read_meta(partdir)
-    except UserError:
-        return None, None  # launch reports the bad directory in its own words
-    return meta.get("dataset"), "link" if "link" in meta else "node"
 
 
 def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:

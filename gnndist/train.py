@@ -23,6 +23,35 @@ def stage(msg: str, cfg: TrainConfig) -> None:
     print(f"gnndist: {msg}", file=sys.stderr if cfg.run.json else sys.stdout, flush=True)
 
 
+def say_modelled_widths(partdir, cfg: TrainConfig) -> None:
+    """A note when the partition's balance was chosen for another model than the one trained (still exact)."""
+    from gnndist.cost import model_widths
+    from gnndist.partition import read_meta
+
+    try:
+        meta = read_meta(partdir)
+        modelled = meta["report"]["cost_model"]["widths"]
+    except (UserError, KeyError, TypeError):
+        return  # launch reports a bad directory; a partition from before the cost model has no widths
+    trained = list(model_widths(modelled[0], modelled[-1], cfg.model.hidden, cfg.model.layers))
+    if modelled != trained and meta.get("method") != "random":  # same data: the hidden widths and depth differ
+        stage(f"note: this partition was chosen for a model of widths {'-'.join(map(str, modelled))}, training "
+              f"{'-'.join(map(str, trained))}; results are the same, the balance may not be the fastest "
+              f"(gnndist partition --hidden {cfg.model.hidden} --layers {cfg.model.layers} chooses for this one)", cfg)
+
+
+def dataset_of(partdir) -> tuple[str | None, str | None]:
+    """The dataset name a partition was made from and the task it holds (``link`` with an edge split, else
+    ``node``), for its family recipe; ``(None, None)`` if unreadable."""
+    from gnndist.partition import read_meta
+
+    try:
+        meta = read_meta(partdir)
+    except UserError:
+        return None, None  # launch reports the bad directory in its own words
+    return meta.get("dataset"), "link" if "link" in meta else "node"
+
+
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
     """Body of one rank of ``gnndist train``: load the part, train every run; returns the
     :class:`~gnndist.training.summary.Summary`.

@@ -93,17 +93,18 @@ def test_bad_model_flags_name_the_flag(cache, capsys):
 
 
 def test_train_notes_a_partition_chosen_for_another_model(tmp_path, capsys):
-    from gnndist.cli import _say_modelled_widths, build_parser
+    from gnndist.cli import build_parser
     from gnndist.presets import from_args as train_config_from_args
+    from gnndist.train import say_modelled_widths
 
     out, _ = make_partition("cora", PartitionConfig(parts=2, balance="nodes"), DataConfig(), str(tmp_path / "p"))
     cfg = lambda *argv: train_config_from_args(build_parser().parse_args(["train", str(out), *argv]))  # noqa: E731
-    _say_modelled_widths(out, cfg("--hidden", "16"), read_meta)
+    say_modelled_widths(out, cfg("--hidden", "16"))
     assert capsys.readouterr().out == ""
-    _say_modelled_widths(out, cfg("--hidden", "64", "--layers", "3"), read_meta)
+    say_modelled_widths(out, cfg("--hidden", "64", "--layers", "3"))
     said = capsys.readouterr().out
     assert "chosen for a model of widths 1433-16-7, training 1433-64-64-7" in said and said.count("\n") == 1
-    _say_modelled_widths(tmp_path / "nothing", cfg(), read_meta)  # launch reports a bad directory, not this
+    say_modelled_widths(tmp_path / "nothing", cfg())  # launch reports a bad directory, not this
     assert capsys.readouterr().out == ""
 
 
