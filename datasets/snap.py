@@ -101,6 +101,7 @@ def _structure_only(
     x = torch.stack([torch.ones(n), torch.log1p(deg)], dim=1)  # [N, 2]
     data = make_data(x, torch.zeros(n, dtype=torch.int64), ei, name, num_classes=1)
     data.has_labels = False
+    data.featureless = True  # x is made from the structure: a link predictor learns every node's row instead
     return set_random_split(data, seed=seed)
 
 

@@ -131,6 +131,8 @@ class Partition:
             meta["hetero"] = self.schema.to_meta()
         if link_of(d) is not None:
             meta["link"] = link_of(d).to_meta()
+        if "featureless" in d and d.featureless:  # no features of its own (ogbl-ddi, SNAP): a link task learns rows
+            meta["featureless"] = True
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them

@@ -77,7 +77,8 @@ class LinkTask:
         self.pairs = {name: new(graph.link[name], f"the {name} pairs")
                       for name in ("train", "valid", "test", "valid_neg", "test_neg")}  # new ids, this rank's slice
         self.first = {name: pair_slice(counts[name], self.grid.rank, self.grid.world_size)[0] for name in counts}
-        self.featureless = graph.x.shape[1] == 0
+        # no features of its own (ogbl-ddi's none; SNAP's made from the structure): every node learns its input row
+        self.featureless = graph.x.shape[1] == 0 or bool(graph.meta.get("featureless"))
         e = counts["train"]
         self.batch = cfg.task.edge_batch or e
         self.num_steps = -(-e // self.batch)
