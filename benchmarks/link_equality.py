@@ -49,6 +49,7 @@ def main() -> None:
     from gnndist.datasets import synthetic
     from gnndist.datasets.edge_split import random_edge_split, set_edge_split
     from gnndist.partition import partition
+
     from gnndist.testing import run_distributed
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
