@@ -188,9 +188,9 @@ class ModelConfig:
     norm: str = opt("none", "normalisation between layers", ("none", "batch", "layer"))
     num_bases: int = opt(0, "--model rgcn: basis decomposition of each layer's relation weights into this many "
                          "bases (0: a full weight per relation)")
-    embedding: str = opt("learn", "--model rgcn: the input rows of featureless node types: learn (a learnable "
-                         "embedding, each rank its own rows) or zero (no input of their own: their rows come from "
-                         "their neighbours)", ("learn", "zero"))
+    embedding: str = opt("zero", "--model rgcn: the input rows of featureless node types: zero (no input of their "
+                         "own: the first layer gives them their neighbours' mean) or learn (a learnable row per node, "
+                         "each rank its own; it overfits few labels: docs/heterogeneous.md)", ("zero", "learn"))
     arch: str = opt("plain", "plain: the model's own layers; residual (gcn, sage, gat, gin): input linear, then "
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
@@ -204,7 +204,7 @@ class ModelConfig:
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
         _need(self.arch in ("plain", "residual"), f"--arch must be plain or residual, got {self.arch!r}")
         _need(self.num_bases >= 0, f"--num-bases must be >= 0, got {self.num_bases}")
-        _need(self.embedding in ("learn", "zero"), f"--embedding must be learn or zero, got {self.embedding!r}")
+        _need(self.embedding in ("zero", "learn"), f"--embedding must be zero or learn, got {self.embedding!r}")
 
 
 @dataclass

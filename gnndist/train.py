@@ -52,6 +52,18 @@ def dataset_of(partdir) -> tuple[str | None, str | None]:
     return meta.get("dataset"), "link" if "link" in meta else "node"
 
 
+def featureless_inputs(graph, cfg: TrainConfig) -> str:
+    """What a typed graph's model reads for its featureless types (`` (featureless word: --embedding zero)``), for
+    the run's first line; empty where the model takes no ``--embedding`` or every type has features."""
+    from gnndist.nn.models import model_spec
+
+    h = graph.hetero
+    if h is None or not model_spec(cfg.model.model).hetero or all(h.featured):
+        return ""
+    types = ", ".join(t for t, f in zip(h.node_types, h.featured) if not f)
+    return f" (featureless {types}: --embedding {cfg.model.embedding})"
+
+
 def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], object] | None = None):
     """Body of one rank of ``gnndist train``: load the part, train every run; returns the
     :class:`~gnndist.training.summary.Summary`.
@@ -69,8 +81,8 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
                             "(see its error)")  # before any collective of the build: the ranks fail together
     graph = DistGraph.from_config(arrays, meta, grid, cfg)
     if grid.is_main:
-        stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs; "
-              f"{grid.describe()}", cfg)  # the backend and device, once
+        stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs"
+              f"{featureless_inputs(graph, cfg)}; {grid.describe()}", cfg)  # the backend and device, once
     summary = fit_runs(graph, cfg, resume_if_any=bool(cfg.run.checkpoint) and restart_count() > 0)
     grid.barrier()
     return summary

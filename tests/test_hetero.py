@@ -22,7 +22,7 @@ WORLDS = (1, 2, 3, 4)
 def _cfg(bases, dropout=0.5, epochs=EPOCHS):
     cfg = TrainConfig()
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.num_bases = "rgcn", 8, dropout, bases
-    cfg.model.normalize_features = False
+    cfg.model.normalize_features, cfg.model.embedding = False, "learn"  # the featureless rows' exactness
     cfg.optim.epochs = epochs
     cfg.run.progress = False
     return cfg
@@ -242,8 +242,8 @@ def test_cli_run_keeps_and_trains_an_empty_relation(tmp_path, capsys, monkeypatc
     assert torch.load(tmp_path / "m.pt", weights_only=True)["hetero"] == h
 
 
-@pytest.mark.parametrize("flags", [["--num-bases", "2", "--norm", "batch", "--layers", "3"], ["--embedding", "zero"]],
-                         ids=["bases-batchnorm-learn", "zero"])
+@pytest.mark.parametrize("flags", [["--num-bases", "2", "--norm", "batch", "--layers", "3", "--embedding", "learn"],
+                                   ["--embedding", "zero"]], ids=["bases-batchnorm-learn", "zero"])
 def test_exported_rgcn_twin_gives_the_logits_of_predict(tmp_path, capsys, monkeypatch, pooled_ranks, flags):
     """``export --format pyg`` of an R-GCN trained at P = 2: the twin of PyG's RGCNConv layers and one nn.Embedding
     per featureless type, on the whole union graph in one process, gives ``predict``'s logits at P = 1 (1e-5)."""
@@ -329,13 +329,16 @@ def test_schema_is_one_dataclass_before_and_after_partitioning(tmp_path):
     assert schema.counts() == np.diff(data.hetero.offsets).tolist()
 
 
-def test_embedding_zero_has_no_table(tmp_path):
-    """``--embedding zero``: no NodeEmbedding; featureless rows get their neighbours' mean from the first layer."""
+def test_embedding_zero_is_the_default_and_has_no_table(tmp_path):
+    """``--embedding zero`` (the default, which the run's first line names): no NodeEmbedding; featureless rows get
+    their neighbours' mean from the first layer."""
     from gnndist.datasets.hetero import from_hetero
     from gnndist.partition import partition
 
     from gnndist.dist.grid import ProcessGrid
+    from gnndist.presets import compose
     from gnndist.tasks import task_for
+    from gnndist.train import featureless_inputs
     from gnndist.training.trainer import model_of
 
     partition(from_hetero(_hetero(), "toy-mag"), 1, progress=False).save(tmp_path, dataset="toy-mag", progress=False)
@@ -343,6 +346,13 @@ def test_embedding_zero_has_no_table(tmp_path):
     cfg = _cfg(0)
     widths = task_for(graph, cfg).widths(cfg.model.hidden)
     learn = model_of(cfg.model, graph, *widths)
+    default = compose({"model": {"model": "rgcn"}})  # what gnndist run --model rgcn trains without --embedding
+    assert default.model.embedding == TrainConfig().model.embedding == "zero"
+    assert featureless_inputs(graph, default) == " (featureless author, institution, field_of_study, venue: " \
+        "--embedding zero)"
+    assert featureless_inputs(graph, cfg).endswith("--embedding learn)")
+    default.model.model = "gcn"
+    assert featureless_inputs(graph, default) == ""  # a model without --embedding: nothing to say
     cfg.model.embedding = "zero"
     zero = model_of(cfg.model, graph, *widths)
     assert learn.embedding is not None and zero.embedding is None
