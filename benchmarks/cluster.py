@@ -48,10 +48,14 @@ def main() -> int:
     p.add_argument("--link", default=None, help="with --fresh-root: a dataset folder to link into each root")
     p.add_argument("--cut", default=None, help="HOST:SECONDS: cut that host's link that long after each start "
                    "(a pulled cable; every rank should exit within --timeout, naming the collective)")
+    p.add_argument("--script", default=None, help="run this Python script on every rank instead of gnndist "
+                   "(e.g. benchmarks/exchange_timeline.py); the arguments after -- are its own")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the gnndist command line")
     a = p.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     rate = None if a.rate == "none" else a.rate
+    if a.script:
+        args = ["--script", os.path.abspath(a.script), *args]
     print(f"{a.hosts} hosts x {a.ranks_per_host} ranks, links {rate or 'unshaped'}; compute dilated "
           f"{dilation(a.hosts, a.ranks_per_host):.1f}x on {os.cpu_count()} cores: gnndist {' '.join(args)}")
     hangs = failures = 0
@@ -84,8 +88,8 @@ def main() -> int:
                 for ln in lines[-6:]:
                     print(f"  host {r.host}: {ln[:400]}")
             if r.host == 0:
-                for ln in r.stdout.strip().splitlines()[-1:]:
-                    print(f"  host 0: {ln[:400]}")
+                for ln in r.stdout.strip().splitlines()[-(1000 if a.script else 1):]:
+                    print(f"  host 0: {ln if a.script else ln[:400]}")
         if a.fresh_root:
             shutil.rmtree(env["GNNDIST_DATA"], ignore_errors=True)
     left = [n for tag in set(tags) for n in leftovers(tag)]

@@ -273,3 +273,52 @@ def test_auto_reports_choices_and_predicted_bytes(tmp_path, stored, ranks, layou
         assert s["strategy"] in ("1d", "1.5d", "2d") and set(s["candidates"]) == layouts
         assert summary["predicted_bytes_per_layer"][tag] == summary["comm_bytes_per_layer"][tag]
     assert sum("auto: layer" in line for line in err.splitlines()) == 2  # logged once per layer, not per step
+
+
+def _backward_order_job(grid, partdir, name, c):
+    """The events of one overlapped SpMM's backward on this rank: exchanges started and finished, products run."""
+    from gnndist.strategies import base
+
+    events = []
+    real = (base.PendingGather, base.PendingFold, base.transposed_product)
+
+    def recorder(cls, kind):
+        class Recorded(cls):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                events.append(f"{kind} start")
+
+            def wait(self):
+                events.append(f"{kind} wait")
+                return super().wait()
+        return Recorded
+
+    def product(csr, *a, **k):
+        events.append("interior" if csr is block.csr_int else "boundary")
+        return real[2](csr, *a, **k)
+
+    graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy=name, replication=c)))
+    block = graph.strategy.block
+    x = _features(graph.orig_id[: graph.n_owned], WIDTH, 0.37).requires_grad_()
+    y = graph.strategy.spmm(x, "t")
+    base.PendingGather, base.PendingFold = recorder(real[0], "gather"), recorder(real[1], "fold")
+    base.transposed_product = product
+    try:
+        y.sum().backward()
+    finally:
+        base.PendingGather, base.PendingFold, base.transposed_product = real
+    return events
+
+
+@pytest.mark.parametrize("name,c,expected", [
+    ("1d", None, ["boundary", "fold start", "interior", "fold wait"]),
+    ("2d", None, ["gather start", "boundary", "gather wait", "boundary", "fold start", "interior", "fold wait"]),
+])
+def test_backward_overlaps_its_exchanges(tmp_path, name, c, expected):
+    """The backward's exchanges are in flight while products run: the partial rows' gradients travel during the own
+    boundary product, the halo's gradients travel home during the interior product (autograd ran them blocking)."""
+    data = _data()
+    p = partition(data, 4, progress=False, **QUICK_PARTITION)
+    p.save(tmp_path, dataset="toy", progress=False)
+    for events in run_distributed(_backward_order_job, 4, str(tmp_path), name, c):
+        assert events == expected

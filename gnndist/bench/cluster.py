@@ -136,6 +136,8 @@ class EmulatedCluster:
             _sh("ip", "addr", "add", f"{self.address(k)}/16", "dev", "eth0", ns=ns)
             _sh("ip", "link", "set", "eth0", "up", ns=ns)
             _sh("ip", "link", "set", "lo", "up", ns=ns)
+            for setting in filter(None, os.environ.get("GDC_SYSCTL", "").split(",")):
+                _sh("sysctl", "-q", "-w", setting, ns=ns)
             if self.rate:
                 shape = ["rate", self.rate, "burst", _burst(self.rate), "latency", "100ms"]
                 _sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", *shape, ns=ns)  # the host's egress
@@ -165,12 +167,14 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ jobs
     def agent_command(self, host: int, args: list[str], rdzv_id: str) -> list[str]:
-        """The command host ``host`` runs: one torchrun agent of ``gnndist <args>``."""
+        """The command host ``host`` runs: one torchrun agent of ``gnndist <args>`` (or of the script ``args[1]``
+        with its arguments when ``args[0]`` is ``"--script"``: a benchmark's own rank body)."""
+        program = args[1:] if args[:1] == ["--script"] else ["-m", "gnndist.cli", *args]
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.hosts),
                 "--nproc-per-node", str(self.ranks_per_host), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"{self.address(0)}:{PORT}", "--rdzv-id", rdzv_id,
                 "--rdzv-conf", f"is_host={int(host == 0)}",  # the namespaces share one hostname: say who serves
-                "--local-addr", self.address(host), "-m", "gnndist.cli", *args]
+                "--local-addr", self.address(host), *program]
 
     def link(self, host: int, up: bool) -> None:
         """Cut host ``host``'s link (``up=False``: as a pulled cable, no packet in or out) or bring it back."""

@@ -118,13 +118,17 @@ def _axis_name(plan: ExchangePlan) -> str:
 
 
 class PendingGather:
-    """A gather in flight: ``wait()`` returns the received rows ``[n_recv, F]``."""
+    """A gather in flight: ``wait()`` returns the received rows ``[n_recv, F]``.
 
-    def __init__(self, x: Tensor, plan: ExchangePlan, counter: ByteCounter | None, tag: str):
+    ``direction``: what the counter books the bytes under (``"bwd"``: a backward's exchange of gradients).
+    """
+
+    def __init__(self, x: Tensor, plan: ExchangePlan, counter: ByteCounter | None, tag: str, direction: str = "fwd"):
         self.plan, self.counter, self.tag = plan, counter, tag
         send = _to_wire(x.detach()[plan.send_idx], plan)  # [n_send, F]
         if counter is not None:
-            counter.add(tag, "fwd", plan.n_send * _row_bytes(x, plan.wire), plan.n_recv * _row_bytes(x, plan.wire))
+            counter.add(tag, direction, plan.n_send * _row_bytes(x, plan.wire),
+                        plan.n_recv * _row_bytes(x, plan.wire))
         self.dtype = x.dtype
         self.recv, self.work = _exchange(send, plan.recv_counts, plan.send_counts, plan, async_op=True)
 
@@ -169,12 +173,15 @@ class _GatherWait(torch.autograd.Function):
 
 
 class PendingFold:
-    """A fold in flight: ``wait()`` returns the owners' sums ``[n_out, F]``."""
+    """A fold in flight: ``wait()`` returns the owners' sums ``[n_out, F]`` (``direction`` as for
+    :class:`PendingGather`)."""
 
-    def __init__(self, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str):
+    def __init__(self, rows: Tensor, plan: ExchangePlan, n_out: int, counter: ByteCounter | None, tag: str,
+                 direction: str = "fwd"):
         self.plan, self.n_out, self.counter, self.tag = plan, n_out, counter, tag
         if counter is not None:
-            counter.add(tag, "fwd", plan.n_recv * _row_bytes(rows, plan.wire), plan.n_send * _row_bytes(rows, plan.wire))
+            counter.add(tag, direction, plan.n_recv * _row_bytes(rows, plan.wire),
+                        plan.n_send * _row_bytes(rows, plan.wire))
         self.dtype = rows.dtype
         self.back, self.work = _exchange(_to_wire(rows.detach(), plan).contiguous(), plan.send_counts,
                                          plan.recv_counts, plan, async_op=True)  # [n_send, F]

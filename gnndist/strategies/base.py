@@ -22,9 +22,10 @@ import torch
 from torch import Tensor
 
 from gnndist.cost import RankLoad
-from gnndist.dist.comm import ByteCounter, ExchangePlan, fold, fold_start, fold_wait, gather, gather_start, gather_wait
+from gnndist.dist.comm import ByteCounter, ExchangePlan, PendingFold, PendingGather, fold, gather
 from gnndist.kernels import CSR, KernelSettings, spmm
 from gnndist.kernels.csr import index_dtype
+from gnndist.kernels.spmm import transposed_product
 from gnndist.strategies.structure import Structure
 
 if TYPE_CHECKING:
@@ -227,13 +228,52 @@ class BlockStrategy(Strategy):
             if b.fold is None:
                 return out
             return out[: b.n_owned] + fold(out[b.n_owned :], b.fold, b.n_owned, self.counter, tag)
-        pending = gather_start(x, b.expand, self.counter, tag)
+        return _Overlapped.apply(x, self, tag)
+
+    def _forward(self, x: Tensor, tag: str) -> Tensor:
+        """The overlapped product (no autograd; :class:`_Overlapped`'s forward)."""
+        b, k = self.block, {"impl": self.kernel.impl, "tune": self.kernel.tune}
+        pending = PendingGather(x, b.expand, self.counter, tag)
         out = spmm(b.csr_int, x, **k)  # [n_owned + n_fold, F] while the halo travels
-        halo = gather_wait(x, pending)  # [n_halo, F]
-        if b.fold is None:  # even with no boundary nonzeros: the halo's backward is a collective every rank enters
+        halo = pending.wait()  # [n_halo, F]
+        if b.fold is None:
             return out + spmm(b.csr_bnd, halo, **k)
         bnd_own, bnd_fold = b.boundary_split()
         partial = out[b.n_owned :] + spmm(bnd_fold, halo, **k)  # [n_fold, F]: other owners' rows, complete
-        pending_fold = fold_start(partial, b.fold, b.n_owned, self.counter, tag)
+        pending_fold = PendingFold(partial, b.fold, b.n_owned, self.counter, tag)
         own = out[: b.n_owned] + spmm(bnd_own, halo, **k)  # [n_owned, F] while the partial rows travel
-        return own + fold_wait(partial, pending_fold)
+        return own + pending_fold.wait()
+
+    def _backward(self, grad: Tensor, tag: str) -> Tensor:
+        """``A^T grad`` for :meth:`_forward`, its exchanges overlapped as the forward's: the partial rows' gradients
+        travel (the fold's adjoint) while the own boundary rows' product runs, and the halo's gradients travel home
+        (the gather's adjoint) while the interior's runs. The same products and sums as autograd through the forward's
+        operations gives (each gradient a sum of two terms, in either order the same), so bit for bit its numbers;
+        autograd ran the two exchanges blocking, one after the other."""
+        b, k = self.block, {"impl": self.kernel.impl, "tune": self.kernel.tune}
+        grad = grad.contiguous()
+        if b.fold is None:
+            g_halo = transposed_product(b.csr_bnd, grad, None, "sum", **k)  # [n_halo, F]
+            home = PendingFold(g_halo, b.expand, b.n_owned, self.counter, tag, "bwd")
+            return transposed_product(b.csr_int, grad, None, "sum", **k) + home.wait()
+        bnd_own, bnd_fold = b.boundary_split()
+        pending = PendingGather(grad, b.fold, self.counter, tag, "bwd")  # the owners' gradients of the partial rows
+        g_own = transposed_product(bnd_own, grad, None, "sum", **k)  # [n_halo, F] while they travel
+        g_partial = pending.wait()  # [n_fold, F]
+        g_halo = g_own + transposed_product(bnd_fold, g_partial, None, "sum", **k)
+        home = PendingFold(g_halo, b.expand, b.n_owned, self.counter, tag, "bwd")
+        g_x = transposed_product(b.csr_int, torch.cat([grad, g_partial]), None, "sum", **k)  # while they travel
+        return g_x + home.wait()
+
+
+class _Overlapped(torch.autograd.Function):
+    """A :class:`BlockStrategy`'s overlapped SpMM: exchanges in flight while the products run, both ways."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, strategy: BlockStrategy, tag: str) -> Tensor:
+        ctx.strategy, ctx.tag = strategy, tag
+        return strategy._forward(x, tag)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return ctx.strategy._backward(grad, ctx.tag), None, None
