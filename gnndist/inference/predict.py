@@ -137,9 +137,9 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
     """
     from gnndist.config import DistConfig, TrainConfig
+    from gnndist.dist.grid import together
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
-    from gnndist.launcher import together
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
     from gnndist.tasks import task_for
@@ -257,7 +257,7 @@ def write_rows(grid, graph, rows: Tensor, out: str, ids: np.ndarray | None = Non
     ``.npy``: rank 0 creates a memory-mapped ``[N, C]`` file under a temporary name, each rank writes its
     rows there, rank 0 renames it once all have (collective). ``.pt`` / ``.csv``: gathered on rank 0.
     """
-    from gnndist.launcher import together
+    from gnndist.dist.grid import together
 
     target = Path(out)
     tmp = target.with_name(f".{target.name}.tmp")
