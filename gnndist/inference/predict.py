@@ -136,7 +136,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     Rank 0 shows the stages (``req.progress``): reading the checkpoint and the part, each layer of the
     forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
     """
-    from gnndist.config import DistConfig, TrainConfig
+    from gnndist.config import DistConfig, TrainConfig, with_fields
     from gnndist.dist.grid import together
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
@@ -152,7 +152,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         stages.set_postfix_str("read the checkpoint")
         state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
                                        "another rank could not read the checkpoint")
-        cfg = TrainConfig.from_dict(config)
+        # the model over the partition's (training) message graph: --use-valedges-as-input is the test metric's
+        cfg = with_fields(TrainConfig.from_dict(config), task={"use_valedges_as_input": False})
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
         graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=DistConfig(strategy=req.strategy),
