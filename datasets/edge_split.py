@@ -2,8 +2,9 @@
 
 A graph with an edge split (``data.link``, an :class:`EdgeSplit`) trains a link predictor: its
 ``edge_index`` is the *message* graph, the training positives only, so no validation or test
-edge (nor its reverse) is ever aggregated over. The partition stores the split beside the parts
-(:mod:`gnndist.partition.pipeline`); every rank reads its slice of each pair array.
+edge (nor its reverse) is ever aggregated over in training (``--use-valedges-as-input`` scores the test split over
+training + validation edges, a second message graph the partition stores). The partition stores the split beside
+the parts (:mod:`gnndist.partition.pipeline`); every rank reads its slice of each pair array.
 
 Negatives come in two forms:
 
@@ -41,8 +42,9 @@ class EdgeSplit:
         valid_neg, test_neg: their negatives: ``[M, 2]`` shared pairs, or ``[n, K]`` destinations per positive.
         metric: ``"auc"`` (ROC-AUC; AP reported beside it), ``"hits@K"`` or ``"mrr"``.
         kind: ``"random"`` (a seeded split of the graph's edges) or ``"ogb"`` (the dataset's own files).
-        valid_as_input: OGB collab's test-time protocol may add the validation edges to the message graph
-            (``--use-valedges-as-input``); whether the dataset allows it.
+        valid_as_input: whether OGB's own example offers the test-time protocol of adding the validation edges to
+            the message graph for this dataset (collab); ``--use-valedges-as-input`` takes any split with
+            validation edges (:mod:`gnndist.partition.link`).
         train_weight: per training positive (collab's ``weight``), else None; not used by the loss.
 
     Shapes:

@@ -24,6 +24,7 @@ from gnndist.config import (
     PartitionConfig,
     RunConfig,
     SimulateConfig,
+    TaskConfig,
     add_section,
     add_train_args,
     build_section,
@@ -38,7 +39,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     part = build_section(PartitionConfig, args)
     model = build_section(ModelConfig, args)  # --hidden, --layers: the model the partition is for
-    out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out, model)
+    task = build_section(TaskConfig, args)  # --use-valedges-as-input: the second message graph it stores
+    out, report = make_partition(args.dataset, part, build_section(DataConfig, args), args.out, model, task=task)
     if _json(args):
         print(json.dumps({**report, "dir": str(out)}))
     else:
@@ -121,16 +123,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     # before partitioning: a layout that cannot fit fails in one line, at once
     strategy_from_config(cfg.dist).grid_shape(world)
     if here.launched:  # rank 0 partitions inside the process group; the others wait for it there
-        prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json)
-        return train(str(partition_dir(args.dataset, part, dcfg, cfg.model)), cfg, prepare=prepare)
-    return train(str(ensure_partition(args.dataset, part, dcfg, cfg.model, say=lambda msg: stage(msg, cfg))), cfg)
+        prepare = functools.partial(_prepare_partition, args.dataset, part, dcfg, cfg.model, cfg.run.json, cfg.task)
+        return train(str(partition_dir(args.dataset, part, dcfg, cfg.model, cfg.task)), cfg, prepare=prepare)
+    return train(str(ensure_partition(args.dataset, part, dcfg, cfg.model, say=lambda msg: stage(msg, cfg),
+                                      task=cfg.task)), cfg)
 
 
 def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, model: ModelConfig,
-                       json_out: bool) -> None:
+                       json_out: bool, task: TaskConfig) -> None:
     """Rank 0's share of ``gnndist run`` under torchrun: the cached partition, made if missing."""
     ensure_partition(dataset, part, dcfg, model, say=lambda msg: print(f"gnndist: {msg}", flush=True,
-                                                                 file=sys.stderr if json_out else sys.stdout))
+                                                                 file=sys.stderr if json_out else sys.stdout),
+                     task=task)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -261,6 +265,10 @@ def _add_partition(sub) -> None:
     sp.add_argument("dataset", help="registered name (cora, ogbn-arxiv, synthetic-100k, ...) or a path")
     add_section(sp, PartitionConfig)
     add_section(sp, ModelConfig, only=("hidden", "layers"))  # the model the partition is for (the cost model's)
+    add_section(sp, TaskConfig, only=("use_valedges_as_input",), help={  # the second message graph it stores
+        "use_valedges_as_input": "also store the message graph of training + validation edges (a link split's; "
+                                 "about the training graph's size again), which gnndist train "
+                                 "--use-valedges-as-input scores the test split on (OGB collab's protocol)"})
     add_section(sp, DataConfig)
     sp.add_argument("--out", default=None, help="output directory (default: the cache, $GNNDIST_PARTITIONS/KEY, "
                                                 "else DATA_ROOT/partitions/KEY: $GNNDIST_DATA, else ~/.cache/gnndist; "

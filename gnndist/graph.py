@@ -31,7 +31,7 @@ from gnndist.config import DistConfig, TrainConfig
 from gnndist.context import RunContext
 from gnndist.datasets.schema import HeteroSchema
 from gnndist.dist.comm import fold, gather
-from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.grid import ProcessGrid, together
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
 from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
@@ -108,6 +108,14 @@ def _relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
     return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
 
 
+def _structure(arrays: dict, t: dict[str, Tensor], meta: dict, rank: int, device: torch.device) -> Structure:
+    """The :class:`Structure` of a part's arrays (``arrays``, numpy: its rows of ``A`` stay as stored, mapped;
+    ``t``: the others as tensors) and its partition's META.json."""
+    return Structure(rank, len(arrays["rowptr"]) - 1, arrays["rowptr"], arrays["col"], t["halo_gid"], t["send_idx"],
+                     t["send_counts"].tolist(), t["recv_counts"].tolist(), tuple(int(o) for o in meta["offsets"]),
+                     meta.get("layouts") or {}, device)
+
+
 def meta_digest(meta: dict) -> str:
     """A short digest of a partition's META.json as read (every rank of a job must read the same)."""
     import hashlib
@@ -134,20 +142,19 @@ class DistGraph:
             (default: chosen per input by the dispatcher, SpMM tiles tuned).
         normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
         context: the run's :class:`~gnndist.context.RunContext` (a fresh one by default).
+        root: the partition directory the part was read from, where :meth:`sub_partition` finds the other
+            structures it stores (None: arrays handed in, no sub-partitions).
     """
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
                  strategy: Strategy | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
-                 normalize_features: bool = False, context: RunContext | None = None):
+                 normalize_features: bool = False, context: RunContext | None = None, root: str | Path | None = None):
         grid = grid or ProcessGrid()
         dev = grid.device
         # the part's rows of A stay as stored (mapped): the strategy reads them into its own block
         t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col")}
-        n_owned = len(arrays["rowptr"]) - 1
-        n_halo = int(t["halo_gid"].numel())
-        structure = Structure(grid.rank, n_owned, arrays["rowptr"], arrays["col"], t["halo_gid"],
-                              t["send_idx"], t["send_counts"].tolist(), t["recv_counts"].tolist(),
-                              tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {}, dev)
+        structure = _structure(arrays, t, meta, grid.rank, dev)
+        n_owned, n_halo = structure.n_owned, structure.n_halo
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
         wire = None if comm_dtype == "fp32" else DTYPES[comm_dtype]  # None: the rows travel as they are
@@ -163,7 +170,7 @@ class DistGraph:
             if x is not t["x"]:
                 drop_pages(arrays["x"])  # the stored rows were read once: only the normalised ones stay
         self._set(
-            grid=grid, meta=meta, context=context, structure=structure, strategy=strat, kernel=kernel,
+            grid=grid, meta=meta, root=root, context=context, structure=structure, strategy=strat, kernel=kernel,
             comm_dtype=wire, n_owned=n_owned, n_halo=n_halo,
             halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
             orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
@@ -221,11 +228,11 @@ class DistGraph:
     @classmethod
     def load(cls, root: str | Path, grid: ProcessGrid, **kw) -> DistGraph:
         """Load this rank's part (the keywords of :class:`DistGraph`; collective: the strategy is built)."""
-        return cls(*cls.read(root, grid), grid, **kw)
+        return cls(*cls.read(root, grid), grid, root=root, **kw)
 
     @classmethod
     def from_config(cls, arrays: dict, meta: dict, grid: ProcessGrid, cfg: TrainConfig, dist: DistConfig | None = None,
-                    comm_dtype: str | None = None) -> DistGraph:
+                    comm_dtype: str | None = None, root: str | Path | None = None) -> DistGraph:
         """The graph a run of ``cfg`` trains on: ``cfg.dist``'s strategy, rows on the wire in ``cfg.wire_dtype``,
         ``cfg.kernel``'s kernels, features normalised at load where ``cfg.model.normalize_features`` (collective:
         the strategy is built). The one way a config becomes a graph.
@@ -235,10 +242,11 @@ class DistGraph:
             meta: its META.json (:meth:`read`).
             dist: the layout in place of ``cfg.dist`` (``gnndist predict``'s ``--strategy``, a test's layout).
             comm_dtype: in place of ``cfg.wire_dtype`` (``gnndist predict``, in fp32: ``"fp32"``).
+            root: the partition directory they were read from (its sub-partitions: :meth:`sub_partition`).
         """
         strategy = strategy_from_config(dist or cfg.dist)
         return cls(arrays, meta, grid, strategy=strategy, comm_dtype=comm_dtype or cfg.wire_dtype,
-                   kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features)
+                   kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features, root=root)
 
     def with_split(self, k: int) -> DistGraph:
         """The same graph training, validating and testing on split ``k`` of the partition's splits.
@@ -286,6 +294,48 @@ class DistGraph:
             return view
 
         return self.derived(("relation", r), build)
+
+    def sub_partition(self, name: str, strategy: Strategy | None = None) -> DistGraph:
+        """The same rows over another structure the partition stores for the same owners: its sub-partition ``name``
+        (:func:`~gnndist.partition.format.write_partition`'s ``inner``, e.g. ``valedges``: the message graph of
+        training + validation edges, :mod:`gnndist.partition.link`).
+
+        The sub-partition was made with the same book: this rank owns the same nodes under the same local ids
+        ``[0, n_owned)``, so the features, rows, masks, ids of owned nodes, link arrays and the run's context are
+        shared; its rows of ``A``, halo, plans, halo ids and degrees (GCN's and ``mean``'s) are its own, read as
+        the part's are and aggregated by ``strategy`` (unbuilt; default ``1d``). Built once per name (collective:
+        every rank asks for the same sub-partitions in the same order); its block is what it costs in memory.
+        """
+        def build() -> DistGraph:
+            from gnndist.partition.format import read_inner, read_part
+
+            def read() -> tuple[dict, dict]:  # local; a failure on any rank stops every rank at once
+                if self.root is None or self.hetero is not None or self.relation_of is not None:
+                    raise UserError(f"sub-partition {name}: only a homogeneous graph read from its partition "
+                                    f"directory (DistGraph.load, from_config(..., root=)) has sub-partitions")
+                meta = read_inner(self.root, name, self.meta)
+                arrays = read_part(Path(self.root) / name, self.grid.rank, meta)
+                owned = np.asarray(arrays["orig_id"][: self.n_owned])
+                if (meta["offsets"] != self.meta["offsets"] or len(arrays["rowptr"]) - 1 != self.n_owned
+                        or not np.array_equal(owned, self.orig_id[: self.n_owned].cpu().numpy())):
+                    raise UserError(f"{Path(self.root) / name}: not a structure over this partition's owners")
+                return arrays, meta
+
+            arrays, meta = together(self.grid, read, f"another rank could not load its part of {name}")
+            dev = self.grid.device
+            t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col")}
+            structure = _structure(arrays, t, meta, self.grid.rank, dev)
+            self.grid.agree(meta_digest(meta), f"partition {name} (META.json differs)", must_match=True)
+            strat = strategy or Halo1D()
+            strat.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
+            degree = t["degree"]  # [n_owned + n_halo] its own global degrees, no self-loops
+            view = object.__new__(DistGraph)
+            view._set(**{**vars(self), "structure": structure, "strategy": strat, "n_halo": structure.n_halo,
+                         "halo_gid": structure.halo_gid, "orig_id": t["orig_id"], "degree": degree,
+                         "gcn_scale": (degree.double() + 1.0).rsqrt(), "edge_attr": None, "_derived": {}})
+            return view
+
+        return self.derived(("sub_partition", name), build)
 
     def derived(self, key: Any, build: Callable[[], Any]) -> Any:
         """``build()``'s value, computed once per graph (structure derived from the part: local edges, ...)."""

@@ -196,25 +196,6 @@ def ranks_started_by(start: Starter) -> Iterator[None]:
         _STARTER.reset(token)
 
 
-def together(grid, action: Callable[[], object] | None, peer_failed: str):
-    """Run ``action`` (a local one, on the ranks that have one) and fail on every rank at once if it raised.
-
-    The ranks agree through one all-reduce of a failure flag: the rank whose ``action`` raised a
-    ``UserError`` raises it, the others a :class:`~gnndist.errors.PeerFailed` saying ``peer_failed``.
-    """
-    result, error = None, None
-    try:
-        result = action() if action is not None else None
-    except UserError as e:
-        error = e
-    failed = grid.all_reduce_(torch.tensor([float(error is not None)], device=grid.device))
-    if error is not None:
-        raise error
-    if failed.item() > 0:
-        raise PeerFailed(f"rank {grid.rank}: {peer_failed}")
-    return result
-
-
 # ---------------------------------------------------------------------- spawned ranks
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its launcher dies, whatever the cause (no orphans)."""

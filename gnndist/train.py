@@ -14,8 +14,9 @@ import sys
 from collections.abc import Callable
 
 from gnndist.config import TrainConfig
+from gnndist.dist.grid import together
 from gnndist.errors import UserError
-from gnndist.launcher import launch, place, restart_count, together, under_torchrun
+from gnndist.launcher import launch, place, restart_count, under_torchrun
 
 
 def stage(msg: str, cfg: TrainConfig) -> None:
@@ -79,7 +80,7 @@ def train_rank(grid, partdir: str, cfg: TrainConfig, prepare: Callable[[], objec
         together(grid, prepare if grid.is_main else None, "rank 0 could not prepare the partition")
     arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part "
                             "(see its error)")  # before any collective of the build: the ranks fail together
-    graph = DistGraph.from_config(arrays, meta, grid, cfg)
+    graph = DistGraph.from_config(arrays, meta, grid, cfg, root=partdir)
     if grid.is_main:
         stage(f"training {cfg.model.model} on {grid.world_size} rank(s) for {cfg.optim.epochs} epochs"
               f"{featureless_inputs(graph, cfg)}; {grid.describe()}", cfg)  # the backend and device, once

@@ -246,6 +246,13 @@ class LocalPart:
     def n_halo(self) -> int:
         return len(self.halo_gid)
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Its structure as a part stores it (``rowptr``, ``col``, the halo and its plans, ids, degrees): what a
+        rank's :class:`~gnndist.strategies.Structure` is read from."""
+        return {"rowptr": self.rowptr, "col": self.col, "halo_gid": self.halo_gid, "recv_counts": self.recv_counts,
+                "send_idx": self.send_idx, "send_counts": self.send_counts, "orig_id": self.orig_id,
+                "degree": self.degree}
+
 
 def renumbered_csr(csr: GlobalCSR, book: PartitionBook, chunk: int = CHUNK, threads: int = 1) -> GlobalCSR:
     """The same graph with new ids: rows permuted by the book (each row's entries gathered, no sort), in

@@ -1,5 +1,9 @@
 """On-disk partition format: ``DIR/META.json`` + ``DIR/part-K/*.npy``, no pickle, sha256-checked.
 
+A partition may hold sub-partitions, ``DIR/<name>/`` in the same format (another structure over the same owners,
+e.g. ``valedges``), written in the same atomic write; ``DIR/META.json`` records the sha256 of each one's META.json
+under ``inner`` (:func:`read_inner`).
+
 Writes are atomic: everything goes to a temporary sibling directory that is renamed into
 place only after ``META.json`` (written last) is complete, so an interrupted run never
 leaves a directory that looks complete.
@@ -54,7 +58,8 @@ def check_space(out: Path, need_bytes: int) -> None:
                         f"{_gib(free)} free (--out elsewhere, or $GNNDIST_PARTITIONS for the cache)")
 
 
-def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.ndarray]], need_bytes: int = 0) -> Path:
+def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.ndarray]], need_bytes: int = 0,
+                    inner: dict[str, tuple[dict, Iterable[dict[str, np.ndarray]]]] | None = None) -> Path:
     """Write every part's arrays and then META.json (with checksums) atomically to ``out``.
 
     Args:
@@ -63,6 +68,10 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         parts: one dict of arrays per rank, in rank order (a generator keeps memory low).
         need_bytes: what the parts will take on disk (an estimate); a file system with less free is refused
             in one line before anything is written (:func:`check_space`).
+        inner: sub-partitions by name, each ``(meta, parts)`` written the same way into ``out/<name>/`` before
+            ``out``'s META.json, which records the sha256 of each one's META.json under ``inner``
+            (:func:`read_inner`): other structures over the same owners, e.g. the message graph of training and
+            validation edges (:data:`gnndist.partition.link.VALEDGES`).
     """
     out = Path(out).resolve()
     try:
@@ -74,21 +83,39 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
         raise UserError(f"cannot write the partition to {out}: {why or e}") from None
     try:  # a full disk or a permission: nothing is left behind
         with atomic_dir(out) as tmp, ThreadPoolExecutor(1) as hasher:
-            hashes = {}  # each file's sha256 read back while the next part is built and written
-            for k, arrays in enumerate(parts):
-                pdir = tmp / f"part-{k}"
-                pdir.mkdir()
-                for name, arr in arrays.items():
-                    path = pdir / f"{name}.npy"
-                    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
-                    hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
-            files = {rel: h.result() for rel, h in hashes.items()}
-            meta = {"format_version": FORMAT_VERSION, "algorithm_version": ALGORITHM_VERSION, **meta, "sha256": files}
-            with open(tmp / META, "w") as f:
-                json.dump(meta, f, indent=1)
+            hashes = _write_parts(tmp, parts, hasher)
+            digests = {}
+            for name, (sub_meta, sub_parts) in (inner or {}).items():
+                sub = tmp / name
+                sub.mkdir()
+                digests[name] = _sha256(_write_meta(sub, sub_meta, _write_parts(sub, sub_parts, hasher)))
+            _write_meta(tmp, {**meta, "inner": digests} if digests else meta, hashes)
     except OSError as e:
         raise UserError(f"cannot write the partition to {out}: {e.strerror or e}") from None
     return out
+
+
+def _write_parts(folder: Path, parts: Iterable[dict[str, np.ndarray]], hasher: ThreadPoolExecutor) -> dict:
+    """Each part's arrays into ``folder/part-K/``; each file's sha256 (a future) by its path under ``folder``, read
+    back while the next part is built and written."""
+    hashes = {}
+    for k, arrays in enumerate(parts):
+        pdir = folder / f"part-{k}"
+        pdir.mkdir()
+        for name, arr in arrays.items():
+            path = pdir / f"{name}.npy"
+            np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+            hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
+    return hashes
+
+
+def _write_meta(folder: Path, meta: dict, hashes: dict) -> Path:
+    """``folder/META.json``: ``meta`` with the versions and every part file's sha256 (written last)."""
+    files = {rel: h.result() for rel, h in hashes.items()}
+    meta = {"format_version": FORMAT_VERSION, "algorithm_version": ALGORITHM_VERSION, **meta, "sha256": files}
+    with open(folder / META, "w") as f:
+        json.dump(meta, f, indent=1)
+    return folder / META
 
 
 def read_meta(root: str | Path) -> dict:
@@ -197,17 +224,36 @@ def drop_pages(arr: np.ndarray, start: int = 0, stop: int | None = None) -> None
 
 
 def verify_partition(root: str | Path, meta: dict | None = None) -> int:
-    """Check every part file of a partition against its sha256 in META.json; returns the files checked.
+    """Check every part file of a partition (and of its sub-partitions) against its sha256 in META.json; returns the
+    files checked.
 
     Raises the :class:`UserError` :func:`read_part` would (missing file, checksum mismatch, a part
     with no files), for the first bad file, without loading any array.
     """
     root = Path(root)
     meta = meta or read_meta(root)
-    files = [rel for rank in range(meta["parts"]) for rel in _files_of(root, rank, meta)]
-    for rel in files:
-        _checked(root, rel, meta)
+    files = [(root, rel, meta) for rank in range(meta["parts"]) for rel in _files_of(root, rank, meta)]
+    for name in meta.get("inner", {}):
+        sub = read_inner(root, name, meta)
+        files += [(root / name, rel, sub) for rank in range(sub["parts"]) for rel in _files_of(root / name, rank, sub)]
+    for folder, rel, m in files:
+        _checked(folder, rel, m)
     return len(files)
+
+
+def read_inner(root: str | Path, name: str, meta: dict | None = None) -> dict:
+    """META.json of the sub-partition ``name`` of the partition at ``root`` (``meta``: the partition's own), checked
+    against the sha256 the partition records for it; its parts are read with :func:`read_part` at ``root/name``."""
+    root = Path(root)
+    meta = meta or read_meta(root)
+    digest = meta.get("inner", {}).get(name)
+    if digest is None:
+        raise UserError(f"{root} holds no sub-partition {name!r}")
+    path = root / name / META
+    if not path.is_file() or _sha256(path) != digest:
+        raise UserError(f"{path} is {'corrupt' if path.is_file() else 'missing'}: the partition is damaged, "
+                        f"re-run `gnndist partition`")
+    return read_meta(root / name)
 
 
 def _files_of(root: Path, rank: int, meta: dict) -> list[str]:

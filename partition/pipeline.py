@@ -45,7 +45,7 @@ from gnndist.partition.choose import (
 from gnndist.partition.format import drop_pages, write_partition
 from gnndist.partition.hetero import RelationSlicer, hetero_report
 from gnndist.partition.layouts import layout_loads
-from gnndist.partition.link import link_arrays, link_bytes, link_of
+from gnndist.partition.link import VALEDGES, check_valedges, link_arrays, link_bytes, link_of, valedges_message
 from gnndist.partition.metis import OBJECTIVES, random_assign
 from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
@@ -88,12 +88,7 @@ class Partition:
         link = link_of(d)
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
-            arrays = {
-                "rowptr": lp.rowptr, "col": lp.col, "halo_gid": lp.halo_gid,
-                "recv_counts": lp.recv_counts, "send_idx": lp.send_idx, "send_counts": lp.send_counts,
-                "orig_id": lp.orig_id, "degree": lp.degree,
-                "x": d.x[owned].numpy(), "y": d.y[owned].numpy(),
-            }
+            arrays = {**lp.arrays(), "x": d.x[owned].numpy(), "y": d.y[owned].numpy()}
             for m in ("train_mask", "val_mask", "test_mask"):
                 mask = getattr(d, m, None)
                 arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
@@ -111,8 +106,25 @@ class Partition:
             for mm in getattr(d, "memmaps", ()):  # the rows gathered from memory-mapped inputs: not resident
                 drop_pages(mm)
 
-    def save(self, out: str | Path, dataset: str, progress: bool = True) -> Path:
-        """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`)."""
+    def valedges(self, dataset: str, progress: bool = True) -> tuple[dict, object]:
+        """META.json and the parts (a generator) of the sub-partition :data:`~gnndist.partition.link.VALEDGES`: this
+        book over the message graph of training and validation edges, symmetrised and de-duplicated as the
+        training graph is; its parts hold only their structure (:meth:`~gnndist.partition.book.LocalPart.arrays`)."""
+        n, offsets = int(self.csr.num_nodes), self.book.offsets
+        csr = renumbered_csr(symmetric_csr(valedges_message(self.data), n, threads=self.threads), self.book,
+                             threads=self.threads)
+        meta = {"dataset": dataset, "of": "the message graph of training + validation edges", "parts": self.book.parts,
+                "N": n, "E": int(csr.nnz), "F": 0, "classes": 0, "offsets": offsets.tolist(),
+                "layouts": layout_loads(csr, offsets, threads=self.threads)}
+        parts = (lp.arrays() for lp in build_local_parts(csr, self.book, self.threads))
+        return meta, stages_of(parts, self.book.parts, f"write {VALEDGES} part", progress)
+
+    def save(self, out: str | Path, dataset: str, progress: bool = True, valedges: bool = False) -> Path:
+        """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`); with ``valedges``
+        also the message graph of training and validation edges (``--use-valedges-as-input``: :meth:`valedges`,
+        in ``out/valedges/``)."""
+        if valedges:
+            check_valedges(self.data, dataset)
         d = self.data
         y = d.y
         meta = {
@@ -139,10 +151,12 @@ class Partition:
         meta["layouts"] = layout_loads(self.csr, self.book.offsets, threads=self.threads)
         st.close()
         parts = stages_of(self.part_arrays(), self.book.parts, "write part", progress)
-        return write_partition(out, meta, parts, need_bytes=self.disk_bytes())
+        inner = {VALEDGES: self.valedges(dataset, progress)} if valedges else None
+        return write_partition(out, meta, parts, need_bytes=self.disk_bytes(valedges), inner=inner)
 
-    def disk_bytes(self) -> int:
-        """What the saved parts take, from their shapes (within a few %: the halo's ids and the .npy headers aside)."""
+    def disk_bytes(self, valedges: bool = False) -> int:
+        """What the saved parts take, from their shapes (within a few %: the halo's ids and the .npy headers aside);
+        ``valedges``: with the sub-partition of training + validation edges (its entries, ids, degrees, rowptr)."""
         d, n, nnz = self.data, int(self.csr.num_nodes), int(self.csr.nnz)
         ea = getattr(d, "edge_attr", None)
         per_node = (d.x[:1].numel() * d.x.element_size() + d.y[:1].numel() * d.y.element_size() + 3
@@ -151,7 +165,10 @@ class Partition:
             per_node += 3 * d.train_masks.shape[1]
         per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)
         link = link_of(d)
-        return n * per_node + nnz * per_entry + (link_bytes(link, n) if link is not None else 0)
+        extra = 0
+        if valedges:  # at most 2 E_val entries more than the training graph's
+            extra = n * (8 + 8 + 4) + (nnz + 2 * int(link.valid.shape[0])) * self.csr.col.dtype.itemsize
+        return n * per_node + nnz * per_entry + (link_bytes(link, n) if link is not None else 0) + extra
 
 
 def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,8 +118,9 @@ def _full_disk(monkeypatch):
 TRAIN1 = ["--epochs", "2", "--no-progress"]
 
 
-def _link_partition(tmp, name="toy", fractions=(0.8, 0.1, 0.1), edit=None):
-    """A 1-part partition of a small graph with a random edge split (``edit(split)`` applied first)."""
+def _link_partition(tmp, name="toy", fractions=(0.8, 0.1, 0.1), edit=None, valedges=False):
+    """A 1-part partition of a small graph with a random edge split (``edit(split)`` applied first; ``valedges``:
+    with the message graph of training + validation edges)."""
     from gnndist.datasets import synthetic
     from gnndist.datasets.edge_split import random_edge_split, set_edge_split
     from gnndist.partition import partition
@@ -129,7 +131,7 @@ def _link_partition(tmp, name="toy", fractions=(0.8, 0.1, 0.1), edit=None):
         edit(split)
     set_edge_split(data, split, message)
     out = tmp / f"link-{name}"
-    partition(data, 1, progress=False).save(out, dataset=name, progress=False)
+    partition(data, 1, progress=False).save(out, dataset=name, progress=False, valedges=valedges)
     return str(out)
 
 
@@ -310,6 +312,26 @@ CASES = {
     "link-probs-of-a-link-model": lambda t, p1, p2, mp: (
         ["predict", *_link_checkpoint(t)[:1], "--checkpoint", str(t / "lk"), "--out", str(t / "p.npy"),
          "--no-progress"], "the checkpoint is a link predictor"),
+    "link-valedges-on-node-task": lambda t, p1, p2, mp: (["train", str(p1), "--use-valedges-as-input"] + TRAIN1,
+                                                         "--use-valedges-as-input is for link prediction (--task "
+                                                         "link); this run is a node task"),
+    "link-valedges-with-task-node": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--task", "node", "--use-valedges-as-input"] + TRAIN1,
+        "--use-valedges-as-input is for link prediction (--task link), not --task node"),
+    "link-valedges-not-stored": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t), "--use-valedges-as-input"] + TRAIN1,
+        "stores no message graph of training + validation edges; gnndist partition DATASET --use-valedges-as-input"),
+    "link-valedges-without-edge-split": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t), "--parts", "2", "--use-valedges-as-input", "--out", str(t / "o")],
+        "--use-valedges-as-input is for link prediction: "),
+    "link-valedges-run-node-graph": lambda t, p1, p2, mp: (
+        ["run", _graph_file(t), "--use-valedges-as-input"] + TRAIN1, "graph.pt has no edge split"),
+    "link-valedges-without-valid-edges": lambda t, p1, p2, mp: (
+        ["partition", _graph_file(t), "--parts", "2", "--edge-split", "90,0,10", "--use-valedges-as-input",
+         "--out", str(t / "o")], "graph.pt has no validation edges to add"),
+    "link-valedges-corrupt": lambda t, p1, p2, mp: (
+        _flip_byte(Path(_link_partition(t, valedges=True)) / "valedges" / "part-0" / "col.npy")
+        or ["info", str(t / "link-toy")], "checksum mismatch in"),
 }
 
 

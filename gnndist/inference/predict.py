@@ -136,10 +136,10 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     Rank 0 shows the stages (``req.progress``): reading the checkpoint and the part, each layer of the
     forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
     """
-    from gnndist.config import DistConfig, TrainConfig
+    from gnndist.config import DistConfig, TrainConfig, with_fields
+    from gnndist.dist.grid import together
     from gnndist.dist.timing import peak_memory_bytes
     from gnndist.graph import DistGraph
-    from gnndist.launcher import together
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
     from gnndist.tasks import task_for
@@ -152,7 +152,8 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         stages.set_postfix_str("read the checkpoint")
         state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
                                        "another rank could not read the checkpoint")
-        cfg = TrainConfig.from_dict(config)
+        # the model over the partition's (training) message graph: --use-valedges-as-input is the test metric's
+        cfg = with_fields(TrainConfig.from_dict(config), task={"use_valedges_as_input": False})
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
         graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=DistConfig(strategy=req.strategy),
@@ -257,7 +258,7 @@ def write_rows(grid, graph, rows: Tensor, out: str, ids: np.ndarray | None = Non
     ``.npy``: rank 0 creates a memory-mapped ``[N, C]`` file under a temporary name, each rank writes its
     rows there, rank 0 renames it once all have (collective). ``.pt`` / ``.csv``: gathered on rank 0.
     """
-    from gnndist.launcher import together
+    from gnndist.dist.grid import together
 
     target = Path(out)
     tmp = target.with_name(f".{target.name}.tmp")

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from gnndist.config import DataConfig, ModelConfig, PartitionConfig
+from gnndist.config import DataConfig, ModelConfig, PartitionConfig, TaskConfig
 from gnndist.errors import UserError
 from gnndist.machine import data_root
 
@@ -29,11 +29,13 @@ def _user_cache() -> str | None:
     return os.environ.get("GNNDIST_PARTITIONS") or None
 
 
-def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: ModelConfig | None = None) -> Path:
+def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: ModelConfig | None = None,
+                  task: TaskConfig | None = None) -> Path:
     """Cache directory of a partition: :func:`partition_cache` / key.
 
     The key names the dataset, split, parts, method, objective, seed and every non-default
-    setting (balance, refinement, network, auto budget, modelled model ``-h<hidden>x<layers>``). When the data
+    setting (balance, refinement, network, auto budget, modelled model ``-h<hidden>x<layers>``, the second message
+    graph of ``task``'s ``--use-valedges-as-input``, ``-valedges``). When the data
     may not be the one the cache's own data root holds (a path, a ``--root`` other than the data
     root, or a ``$GNNDIST_PARTITIONS`` cache), the name is followed by a short hash of where the
     data comes from, so that two datasets of one name never share a partition.
@@ -70,6 +72,8 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     model, default = model or ModelConfig(), ModelConfig()
     if (model.hidden, model.layers) != (default.hidden, default.layers):
         key += f"-h{model.hidden}x{model.layers}"
+    if task is not None and task.use_valedges_as_input:  # the partition holds a second message graph
+        key += "-valedges"
     return partition_cache() / key
 
 
@@ -89,17 +93,22 @@ def probed_network(parts: int):
 
 
 def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
-                   model: ModelConfig | None = None, say=lambda msg: None) -> tuple[Path, dict]:
+                   model: ModelConfig | None = None, say=lambda msg: None, task: TaskConfig | None = None
+                   ) -> tuple[Path, dict]:
     """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
 
     Returns the directory and the report; ``say`` hears each stage. The cost model times a model
     of widths ``(F, model.hidden, ..., classes)`` with ``model.layers`` layers (default: ModelConfig()'s).
+    ``task``'s ``--use-valedges-as-input`` also stores the message graph of training + validation edges (a link
+    split with validation edges, or one line).
     """
     from gnndist.datasets import load
     from gnndist.partition import model_widths_of, partition
+    from gnndist.partition.link import check_valedges
 
     model = model or ModelConfig()
-    target = Path(out) if out else partition_dir(dataset, part, dcfg, model)
+    valedges = task is not None and task.use_valedges_as_input
+    target = Path(out) if out else partition_dir(dataset, part, dcfg, model, task)
     _check_writable(target, cached=not out)
     say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed, target=dcfg.target)
@@ -115,6 +124,8 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
         say(f"splitting the edges {dcfg.edge_split} (seed {dcfg.split_seed})")
         set_edge_split(data, *random_edge_split(data.edge_index, int(data.num_nodes),
                                                 parse_edge_split(dcfg.edge_split), dcfg.split_seed))
+    if valedges:  # before partitioning: a graph that cannot have it is one line at once
+        check_valedges(data, dataset)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")
     widths = model_widths_of(data, model.hidden, model.layers)
     p = partition(data, part.parts, part.method, part.objective, part.partition_seed, part.constraints,
@@ -123,7 +134,7 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
                                 else part.partition_network))
     say(f"writing the parts to {target}")
     name = getattr(data, "name", None) or Path(dataset).name
-    return p.save(target, dataset=name), p.report
+    return p.save(target, dataset=name, valedges=valedges), p.report
 
 
 def _check_writable(target: Path, cached: bool) -> None:
@@ -152,17 +163,18 @@ def is_ready(target: Path, parts: int) -> bool:
 
 
 def ensure_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, model: ModelConfig | None = None,
-                     say=lambda msg: None) -> Path:
-    """The cached partition of ``dataset`` for ``part``, ``dcfg`` and ``model``, made now if the cache has none, or
-    remade (``say`` hears why) if an older (or newer) gnndist made it: a partition is never reused across
-    partition format or algorithm versions (:data:`gnndist.partition.format.ALGORITHM_VERSION`)."""
+                     say=lambda msg: None, task: TaskConfig | None = None) -> Path:
+    """The cached partition of ``dataset`` for ``part``, ``dcfg``, ``model`` and ``task`` (``--use-valedges-as-input``),
+    made now if the cache has none, or remade (``say`` hears why) if an older (or newer) gnndist made it: a partition
+    is never reused across partition format or algorithm versions (:data:`gnndist.partition.format.ALGORITHM_VERSION`).
+    """
     from gnndist.partition.format import version_mismatch
 
-    target = partition_dir(dataset, part, dcfg, model)
+    target = partition_dir(dataset, part, dcfg, model, task)
     if is_ready(target, part.parts):
         say(f"using the cached partition {target}")
         return target
     why = version_mismatch(target)
     if why is not None:
         say(f"rebuilding {target}: {why}")
-    return make_partition(dataset, part, dcfg, None, model, say=say)[0]
+    return make_partition(dataset, part, dcfg, None, model, say=say, task=task)[0]

@@ -39,6 +39,8 @@ def task_for(graph, cfg):
     name = task_name(graph.meta, cfg.task.task)
     if name == "node" and cfg.task.decoder != "auto":
         raise UserError(f"--decoder {cfg.task.decoder} is for link prediction (--task link); this run is a node task")
+    if name == "node" and cfg.task.use_valedges_as_input:
+        raise UserError("--use-valedges-as-input is for link prediction (--task link); this run is a node task")
     return LinkTask(graph, cfg) if name == "link" else NodeTask(graph, cfg)
 
 

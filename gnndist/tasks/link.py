@@ -14,6 +14,11 @@ What does not depend on P:
   uniform destination, citation2's) from a hash of (seed, epoch, the positive's global index), in dataset ids;
 * ``--edge-batch B``: positive ``i`` belongs to step ``hash(seed, epoch, i) mod S`` of the ``S = ceil(E / B)``
   steps of an epoch (about ``B`` each), so one process and P ranks make the same steps.
+
+``--use-valedges-as-input`` (OGB collab's test-time protocol): the test split is scored with the rows of a second
+encoder pass, the same weights over the message graph of training *and* validation edges, which the partition
+stores as the sub-partition ``valedges`` over the same owners (:mod:`gnndist.partition.link`); training, the train
+and validation metrics and model selection stay on the training edges.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from gnndist.errors import UserError
 from gnndist.kernels.dropout.reference import hash_bits
 from gnndist.nn.models.link import LinkModel, decoder
 from gnndist.nn.node_embedding import NodeEmbedding
-from gnndist.partition.link import pair_slice
+from gnndist.partition.link import VALEDGES, pair_slice
+from gnndist.strategies import strategy_from_config
 from gnndist.tasks.pairs import Directory, fetch_rows
 from gnndist.training import metrics
 from gnndist.training.summary import SPLITS, metric_key
@@ -38,6 +44,8 @@ BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positiv
 TRAIN_EVAL_KEY = 0x54524E45  # the hash stream of the train metric's per-positive negatives (fixed: every epoch alike)
 LINK_FIX = "gnndist partition DATASET --edge-split 85,5,10 stores a seeded random edge split (gnndist run DATASET " \
            "--task link makes one)"
+VALEDGES_FIX = "gnndist partition DATASET --use-valedges-as-input stores it (gnndist run DATASET " \
+               "--use-valedges-as-input makes it)"
 
 
 def uniform_nodes(ids: Tensor, width: int, num_nodes: int, seed: int, epoch: int, key: int) -> Tensor:
@@ -54,7 +62,12 @@ class LinkTask:
 
     Args:
         graph: this rank's :class:`~gnndist.graph.DistGraph` (its ``link`` arrays).
-        cfg: the training config (``--decoder``, ``--edge-batch``, ``--out-dim``, ``--metric``, ``--seed``).
+        cfg: the training config (``--decoder``, ``--edge-batch``, ``--out-dim``, ``--metric``, ``--seed``,
+            ``--use-valedges-as-input``).
+
+    Attributes:
+        test_graph: the graph the test split's rows are computed on: ``graph``, or with ``--use-valedges-as-input``
+            its sub-partition of training + validation edges (built here, on every rank at once).
     """
 
     name = "link"
@@ -83,6 +96,18 @@ class LinkTask:
         self.batch = cfg.task.edge_batch or e
         self.num_steps = -(-e // self.batch)
         self.step_counts: dict[int, Tensor] = {}  # epoch -> [S] global positives of each step
+        self.test_graph = self._test_graph(graph, cfg)
+
+    @staticmethod
+    def _test_graph(graph, cfg):
+        """``graph``, or with ``--use-valedges-as-input`` the same rows over training + validation edges, aggregated
+        by the run's ``--strategy`` (a partition without that message graph: one line)."""
+        if not cfg.task.use_valedges_as_input:
+            return graph
+        if VALEDGES not in graph.meta.get("inner", {}):
+            raise UserError(f"--use-valedges-as-input: the partition of {graph.meta.get('dataset')} stores no message "
+                            f"graph of training + validation edges; {VALEDGES_FIX}")
+        return graph.sub_partition(VALEDGES, strategy_from_config(cfg.dist))
 
     # ------------------------------------------------------------------ the model
     def resolved(self, cfg):
@@ -164,16 +189,24 @@ class LinkTask:
 
         Validation and test positives are scored against their split's negatives; the train value
         scores the first ``E_val`` training positives against the validation negatives (OGB's practice).
+        The test split's rows are :meth:`rows` of :attr:`test_graph` (``--use-valedges-as-input``: a second pass).
         """
-        g = self.graph
-        with autocast():
-            h = model(g, g.x)
+        h = self.rows(model, self.graph, autocast)
         out = {}
         for split, (pos, neg) in zip(SPLITS, (self._train_eval(), ("valid", "valid_neg"), ("test", "test_neg"))):
+            if split == "test" and self.test_graph is not self.graph:
+                del h  # one pass's rows alive at a time
+                h = self.rows(model, self.test_graph, autocast)
             p, n = (self.pairs[pos], self.pairs[neg]) if isinstance(pos, str) else (pos, neg)
             values = self._metrics(model, h, p, n)
             out.update({metric_key(split, k): v for k, v in values.items()})
         return out
+
+    @staticmethod
+    def rows(model: nn.Module, graph, autocast) -> Tensor:
+        """The encoder's row of every owned node over ``graph``'s message graph (collective). ``[n_owned, d]``"""
+        with autocast():
+            return model(graph, graph.x)
 
     def _train_eval(self) -> tuple[Tensor, Tensor]:
         """The train metric's positives (global index below ``E_val``) and negatives (the validation negatives,
