@@ -54,7 +54,8 @@ def timed(grid, fn, reps: int) -> tuple[float, float]:
     return float(t.median()), float(slowest.median())
 
 
-def body(grid, root: str, names: list[str], width: int, reps: int, overlap: bool) -> list[dict]:
+def body(grid, root: str, names: list[str], width: int, reps: int, overlap: bool,
+         order: tuple[str, ...] = ("expand", "fold", "fold-adj", "fwd", "fwd+bwd")) -> list[dict]:
     graph = DistGraph.load(root, grid, strategy=Halo1D())
     out = []
     for name in names:
@@ -67,10 +68,12 @@ def body(grid, root: str, names: list[str], width: int, reps: int, overlap: bool
         phases = {"expand": lambda: gather(x, b.expand, s.counter, "t")}
         if b.fold is not None:
             phases["fold"] = lambda: fold(partial, b.fold, b.n_owned, s.counter, "t")
+            phases["fold-adj"] = lambda: gather(x, b.fold, s.counter, "t")  # the fold's adjoint: same axis, reversed
         phases["fwd"] = lambda: s.spmm(x, "t")
         xg = x.clone().requires_grad_(True)
         phases["fwd+bwd"] = lambda: s.spmm(xg, "t").sum().backward()
-        for ph, fn in phases.items():
+        for ph in sorted(phases, key=lambda p: order.index(p) if p in order else len(order)):
+            fn = phases[ph]
             s.counter.reset()
             mine, slowest = timed(grid, fn, reps)
             sent, recv = s.counter.bytes_sent // (reps + 1), s.counter.bytes_received // (reps + 1)
@@ -87,7 +90,7 @@ def body(grid, root: str, names: list[str], width: int, reps: int, overlap: bool
         print(f"{'layout':12s} {'phase':8s} {'slowest ms':>11s} {'max sent MB':>12s} {'max recv MB':>12s}  load "
               f"{os.getloadavg()[0]:.1f}")
         for row in out:
-            for ph in ("expand", "fold", "fwd", "fwd+bwd"):
+            for ph in ("expand", "fold", "fold-adj", "fwd", "fwd+bwd"):
                 if ph in row:
                     r = row[ph]
                     print(f"{row['layout']:12s} {ph:8s} {r['slowest_s'] * 1e3:11.1f} {r['max_sent'] / 1e6:12.3f} "
@@ -103,8 +106,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-overlap", action="store_true")
     ap.add_argument("--ranks", type=int, default=1, help="local ranks (ignored under torchrun)")
+    ap.add_argument("--order", default="expand,fold,fold-adj,fwd,fwd+bwd", help="the order the phases are timed in")
     a = ap.parse_args()
-    launch(body, a.root, a.layouts.split(","), a.width, a.reps, not a.no_overlap, ranks=a.ranks, device="cpu")
+    launch(body, a.root, a.layouts.split(","), a.width, a.reps, not a.no_overlap, tuple(a.order.split(",")), ranks=a.ranks, device="cpu")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ the host's link) running ``gnndist <args>``: the product's own command, as on a 
 down on exit, Ctrl-C, SIGTERM or failure: every process left in a namespace is killed and the namespaces (with
 their links) deleted.
 
+Cores: each host runs on its share of this machine's cores (:func:`host_cores`; one core shared by several hosts
+when there are more hosts than cores), so its ranks start as many threads as a host of that many cores would.
 Time dilation: the H x G ranks share this machine's cores, so compute runs H x G / cores times slower than on a
 host of its own, while each link keeps its rate. A run at ``rate`` R therefore stands for a cluster whose links
 carry R x H x G / cores per unit of its compute: 16 hosts x 1 rank on 2 cores at 100 Mbit/s is a cluster of one
@@ -38,6 +40,21 @@ PORT = 29531  # c10d rendezvous on host 0
 def dilation(hosts: int, ranks_per_host: int, cores: int | None = None) -> float:
     """How many times slower each rank computes here than on cores of its own (ranks over this machine's cores)."""
     return max(1.0, hosts * ranks_per_host / (cores or os.cpu_count() or 1))
+
+
+def host_cores(host: int, hosts: int, available: list[int] | None = None) -> list[int]:
+    """The cores emulated host ``host`` of ``hosts`` may run on: an equal share of this machine's (``available``:
+    this process's affinity), or, with more hosts than cores, one core shared with the other hosts on it.
+
+    Without it every host would see all the machine's cores and its ranks would start that many threads each
+    (:func:`gnndist.dist.grid.split_threads`): 16 hosts x 2 threads on 2 cores, whose parallel regions wait on
+    threads the other hosts hold (a 1.75 MB fold measured 290 ms against 22 ms with the cores shared out).
+    """
+    cpus = sorted(available if available is not None else os.sched_getaffinity(0))
+    if hosts >= len(cpus):
+        return [cpus[host % len(cpus)]]
+    share = len(cpus) // hosts
+    return cpus[host * share : (host + 1) * share]
 
 
 def why_not() -> str | None:
@@ -132,6 +149,9 @@ class EmulatedCluster:
             port = f"p{k}"
             _sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
             _sh("ip", "link", "set", port, "master", "br0", ns=self.switch)
+            if os.environ.get("GDC_MTU"):
+                _sh("ip", "link", "set", port, "mtu", os.environ["GDC_MTU"], ns=self.switch)
+                _sh("ip", "link", "set", "eth0", "mtu", os.environ["GDC_MTU"], ns=ns)
             _sh("ip", "link", "set", port, "up", ns=self.switch)
             _sh("ip", "addr", "add", f"{self.address(k)}/16", "dev", "eth0", ns=ns)
             _sh("ip", "link", "set", "eth0", "up", ns=ns)
@@ -196,7 +216,9 @@ class EmulatedCluster:
             out, err = _tempfile(f"host{k}.out"), _tempfile(f"host{k}.err")
             logs.append((out, err))
             cmd = ["ip", "netns", "exec", ns, *self.agent_command(k, args, rdzv)]
-            self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=base, start_new_session=True))
+            mine = host_cores(k, self.hosts)
+            self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=base, start_new_session=True,
+                                                preexec_fn=lambda c=mine: os.sched_setaffinity(0, c)))
         procs = self._procs[-self.hosts:]
         t0 = time.monotonic()
         ended = [None] * self.hosts
