@@ -108,7 +108,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=1, help="local ranks (ignored under torchrun)")
     ap.add_argument("--order", default="expand,fold,fold-adj,fwd,fwd+bwd", help="the order the phases are timed in")
     a = ap.parse_args()
-    launch(body, a.root, a.layouts.split(","), a.width, a.reps, not a.no_overlap, tuple(a.order.split(",")), ranks=a.ranks, device="cpu")
+    launch(body, a.root, a.layouts.split(","), a.width, a.reps, not a.no_overlap, tuple(a.order.split(",")),
+           ranks=a.ranks, device="cpu")
 
 
 if __name__ == "__main__":
