@@ -84,7 +84,7 @@ def main() -> int:
               f"{max(r.seconds for r in results):.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
         for r in results:
             lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gnndist: ")]
-            if r.host == 0 or r.returncode:
+            if r.host == 0 or r.returncode != 0:
                 for ln in lines[-6:]:
                     print(f"  host {r.host}: {ln[:400]}")
             if r.host == 0:

@@ -142,7 +142,8 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions, on_stuck: Callable[[
         peer = collective_error(e, grid.rank, opts.timeout)
         if peer is None:
             raise
-        raise peer from None
+        heard = grid.roll_call()  # which peers can still be heard: names the host whose link was cut
+        raise (PeerFailed(f"{peer}; {heard}") if heard else peer) from None
     finally:
         grid.destroy()
 

@@ -222,3 +222,26 @@ def test_the_probe_gives_every_rank_the_same_constants_whatever_its_part():
     so the ranks of one job modelled the layouts differently and timed different candidates."""
     nets = run_distributed(_probe_parts_of_different_sizes, 2)
     assert nets[0] == nets[1]
+
+
+def _roll_call_job(grid, silent: int):
+    """Every rank but ``silent`` asks who can be heard; ``silent`` stays quiet (alive) until they are done."""
+    import time
+
+    if grid.rank == silent:
+        time.sleep(3.0)
+        return None
+    return grid.roll_call(wait=1.5)
+
+
+def _roll_call_all(grid):
+    return grid.roll_call(wait=5.0)
+
+
+def test_roll_call_names_the_ranks_not_heard():
+    """After a failed collective the error names the ranks (and hosts) that never answered through the store."""
+    said = run_distributed(_roll_call_job, 3, 1)
+    assert said[1] is None
+    for text in (said[0], said[2]):
+        assert text.startswith("no word from rank 1 on ") and "within 1.5s" in text, text
+    assert run_distributed(_roll_call_all, 2) == [None, None]  # everyone heard: nothing to add

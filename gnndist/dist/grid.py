@@ -310,6 +310,53 @@ class ProcessGrid:
         collectives to come, such as a layer's layout), else a :class:`CollectiveDesync` naming both; else nothing."""
         self._check(what, "world")
 
+    def roll_call(self, wait: float = 5.0) -> str | None:
+        """After a collective failed: which ranks can still be heard, through the job's store (a clause for the
+        error line), or ``None`` when every rank answered or there is no store to ask.
+
+        Every rank that gets here writes its rank under a key of this attempt and waits up to ``wait`` seconds
+        for the others'. Ranks never heard are named with their hosts (their host or its link is down, or they
+        are stuck outside a collective); a rank that cannot reach the store says so (its own link is down, or
+        the store's host is).
+        """
+        if not self.distributed:
+            return None
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except (RuntimeError, ValueError, AttributeError):
+            return None
+        key = f"gnndist/roll/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        heard: dict[str, object] = {"missing": list(range(self.world_size))}
+
+        def ask() -> None:  # in a thread: a store behind a cut link blocks past its own timeout
+            try:
+                store.set_timeout(timedelta(seconds=wait))
+                store.set(f"{key}/{self.rank}", self.hosts[self.rank])
+                deadline = time.monotonic() + wait
+                missing = heard["missing"]
+                while missing and time.monotonic() < deadline:
+                    missing = [r for r in missing if not store.check([f"{key}/{r}"])]
+                    heard["missing"] = missing
+                    if missing:
+                        time.sleep(0.2)
+                heard["done"] = True
+            except (RuntimeError, dist.DistError) as e:
+                heard["error"] = first_line(e)
+
+        asking = threading.Thread(target=ask, daemon=True, name="gnndist-roll-call")
+        asking.start()
+        asking.join(wait + 2.0)
+        if "done" not in heard:
+            why = heard.get("error", f"no answer within {wait + 2.0:g}s")
+            return (f"this rank ({self.hosts[self.rank]}) could not reach the job's store: its host's link is down, "
+                    f"or the store's host is ({why})")
+        missing = heard["missing"]
+        if not missing:
+            return None
+        hosts = sorted({self.hosts[r] for r in missing})
+        return (f"no word from rank{'s' * (len(missing) > 1)} {_ranks_text(missing)} on {', '.join(hosts)} within "
+                f"{wait:g}s: their host or its link is down, or they are stuck outside a collective")
+
     def destroy(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
