@@ -30,7 +30,8 @@ FORMAT_VERSION = 1
 # (dataset, settings, seed): another assignment, node order, array value or dtype, or META.json value the ranks
 # read. Re-recording tests/partition_checksums.json is such a change. The cache rebuilds a partition of another
 # version (gnndist.parts.cache); gnndist train reads one as it is (every partition trains to the same numbers).
-ALGORITHM_VERSION = 1
+# 2: auto's memory budget (issue 49) runs KaMinPar alone from ~4M entries, where METIS ran before.
+ALGORITHM_VERSION = 2
 META = "META.json"
 
 
