@@ -30,7 +30,8 @@ FORMAT_VERSION = 1
 # (dataset, settings, seed): another assignment, node order, array value or dtype, or META.json value the ranks
 # read. Re-recording tests/partition_checksums.json is such a change. The cache rebuilds a partition of another
 # version (gnndist.parts.cache); gnndist train reads one as it is (every partition trains to the same numbers).
-# 2: auto's memory budget (issue 49) runs KaMinPar alone from ~4M entries, where METIS ran before.
+# 2: auto's memory budget (issue 49) runs KaMinPar alone from ~4M entries, where METIS ran before, and KaMinPar
+# holds the graph compressed above 2^23 entries (other parts there).
 ALGORITHM_VERSION = 2
 META = "META.json"
 
@@ -83,6 +84,7 @@ def write_partition(out: str | Path, meta: dict, parts: Iterable[dict[str, np.nd
                     path = pdir / f"{name}.npy"
                     np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
                     hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
+                del arrays  # not alive while the next part is built
             files = {rel: h.result() for rel, h in hashes.items()}
             meta = {"format_version": FORMAT_VERSION, "algorithm_version": ALGORITHM_VERSION, **meta, "sha256": files}
             with open(tmp / META, "w") as f:

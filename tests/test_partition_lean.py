@@ -120,3 +120,16 @@ def test_the_pipeline_passes_do_not_depend_on_threads(tmp_path, threads):
     b = json.loads((got.save(tmp_path / "b", dataset="m", progress=False) / "META.json").read_text())
     assert a["sha256"] == b["sha256"] and a["layouts"] == b["layouts"]
     assert a["report"]["edge_cut"] == b["report"]["edge_cut"]
+
+
+def test_rows_gathered_from_a_memory_map_in_chunks_are_the_rows(tmp_path):
+    from gnndist.partition.pipeline import gathered
+
+    x = np.random.default_rng(0).standard_normal((500, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    rows = np.sort(np.random.default_rng(1).choice(500, 123, replace=False))
+    for values in (1, 7, 3 * 500):
+        out = gathered(torch.from_numpy(np.asarray(mm)), rows, (mm,), values)
+        assert out.dtype == x.dtype and np.array_equal(out, x[rows])
+    assert np.array_equal(gathered(torch.from_numpy(x), rows), x[rows])  # not mapped: one gather
