@@ -237,10 +237,10 @@ class LocalPart:
     rank: int
     rowptr: np.ndarray  # [n_owned + 1] local CSR rows: int32 below 2^31 local entries, else int64
     col: np.ndarray  # [nnz_local] local column ids, owned first, then halo grouped by owner: int32 below 2^31 ids
-    halo_gid: np.ndarray  # [n_halo] new ids of halo nodes
-    recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner)
+    halo_gid: np.ndarray  # [n_halo] new ids of halo nodes (int32 below 2^31 nodes, as the three below)
+    recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner), int64
     send_idx: np.ndarray  # [sum send_counts] owned local ids to send, grouped by destination
-    send_counts: np.ndarray  # [P] rows sent to each rank
+    send_counts: np.ndarray  # [P] rows sent to each rank, int64
     orig_id: np.ndarray  # [n_owned + n_halo] original ids of owned then halo nodes
     degree: np.ndarray  # [n_owned + n_halo] global degree (no self-loops)
 
@@ -321,16 +321,17 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook, threads: int = 1, chu
         send_counts = np.array([len(s) for s in sends], dtype=np.int64)
         send_idx = np.concatenate(sends) if sends else np.zeros(0, dtype=np.int64)
         ids_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
+        ids = id_dtype(csr.num_nodes)  # every id and degree is below N: 4 B each where N < 2^31
         yield LocalPart(
             rank=k,
             rowptr=rowptr.astype(id_dtype(len(cols))),  # the local indices in the narrowest dtype: 4 B per entry
             col=local,
-            halo_gid=halo.astype(np.int64),
+            halo_gid=halo.astype(ids),
             recv_counts=recv_counts.astype(np.int64),
-            send_idx=send_idx.astype(np.int64),
+            send_idx=send_idx.astype(id_dtype(n_owned)),
             send_counts=send_counts,
-            orig_id=book.new2old[ids_new],
-            degree=degree[ids_new].astype(np.int64),
+            orig_id=book.new2old[ids_new].astype(ids),
+            degree=degree[ids_new].astype(ids),
         )
 
 
