@@ -7,6 +7,7 @@ from gnndist.partition.format import drop_pages
 from torch_geometric.data import Data
 
 from gnndist.errors import UserError
+from gnndist.machine import CHUNK
 
 
 def validate(data: Data) -> None:
@@ -46,7 +47,7 @@ def validate(data: Data) -> None:
                 f"{n} nodes (valid ids 0..{n - 1})"
             )
     if x.is_floating_point():  # in chunks of rows: no [N, F] temporary (x may be memory-mapped)
-        rows = max((1 << 24) // max(x.size(1), 1), 1)
+        rows = max(CHUNK // max(x.size(1), 1), 1)
         bad = 0
         for r in range(0, n, rows):
             bad += int((~torch.isfinite(x[r : r + rows])).any(dim=1).sum())

@@ -92,7 +92,8 @@ class PartitionConfig:
     threads: int = opt(0, "partitioner threads (KaMinPar, Mt-KaHyPar): 0 = every core of this process; KaMinPar "
                        "above 1 thread may give other parts run to run (the report says whether the parts repeat)")
     auto_budget: float = opt(4.0, "time budget of auto (method or balance): the candidates' estimated seconds at "
-                             "most this many times the cheapest one's (at least 5 s); 0 runs every candidate")
+                             "most this many times the cheapest one's (at least 5 s), after a memory budget (no backend"
+                             " whose estimated peak is over 2x the leanest's, or 512 MiB); 0 runs every candidate")
 
     def __post_init__(self) -> None:
         from gnndist.partition import check_budget

@@ -101,10 +101,11 @@ def _node_types(schema: HeteroSchema | None, orig_id: Tensor) -> Tensor | None:
 
 
 def _relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
-    """One CSR per relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``), else ()."""
+    """One CSR per relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``), else ();
+    in the dtype stored (int32 since partition format 2, int64 before: both index the kernels' CSRs)."""
     if "rel_rowptr" not in t:
         return ()
-    rowptr, col = t["rel_rowptr"].long(), t["rel_col"].long()
+    rowptr, col = t["rel_rowptr"], t["rel_col"]
     return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
 
 

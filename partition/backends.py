@@ -12,8 +12,10 @@ which of them fit a graph.
 * ``kaminpar``: KaMinPar (Gottesbüren et al., ESA 2021), edge cut, one node weight; fast and
   memory-lean at billions of entries. Handed the graph as a ParHIP binary file (its Python
   API reads graphs from files only), 32-bit ids where they fit. Above
-  :data:`KAMINPAR_COMPRESS_ENTRIES` it holds the graph compressed and runs its memory-lean
-  ``terapart`` preset; below, its ``default`` preset. Its ``fast`` preset was measured and not
+  :data:`KAMINPAR_COMPRESS_ENTRIES` it holds the graph compressed (at 20M entries 9 B per entry of
+  peak, not 17, for ~35 % more time: 8-9 s, not 6, on the same parts there), above
+  :data:`KAMINPAR_TERAPART_ENTRIES` it also runs its memory-lean ``terapart`` preset; below, its
+  ``default`` preset. Its ``fast`` preset was measured and not
   taken: on a 100M-entry SBM at P = 4 (2 threads, load ~4.5) 105 s against terapart's 125 s, the
   same cut (7.495M against 7.496M edges), but a peak of 3.00 GiB against 2.16 GiB.
 * ``hypergraph``: Mt-KaHyPar (Gottesbüren et al., 2022) on the column-net hypergraph whose net
@@ -52,7 +54,8 @@ def resolve_threads(threads: int) -> int:
     return threads or cores()
 
 
-KAMINPAR_COMPRESS_ENTRIES = 1 << 25  # above this KaMinPar compresses the graph it holds (~4x less memory)
+KAMINPAR_COMPRESS_ENTRIES = 1 << 23  # above this KaMinPar compresses the graph it holds (its peak ~half)
+KAMINPAR_TERAPART_ENTRIES = 1 << 25  # ... and above this runs its memory-lean terapart preset
 HYPERGRAPH_PRESET = "DETERMINISTIC"
 
 
@@ -210,7 +213,7 @@ class KaMinPar(OneWeight):
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        ctx = kaminpar.terapart_context() if compress else kaminpar.default_context()
+        ctx = kaminpar.terapart_context() if csr.nnz > KAMINPAR_TERAPART_ENTRIES else kaminpar.default_context()
         out = kaminpar.KaMinPar(max(req.threads, 1), ctx).compute_partition(graph, req.parts, max(tol - 1.0, 1e-4))
         del graph
         return np.asarray(out, dtype=np.int64)

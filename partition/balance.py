@@ -9,7 +9,7 @@ times; these three read off a first partition, see :func:`derived_weights`), eac
 (``nodes,edges:1.2``; a constraint without ``:tol`` gets METIS's 1.03) or ``auto``.
 
 ``auto`` partitions with each setting of :data:`AUTO_SETTINGS` (fewer on large graphs, see
-:func:`auto_plan`; those within its time budget, :func:`budget_plan`), refines each
+:func:`auto_plan`; those within its time and memory budget, :func:`budget_plan`), refines each
 (:mod:`gnndist.partition.refine`), and keeps the one of least halo volume unless another is
 modelled faster by more than the cost model's error band (:func:`choose`; the modelled epoch time
 is :func:`gnndist.cost.epoch_time` on the 1D halo exchange's per-rank loads, :func:`rank_loads`).
@@ -41,6 +41,11 @@ MEDIUM = 1 << 23
 LARGE = 1 << 25
 AUTO_BUDGET = 4.0  # auto's estimated seconds at most this many times its cheapest candidate's (--auto-budget)
 AUTO_MIN_SECONDS = 5.0  # ... or this many estimated seconds, whichever is more: small graphs try every candidate
+# auto's candidates' estimated partitioner memory at most this many times its leanest candidate's, or
+# AUTO_MIN_BYTES, whichever is more (estimate_bytes): a graph of a few million entries tries every backend,
+# a larger one only those near the leanest (METIS's 64-bit build needs ~6x KaMinPar's bytes)
+AUTO_MEMORY = 2.0
+AUTO_MIN_BYTES = 1 << 29  # 512 MiB, about the interpreter's own: under it a candidate at most doubles the process
 METIS_MAX_ENTRIES = 3 << 24  # above this, METIS sees a uniformly sampled subgraph of about this size (~50M)
 
 
@@ -127,7 +132,7 @@ def parse_balance(spec) -> Setting | None:
 
 def auto_plan(nnz: int, method: str = "metis", typed: bool = False) -> tuple[list[tuple[str, Setting]], str | None]:
     """The (backend, setting) pairs ``auto`` considers on a graph of ``nnz`` adjacency entries, and the METIS
-    objective it forces; :func:`budget_plan` then keeps those that fit its time budget.
+    objective it forces; :func:`budget_plan` then keeps those that fit its time and memory budget.
 
     ``typed``: a heterogeneous graph; up to :data:`LARGE` METIS also tries :data:`TYPED` (every node type
     balanced), which only METIS can weigh.
@@ -200,19 +205,41 @@ def refine_seconds(nnz: int, n: int, parts: int, passes: int, tries: int = 1024)
     return volume + min(tries, 2 * parts * (parts - 1)) * (1e-3 + 0.8e-6 * n)
 
 
+def estimate_bytes(backend: str, nnz: int, metis_index_bytes: int = 8) -> float:
+    """Estimated peak bytes one partitioner run adds to the process, beyond the CSR it is given (the refinement,
+    the same for every candidate, aside). A deterministic function of the graph's size, measured here
+    (``/proc/self/status`` VmHWM over VmRSS before the call, one thread):
+
+    METIS: ~16 ``idx_t`` per entry (its copies of the graph, its coarser levels and their refinement data;
+    pymetis's 64-bit build took 131 B per entry on a 20M-entry SBM at P = 4, with ``vol`` and ``cut``
+    alike, and 45-57 B on Cornell5's 1.6M at P = 8); KaMinPar: ~20 B per entry (16.6 B on the SBM, 17.5 B on
+    Cornell5; its pip build has 64-bit ids); Mt-KaHyPar: ~100 B per entry (85 B on Cornell5, with the nets
+    handed over as Python lists).
+    """
+    per_entry = {"metis": 16.0 * metis_index_bytes, "kaminpar": 20.0, "hypergraph": 100.0}.get(backend, 0.0)
+    return per_entry * nnz
+
+
 def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: int, parts: int, refine_s: float,
-                budget: float) -> tuple[list[tuple[str, Setting]], dict]:
-    """The candidates of ``plan`` auto runs within its time budget, and what it decided and why.
+                budget: float, metis_index_bytes: int = 8) -> tuple[list[tuple[str, Setting]], dict]:
+    """The candidates of ``plan`` auto runs within its memory and time budget, and what it decided and why.
 
-    Every candidate's cost is its partitioner's estimated seconds (:func:`estimate_seconds`; a setting
-    read off a first partition, ``time`` or ``send,recv``, adds that first run unless another candidate
-    pays for it) plus one refinement (``refine_s``). The budget is ``budget`` times the cheapest
-    candidate's cost, at least :data:`AUTO_MIN_SECONDS`; ``budget`` 0 means none. The cheapest candidate
-    always runs; the others are admitted in :data:`AUTO_PRIORITY` order while the estimated total stays
-    within the budget. The kept candidates run in ``plan`` order (ties go to the earlier, as before).
+    Memory first: a candidate whose partitioner's estimated peak (:func:`estimate_bytes`) exceeds
+    :data:`AUTO_MEMORY` times the leanest candidate's, and :data:`AUTO_MIN_BYTES`, is not run; the candidates
+    run one after another, so auto's peak is then within that of the leanest backend's (about the chosen
+    one's own), not METIS's several runs' on a graph KaMinPar holds in a sixth of the bytes.
 
-    Returns the kept plan and ``{"multiple", "seconds", "cheapest", "estimated_s", "skipped"}`` with one
-    line per skipped candidate saying why.
+    Then time: every remaining candidate's cost is its partitioner's estimated seconds
+    (:func:`estimate_seconds`; a setting read off a first partition, ``time`` or ``send,recv``, adds that first
+    run unless another candidate pays for it) plus one refinement (``refine_s``). The budget is ``budget`` times
+    the cheapest candidate's cost, at least :data:`AUTO_MIN_SECONDS`; ``budget`` 0 means no budget at all
+    (neither memory nor time). The cheapest candidate always runs; the others are admitted in
+    :data:`AUTO_PRIORITY` order while the estimated total stays within the budget. The kept candidates run
+    in ``plan`` order (ties go to the earlier, as before).
+
+    Returns the kept plan and ``{"multiple", "seconds", "cheapest", "estimated_s", "memory", "skipped"}`` with
+    one line per skipped candidate saying why (``memory``: ``{"multiple", "bytes", "leanest",
+    "estimated_bytes"}``).
     """
     def cost(b: str, s: Setting, ran: set) -> float:
         """Refinement plus the partitioner runs not yet paid for (its own, its first partition's)."""
@@ -225,14 +252,16 @@ def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: in
 
     label = lambda b, s: f"{b} {s.label}"  # noqa: E731
     alone = {label(b, s): cost(b, s, set()) for b, s in plan}
-    info = {"multiple": budget, "estimated_s": {k: round(v, 3) for k, v in alone.items()}, "skipped": {}}
+    info = {"multiple": budget, "estimated_s": {k: round(v, 3) for k, v in alone.items()}, "memory": None,
+            "skipped": {}}
     if budget <= 0 or len(plan) <= 1:
         info.update(seconds=None, cheapest=None)
         return list(plan), info
-    cheapest = min(plan, key=lambda c: alone[label(*c)])
+    fits, info["memory"] = _within_memory(plan, nnz, metis_index_bytes, info["skipped"])
+    cheapest = min(fits, key=lambda c: alone[label(*c)])
     limit = max(budget * alone[label(*cheapest)], AUTO_MIN_SECONDS)
     info.update(seconds=round(limit, 3), cheapest=label(*cheapest))
-    order = sorted(plan, key=lambda c: AUTO_PRIORITY.index(c) if c in AUTO_PRIORITY else len(AUTO_PRIORITY))
+    order = sorted(fits, key=lambda c: AUTO_PRIORITY.index(c) if c in AUTO_PRIORITY else len(AUTO_PRIORITY))
     order.remove(cheapest)
     kept: list[tuple[str, Setting]] = []
     ran: set = set()
@@ -249,6 +278,26 @@ def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: in
                 f"({budget:g} x {label(*cheapest)}'s {alone[label(*cheapest)]:.1f} s; --auto-budget 0 tries all)")
     info["estimated_total_s"] = round(total, 3)
     return [c for c in plan if c in kept], info
+
+
+def _within_memory(plan: list[tuple[str, Setting]], nnz: int, metis_index_bytes: int,
+                   skipped: dict) -> tuple[list[tuple[str, Setting]], dict]:
+    """The candidates of ``plan`` whose estimated partitioner peak is within auto's memory budget (the leanest
+    always), the budget's account, and one line in ``skipped`` per candidate left out."""
+    label = lambda b, s: f"{b} {s.label}"  # noqa: E731
+    need = {label(b, s): estimate_bytes(b, nnz, metis_index_bytes) for b, s in plan}
+    leanest = min(plan, key=lambda c: need[label(*c)])
+    limit = max(AUTO_MEMORY * need[label(*leanest)], AUTO_MIN_BYTES)
+    fits = [c for c in plan if need[label(*c)] <= limit]
+    for b, s in plan:
+        if need[label(b, s)] > limit:
+            skipped[label(b, s)] = (
+                f"estimated peak {need[label(b, s)] / 2**30:.2f} GiB, over auto's memory budget of "
+                f"{limit / 2**30:.2f} GiB ({AUTO_MEMORY:g} x {label(*leanest)}'s {need[label(*leanest)] / 2**30:.2f} "
+                f"GiB; --auto-budget 0 tries all)")
+    account = {"multiple": AUTO_MEMORY, "bytes": int(limit), "leanest": label(*leanest),
+               "estimated_bytes": {k: int(v) for k, v in need.items()}}
+    return fits, account
 
 
 def choose(records: list[dict], band: float = MODEL_ERROR) -> tuple[int, dict]:

@@ -21,6 +21,10 @@ import torch
 from gnndist.errors import UserError
 from gnndist.machine import CHUNK
 
+# adjacency entries a pass that holds ~10 temporaries per entry handles at once, on each of its threads (~100 MiB
+# each): the refinement's volume deltas, the layout loads; at CHUNK they were 300-375 MiB at 2 threads at 20M entries
+ENTRY_CHUNK = CHUNK // 4
+
 
 def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """Sorted unique values of ``ids`` in ``[0, size)``: a bitmap scatter (O(n)) when it fits, else a sort."""
@@ -150,7 +154,8 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK, threads: int =
     :func:`id_dtype`); ``edge_index`` may be a memory-mapped ``[2, E]`` array of int32 or int64 ids,
     read ``chunk`` edges at a time: (1) range check and degree count, (2) a counting sort of both
     directions into ``col``, (3) per row chunk, sort and de-duplicate each row in place. Passes (2)
-    and (3) sort ``threads`` chunks at once (:func:`in_order`); the result does not depend on it.
+    and (3) sort a quarter of ``chunk`` at a time, ``threads`` chunks at once (:func:`in_order`); the
+    result depends on neither.
 
     Shapes:
         edge_index ``[2, E]`` -> rowptr ``[N + 1]`` int64, col ``[nnz]`` int32/int64 (both directions).
@@ -177,10 +182,11 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK, threads: int =
     rowptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(count, out=rowptr[1:])
     del count
+    sort = max(chunk // 4, 1)  # (2) and (3) hold ~100 B per edge of a chunk on every thread: a quarter chunk each
     col = np.empty(int(rowptr[-1]), dtype=id_dtype(n))
     fill = rowptr[:-1].copy()  # [N] next free slot of each row
     # (2) counting sort of both directions: each chunk's entries, grouped by row, go to their rows' next slots
-    for rows, counts, c in in_order(lambda e0: _both_directions(ei, e0, chunk, n), range(0, e, chunk), threads):
+    for rows, counts, c in in_order(lambda e0: _both_directions(ei, e0, sort, n), range(0, e, sort), threads):
         start = np.repeat(fill[rows] - np.r_[0, np.cumsum(counts)[:-1]], counts)
         start += np.arange(len(c), dtype=np.int64)
         col[start] = c
@@ -191,7 +197,7 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK, threads: int =
     # past every entry written so far
     new_deg = np.zeros(n, dtype=np.int64)
     w = 0
-    spans = list(row_chunks(rowptr, chunk))
+    spans = list(row_chunks(rowptr, sort))
     for (r0, r1), (deg, cols) in zip(spans, in_order(lambda s: _unique_rows(col, rowptr, *s, n), spans, threads)):
         new_deg[r0:r1] = deg
         col[w : w + len(cols)] = cols
@@ -231,10 +237,10 @@ class LocalPart:
     rank: int
     rowptr: np.ndarray  # [n_owned + 1] local CSR rows: int32 below 2^31 local entries, else int64
     col: np.ndarray  # [nnz_local] local column ids, owned first, then halo grouped by owner: int32 below 2^31 ids
-    halo_gid: np.ndarray  # [n_halo] new ids of halo nodes
-    recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner)
+    halo_gid: np.ndarray  # [n_halo] new ids of halo nodes (int32 below 2^31 nodes, as the three below)
+    recv_counts: np.ndarray  # [P] halo rows received from each rank (= halo grouped by owner), int64
     send_idx: np.ndarray  # [sum send_counts] owned local ids to send, grouped by destination
-    send_counts: np.ndarray  # [P] rows sent to each rank
+    send_counts: np.ndarray  # [P] rows sent to each rank, int64
     orig_id: np.ndarray  # [n_owned + n_halo] original ids of owned then halo nodes
     degree: np.ndarray  # [n_owned + n_halo] global degree (no self-loops)
 
@@ -322,16 +328,17 @@ def build_local_parts(csr: GlobalCSR, book: PartitionBook, threads: int = 1, chu
         send_counts = np.array([len(s) for s in sends], dtype=np.int64)
         send_idx = np.concatenate(sends) if sends else np.zeros(0, dtype=np.int64)
         ids_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
+        ids = id_dtype(csr.num_nodes)  # every id and degree is below N: 4 B each where N < 2^31
         yield LocalPart(
             rank=k,
             rowptr=rowptr.astype(id_dtype(len(cols))),  # the local indices in the narrowest dtype: 4 B per entry
             col=local,
-            halo_gid=halo.astype(np.int64),
+            halo_gid=halo.astype(ids),
             recv_counts=recv_counts.astype(np.int64),
-            send_idx=send_idx.astype(np.int64),
+            send_idx=send_idx.astype(id_dtype(n_owned)),
             send_counts=send_counts,
-            orig_id=book.new2old[ids_new],
-            degree=degree[ids_new].astype(np.int64),
+            orig_id=book.new2old[ids_new].astype(ids),
+            degree=degree[ids_new].astype(ids),
         )
 
 

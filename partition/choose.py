@@ -32,6 +32,7 @@ from gnndist.partition.balance import (
 )
 from gnndist.partition.book import GlobalCSR
 from gnndist.partition.hetero import node_types_of
+from gnndist.partition.metis import metis_index_bytes
 from gnndist.partition.rank_times import unit_costs
 from gnndist.partition.refine import RefineSettings, refine
 
@@ -111,7 +112,7 @@ def candidates(req: PartitionRequest, csr: GlobalCSR, columns: dict) -> Plan:
     """The (backend, setting) pairs to run: ``--method auto`` every backend
     :func:`~gnndist.partition.balance.auto_plan` finds fitting (a backend that cannot take the input is
     skipped, with the reason), a named backend only itself (failing in one line when it cannot); of
-    several, those beyond the time budget are skipped (:func:`~gnndist.partition.balance.budget_plan`)."""
+    several, those beyond the memory or time budget are skipped (:func:`~gnndist.partition.balance.budget_plan`)."""
     plan, objective = _settings(req, csr, typed="types" in columns)
     usable, skipped = _usable(req, csr, plan, columns, objective)
     metis_graph, sampled = csr, None
@@ -121,7 +122,9 @@ def candidates(req: PartitionRequest, csr: GlobalCSR, columns: dict) -> Plan:
     can_refine = req.refine and req.parts > 1
     passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
     refine_s = refine_seconds(csr.nnz, csr.num_nodes, req.parts, passes) if can_refine else 0.0
-    usable, planned = budget_plan(usable, objective, metis_graph.nnz, csr.num_nodes, req.parts, refine_s, req.budget)
+    index_bytes = metis_index_bytes(metis_graph.nnz) if any(b == "metis" for b, _ in usable) else 8
+    usable, planned = budget_plan(usable, objective, metis_graph.nnz, csr.num_nodes, req.parts, refine_s, req.budget,
+                                  index_bytes)
     return Plan(usable, objective, metis_graph, sampled, skipped, planned, can_refine, passes)
 
 

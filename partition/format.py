@@ -28,13 +28,19 @@ from gnndist.files import atomic_dir
 # What META.json records of the code that made a partition (``format_version``, ``algorithm_version``; a META.json
 # without one of them is version 0 of it, made before it was recorded). docs/partitioning.md, "Versions".
 # The layout of the files: bump when read_meta / read_part (or a rank) would read a partition differently or need
-# what an older one lacks. A partition of another format is refused (read_meta), in one line saying how to remake it.
-FORMAT_VERSION = 1
+# what an older one lacks. A partition of a format not in READ_FORMATS is refused (read_meta), in one line saying how
+# to remake it. 2: every id array (halo_gid, send_idx, orig_id, degree, rel_rowptr, rel_col) in int32 below 2^31 (issue
+# 49), as rowptr and col were already; a gnndist that reads format 1 only refuses it rather than misread it.
+FORMAT_VERSION = 2
+READ_FORMATS = (1, 2)  # 1 held those arrays in int64: every reader takes either dtype as stored
 # What the files hold: bump whenever a change would give different parts or part files for the same inputs
 # (dataset, settings, seed): another assignment, node order, array value or dtype, or META.json value the ranks
 # read. Re-recording tests/partition_checksums.json is such a change. The cache rebuilds a partition of another
 # version (gnndist.parts.cache); gnndist train reads one as it is (every partition trains to the same numbers).
-ALGORITHM_VERSION = 1
+# 2: auto's memory budget (issue 49) runs KaMinPar alone from ~4M entries, where METIS ran before, and KaMinPar
+# holds the graph compressed above 2^23 entries (other parts there). 3: the int32 id arrays of format 2 (the same
+# values, the same assignment: tests/partition_checksums.json hashes them widened to the int64 it was recorded in).
+ALGORITHM_VERSION = 3
 META = "META.json"
 
 
@@ -106,6 +112,7 @@ def _write_parts(folder: Path, parts: Iterable[dict[str, np.ndarray]], hasher: T
             path = pdir / f"{name}.npy"
             np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
             hashes[f"part-{k}/{name}.npy"] = hasher.submit(_sha256, path)
+        del arrays  # not alive while the next part is built
     return hashes
 
 
@@ -130,11 +137,12 @@ def read_meta(root: str | Path) -> dict:
     if not isinstance(meta, dict):
         raise UserError(f"{path} is corrupt: not a JSON object")
     made = meta.get("format_version", 0)
-    if made != FORMAT_VERSION:
+    if made not in READ_FORMATS:
         newer = isinstance(made, int) and made > FORMAT_VERSION
         how = "a newer gnndist: train with that one, or" if newer else "an older gnndist:"
-        raise UserError(f"{path}: partition format version {made} is not supported (this gnndist reads version "
-                        f"{FORMAT_VERSION}); it was made by {how} re-make it with `{remake_command(root, meta)}`")
+        raise UserError(f"{path}: partition format version {made} is not supported (this gnndist reads versions "
+                        f"{', '.join(map(str, READ_FORMATS))}); it was made by {how} re-make it with "
+                        f"`{remake_command(root, meta)}`")
     missing = [k for k in ("parts", "N", "F", "classes", "sha256") if k not in meta]
     if missing:
         raise UserError(f"{path} is corrupt: it lacks {', '.join(missing)}; re-run `gnndist partition`")

@@ -6,8 +6,10 @@ relation needs, so a row travels to a peer once however many relations read it t
 adds two arrays (see :func:`relation_arrays`) and META.json a ``hetero`` section (types, their
 dataset-id ranges, relations, which types are featured, the target type).
 
-    rel_rowptr  [R, n_owned + 1] int64   relation r's rows: rel_col[rel_rowptr[r, i] : rel_rowptr[r, i + 1]]
-    rel_col     [nnz_rel] int64          source of each relation edge in local ids (owned, then halo)
+    rel_rowptr  [R, n_owned + 1]   relation r's rows: rel_col[rel_rowptr[r, i] : rel_rowptr[r, i + 1]]
+    rel_col     [nnz_rel]          source of each relation edge in local ids (owned, then halo)
+
+both in one index dtype, int32 below 2^31 relation entries and local ids (a rank builds its CSRs on them as stored).
 
 A relation edge ``s -> d`` is an entry of row ``d`` (its destination owns it), so a rank holds every
 in-edge of every node it owns: a per-relation mean is exact on its own rows.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from gnndist.datasets.schema import HeteroSchema
-from gnndist.partition.book import GlobalCSR, PartitionBook, unique_ids
+from gnndist.partition.book import GlobalCSR, PartitionBook, id_dtype, unique_ids
 
 
 def node_types_of(ids: np.ndarray, offsets) -> np.ndarray:
@@ -54,12 +56,13 @@ class RelationSlicer:
         src, dst, rel = self.src[a:b], self.dst[a:b], self.rel[a:b]
         key = rel * n_owned + (dst - lo)  # ascending: sorted by (relation, row)
         grid = np.arange(self.num_relations)[:, None] * n_owned + np.arange(n_owned + 1)[None, :]
-        rowptr = np.searchsorted(key, grid).astype(np.int64)  # [R, n_owned + 1]
+        index = id_dtype(max(len(src), n_owned + len(halo_gid)))  # the kernels' CSR: one dtype for both
+        rowptr = np.searchsorted(key, grid).astype(index)  # [R, n_owned + 1]
         inside = (src >= lo) & (src < hi)
         pos = np.searchsorted(halo_gid, src[~inside])
         if len(pos) and (pos.max() >= len(halo_gid) or (halo_gid[pos] != src[~inside]).any()):
             raise AssertionError(f"part {rank}: a relation's source is not in the union graph's halo")
-        col = np.empty(len(src), dtype=np.int64)
+        col = np.empty(len(src), dtype=index)
         col[inside] = src[inside] - lo
         col[~inside] = n_owned + pos
         return {"rel_rowptr": rowptr, "rel_col": col}

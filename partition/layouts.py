@@ -15,10 +15,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR, in_order, row_chunks, unique_ids
+from gnndist.partition.book import ENTRY_CHUNK, GlobalCSR, in_order, row_chunks, unique_ids
 
 from gnndist.cost import RankLoad
-from gnndist.machine import CHUNK
 
 
 def replications(parts: int, max_replication: int = 16) -> list[int]:
@@ -60,7 +59,8 @@ class GridExchange:
         return [RankLoad.from_array(row) for row in table]
 
 
-def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUNK, threads: int = 1) -> GridExchange:
+def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = ENTRY_CHUNK,
+                  threads: int = 1) -> GridExchange:
     """Count the expand and fold of the c-replicated grid layout (see the module docstring).
 
     Loops over the q = P / c row groups only: a row group's rows are one contiguous id range,
@@ -79,7 +79,7 @@ def grid_exchange(csr: GlobalCSR, offsets: np.ndarray, c: int, chunk: int = CHUN
     if c < 1 or P % c:
         raise ValueError(f"replication {c} must divide the number of parts {P}")
     q, N = P // c, csr.num_nodes
-    owner = np.repeat(np.arange(P, dtype=np.int64), np.diff(off))  # [N]
+    owner = np.repeat(np.arange(P, dtype=np.int32 if P < 2**31 else np.int64), np.diff(off))  # [N]
     expand = np.zeros((P, P), dtype=np.int64)
     fold = np.zeros((P, P), dtype=np.int64)
     nnz = np.zeros(P, dtype=np.int64)

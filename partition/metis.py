@@ -72,6 +72,12 @@ def metis_library(nnz: int = 0) -> str:
     return _libmetis(2**31 if nnz >= 2**31 - 1 else 0)[2]
 
 
+def metis_index_bytes(nnz: int = 0) -> int:
+    """Bytes of the ``idx_t`` of the METIS library a graph with ``nnz`` adjacency entries is partitioned with
+    (4 for a 32-bit build, 8 for pymetis's usual 64-bit one)."""
+    return ctypes.sizeof(_libmetis(2**31 if nnz >= 2**31 - 1 else 0)[1])
+
+
 def _options(lib, idx_t, objective: str, seed: int) -> ctypes.Array:
     from pymetis._internal import options_indices as oi
 

@@ -52,7 +52,7 @@ from gnndist.partition.report import quality
 
 from gnndist.cost import HIDDEN, Network, RankLoad, model_widths
 from gnndist.errors import UserError
-from gnndist.machine import CHUNK, rss_peak
+from gnndist.machine import CHUNK, pin_mmap_threshold, rss_peak
 
 METHODS = ("auto", *BACKENDS)
 STAGES = ("symmetrise", "assign", "plans", "renumber")  # and "types" after them on a typed graph
@@ -86,9 +86,10 @@ class Partition:
         # a typed graph: each part's CSR per relation (partition.hetero)
         relations = RelationSlicer(self.schema, self.book) if self.schema is not None else None
         link = link_of(d)
+        mapped = getattr(d, "memmaps", ())
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
-            arrays = {**lp.arrays(), "x": d.x[owned].numpy(), "y": d.y[owned].numpy()}
+            arrays = {**lp.arrays(), "x": gathered(d.x, owned, mapped), "y": gathered(d.y, owned, mapped)}
             for m in ("train_mask", "val_mask", "test_mask"):
                 mask = getattr(d, m, None)
                 arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
@@ -169,6 +170,26 @@ class Partition:
         if valedges:  # at most 2 E_val entries more than the training graph's
             extra = n * (8 + 8 + 4) + (nnz + 2 * int(link.valid.shape[0])) * self.csr.col.dtype.itemsize
         return n * per_node + nnz * per_entry + (link_bytes(link, n) if link is not None else 0) + extra
+
+
+def gathered(t: torch.Tensor, rows: np.ndarray, mapped=(), values: int = CHUNK) -> np.ndarray:
+    """``t[rows]`` as numpy; with memory-mapped inputs (``mapped``), gathered ~``values`` values at a time,
+    letting their pages go after each (``rows`` ascending: each gather reads one stretch of the file), so a
+    part's rows never hold the whole file's pages (256 MiB of features at 1M nodes x 64).
+
+    Shapes:
+        t ``[N, *]``, rows ``[n]`` -> ``[n, *]``
+    """
+    if not mapped:
+        return t[rows].numpy()
+    src = t.numpy()
+    out = np.empty((len(rows), *src.shape[1:]), dtype=src.dtype)
+    step = max(values // max(int(np.prod(src.shape[1:])), 1), 1)
+    for s in range(0, len(rows), step):
+        np.take(src, rows[s : s + step], axis=0, out=out[s : s + step])
+        for mm in mapped:
+            drop_pages(mm)
+    return out
 
 
 def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
@@ -265,6 +286,7 @@ def check_budget(budget: float) -> None:
 def run(req: PartitionRequest, progress: bool = True) -> Partition:
     """The stages of :data:`STAGES` over ``req`` in order (and ``types`` on a typed graph), timed."""
     names = STAGES + (("types",) if req.schema is not None else ())
+    pin_mmap_threshold()  # a stage's freed arrays go back to the system: the stages' peaks do not stack up in the heap
     stage = _Timed(Stages(len(names), f"partition into {req.parts}", progress), req.method)
     csr = stage("symmetrise", symmetrise, req)
     made = stage("assign", assign, req, csr, stage.bar)
@@ -296,8 +318,11 @@ class _Timed:
 
 def symmetrise(req: PartitionRequest) -> GlobalCSR:
     """The graph as one symmetric CSR without self-loops or duplicates, built in chunks on every thread
-    (original ids)."""
-    return symmetric_csr(req.data.edge_index, int(req.data.num_nodes), req.chunk, req.threads)
+    (original ids); the pages of memory-mapped inputs read for it are let go."""
+    csr = symmetric_csr(req.data.edge_index, int(req.data.num_nodes), req.chunk, req.threads)
+    for mm in getattr(req.data, "memmaps", ()):  # a memory-mapped edge list was read once: its pages go
+        drop_pages(mm)
+    return csr
 
 
 def assign(req: PartitionRequest, csr: GlobalCSR, bar: Stages) -> Assigned:

@@ -52,13 +52,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR, in_order
+from gnndist.partition.book import ENTRY_CHUNK, GlobalCSR, in_order
 from gnndist.partition.counts import DenseCounts, as_counts, part_counts
 from gnndist.partition.peers import Ledger, prune_peers
 from gnndist.partition.rank_times import compare, load_times, time_key, times_of, unit_costs
 
 from gnndist.cost import Network, RankLoad, epoch_time
-from gnndist.machine import CHUNK
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
 
@@ -333,14 +332,7 @@ def _volume_deltas(ps: _Pass, cand, b, ext, own_cnt, nparts_v) -> tuple[np.ndarr
     np.add.at(d_send, base + b, (nparts_v[cand] - 1).astype(np.int32))
     np.add.at(d_recv, base + b, np.int32(-1))
     np.add.at(d_recv, base + a, (own_cnt[cand] > 0).astype(np.int32))
-    lens = csr.rowptr[cand + 1] - csr.rowptr[cand]
-    ends = np.cumsum(lens)
-    spans, i0 = [], 0
-    while i0 < k:  # neighbour terms, in chunks of entries
-        i1 = int(np.searchsorted(ends, (ends[i0 - 1] if i0 else 0) + CHUNK, side="right"))
-        i1 = min(max(i1, i0 + 1), k, i0 + max(CHUNK // parts, 1))  # and at most CHUNK cells of [K, P]
-        spans.append((i0, i1))
-        i0 = i1
+    spans = _node_spans(csr.rowptr, cand, ENTRY_CHUNK, max(ENTRY_CHUNK // parts, 1))  # neighbour terms by chunks
     part = assign.astype(np.int16 if parts < 2**15 else np.int64)  # [N] a narrow copy: the gathers below are random
     a, b = a.astype(part.dtype), b.astype(part.dtype)
 
@@ -401,13 +393,28 @@ def _ranked(ps: _Pass, cand, b, d_send, d_recv) -> np.ndarray | None:
     rank = np.full(len(ps.assign), np.iinfo(np.int64).max, dtype=np.int64)
     rank[cand[idx]] = np.arange(len(idx))
     nodes = cand[idx]
-    pos, _ = _entries_of(ps.csr.rowptr, nodes)
     nb_best = np.full(len(idx), np.iinfo(np.int64).max, dtype=np.int64)
-    lens = ps.csr.rowptr[nodes + 1] - ps.csr.rowptr[nodes]
-    has = lens > 0  # each node's entries are one run of pos: a segmented minimum (minimum.at is ~10x slower)
-    if has.any():
-        nb_best[has] = np.minimum.reduceat(rank[ps.csr.col[pos]], (np.cumsum(lens) - lens)[has])
+    for i0, i1 in _node_spans(ps.csr.rowptr, nodes, ENTRY_CHUNK):  # the nodes' entries a chunk at a time
+        pos, _ = _entries_of(ps.csr.rowptr, nodes[i0:i1])
+        lens = ps.csr.rowptr[nodes[i0:i1] + 1] - ps.csr.rowptr[nodes[i0:i1]]
+        has = lens > 0  # each node's entries are one run of pos: a segmented minimum (minimum.at is ~10x slower)
+        if has.any():
+            nb_best[i0:i1][has] = np.minimum.reduceat(rank[ps.csr.col[pos]], (np.cumsum(lens) - lens)[has])
     return idx[nb_best > np.arange(len(idx))]
+
+
+def _node_spans(rowptr: np.ndarray, nodes: np.ndarray, entries: int, most: int | None = None) -> list[tuple[int, int]]:
+    """``(i0, i1)`` ranges of ``nodes`` whose rows hold at most ``entries`` adjacency entries together (at least
+    one node each) and at most ``most`` nodes, covering them in order."""
+    ends = np.cumsum(rowptr[nodes + 1] - rowptr[nodes])
+    k, most = len(nodes), most or len(nodes)
+    spans, i0 = [], 0
+    while i0 < k:
+        i1 = int(np.searchsorted(ends, (ends[i0 - 1] if i0 else 0) + entries, side="right"))
+        i1 = min(max(i1, i0 + 1), k, i0 + most)
+        spans.append((i0, i1))
+        i0 = i1
+    return spans
 
 
 def _feasible_prefix(ps: _Pass, cand, b, idx, d_send, d_recv) -> int:

@@ -134,10 +134,12 @@ def _choice_lines(r: dict) -> list[str]:
         lines.append("  not tried        " + "; ".join(r["skipped"].values()))
     over = auto["budget"]["skipped"] if auto else None
     if over:
-        b = auto["budget"]
+        b, m = auto["budget"], auto["budget"].get("memory")  # no memory budget in a report before it
+        memory = (f" and its partitioner's estimated peak within {m['bytes'] / 2**30:.2f} GiB ({m['multiple']:g} x "
+                  f"its leanest, {m['leanest']})" if m else "")
         lines.append(f"  over budget      {len(over)} candidate(s) not run: auto's estimated time kept within "
-                     f"{b['seconds']:.1f} s ({b['multiple']:g} x its cheapest, {b['cheapest']}; --auto-budget 0 "
-                     f"runs all): {', '.join(over)}")
+                     f"{b['seconds']:.1f} s ({b['multiple']:g} x its cheapest, {b['cheapest']}){memory}; "
+                     f"--auto-budget 0 runs all: {', '.join(over)}")
     return lines
 
 

@@ -129,6 +129,38 @@ def test_auto_budget_keeps_the_cheapest_and_stays_within_its_estimate():
                                                                                               238_162, 7_650, 8)
 
 
+def test_auto_memory_budget_runs_one_lean_backend_on_a_large_graph():
+    """At 20M entries (issue 49) METIS's estimated peak is ~6x KaMinPar's: auto runs KaMinPar alone, and its
+    peak is that backend's own; on the shared graphs' sizes (up to Cornell5's 1.6M) the plan is unchanged."""
+    from gnndist.partition.balance import AUTO_MIN_BYTES, PLAIN, auto_plan, budget_plan, estimate_bytes
+
+    plan, forced = auto_plan(19_878_754, "auto")
+    kept, info = budget_plan(plan, forced or "vol", 19_878_754, 1_000_000, 4, 70.0, 4.0)
+    assert kept == [("kaminpar", PLAIN)]
+    mem = info["memory"]
+    assert mem["leanest"] == "kaminpar nodes:1.03" and mem["bytes"] >= AUTO_MIN_BYTES
+    assert all(mem["estimated_bytes"][k] > mem["bytes"] for k in info["skipped"])
+    assert all("memory budget" in why and "--auto-budget 0" in why for why in info["skipped"].values())
+    assert budget_plan(plan, forced or "vol", 19_878_754, 1_000_000, 4, 70.0, 0)[0] == plan  # no budget at all
+    assert estimate_bytes("metis", 10**7, 4) == estimate_bytes("metis", 10**7, 8) / 2  # a 32-bit METIS: half
+    for nnz, n in ((1_581_554, 18_660), (238_162, 7_650)):  # Cornell5, Amazon Photo: under the floor
+        plan, _ = auto_plan(nnz, "auto")
+        _, info = budget_plan(plan, "vol", nnz, n, 8, 5.0, 4.0)
+        assert not any("memory" in why for why in info["skipped"].values())
+
+
+def test_auto_memory_budget_reaches_the_partition_and_its_report(graph, monkeypatch):
+    from gnndist.partition import balance
+
+    data, _ = graph
+    monkeypatch.setattr(balance, "AUTO_MIN_BYTES", 0)  # this small graph is under the floor: let the budget bite
+    r = partition(data, 4, progress=False).report
+    assert r["backend"] == "kaminpar" and {c["method"] for c in r["auto"]["candidates"]} == {"kaminpar"}
+    assert r["auto"]["budget"]["memory"]["leanest"] == "kaminpar nodes:1.03"
+    text = format_report(r)
+    assert "over budget" in text and "estimated peak within" in text and "leanest, kaminpar nodes:1.03" in text
+
+
 def test_auto_budget_reaches_the_partition_and_its_report(graph, monkeypatch):
     from gnndist.partition import balance, format_report
 

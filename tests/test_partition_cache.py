@@ -178,3 +178,41 @@ def test_info_shows_the_versions_and_train_reads_an_older_algorithm(tmp_path, ca
     assert len(err) == 1 and "partition format version 0 is not supported" in err[0], err
     assert err[0].endswith(f"made by an older gnndist: re-make it with `gnndist partition synthetic-200 --parts 1 "
                            f"--method metis --out {out}`"), err
+
+
+NARROWED = ("halo_gid", "send_idx", "orig_id", "degree", "rel_rowptr", "rel_col")  # int32 since format 2
+
+
+def _as_format_1(folder, to):
+    """``folder`` as format 1 wrote it (its id arrays int64, their sha256 in META.json) at ``to``."""
+    import hashlib
+
+    import numpy as np
+
+    shutil.copytree(folder, to)
+    meta = json.loads((to / "META.json").read_text())
+    for rel in [r for r in meta["sha256"] if r.split("/")[-1].removesuffix(".npy") in NARROWED]:
+        arr = np.load(to / rel)
+        assert arr.dtype == np.int32, rel  # format 2: int32 below 2^31
+        np.save(to / rel, arr.astype(np.int64))
+        meta["sha256"][rel] = hashlib.sha256((to / rel).read_bytes()).hexdigest()
+    meta["format_version"] = 1
+    (to / "META.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("dataset,flags", [("synthetic-200", []), ("synthetic-mag-200", ["--model", "rgcn"])],
+                         ids=["homogeneous", "typed"])
+def test_a_format_1_partition_with_int64_ids_trains_to_the_same_numbers(tmp_path, capsys, dataset, flags):
+    """Format 2 stores every id array in int32 (issue 49); a format 1 partition (the same values in int64) is read
+    as it is, never misread: the same loss and accuracies, to the last digit, at 2 ranks."""
+    new, _ = make_partition(dataset, PartitionConfig(parts=2, method="metis", balance="nodes"), DataConfig(),
+                            str(tmp_path / "new"))
+    _as_format_1(new, tmp_path / "old")
+    assert versions_of(read_meta(tmp_path / "old"))[0] == 1
+    runs = []
+    for folder in (new, tmp_path / "old"):
+        capsys.readouterr()
+        assert main(["train", str(folder), "--ranks", "2", "--epochs", "3", "--no-progress", "--json", *flags]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        runs.append({k: out[k] for k in ("final_loss", "train_acc", "val_acc", "test_acc")})
+    assert runs[0] == runs[1]

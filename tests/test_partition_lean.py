@@ -45,12 +45,15 @@ GRAPHS = {
 CASES = [(g, 3, None) for g in GRAPHS] + [("messy", 1, None), ("messy", 3, 1), ("messy", 3, 7), ("cora", 3, 7)]
 
 
+NARROW = ("/rowptr.npy", "/col.npy", "/halo_gid.npy", "/send_idx.npy", "/orig_id.npy", "/degree.npy")  # int32 ids
+
+
 @pytest.mark.parametrize("graph,parts,chunk", CASES, ids=[f"{g}-p{p}-chunk{c or 'all'}" for g, p, c in CASES])
 def test_parts_are_bit_identical_to_the_recorded_checksums(tmp_path, graph, parts, chunk):
     """Every part file has the sha256 the code before the lean pipeline wrote for the same assignment (random,
     seed 0; recorded at the commit in partition_checksums.json), and META's layout loads are the same. The local
-    CSR (rowptr, col) is stored in int32 since (4 B per entry): its values, widened to the int64 the checksums were
-    recorded in, hash the same."""
+    CSR (rowptr, col) is stored in int32 since (4 B per entry), and so are the other id arrays since partition
+    format 2 (issue 49): their values, widened to the int64 the checksums were recorded in, hash the same."""
     if graph == "chameleon" and not os.path.isdir(CHAMELEON):
         pytest.skip("shared data not here")
     data = GRAPHS[graph]()
@@ -59,7 +62,7 @@ def test_parts_are_bit_identical_to_the_recorded_checksums(tmp_path, graph, part
     meta = json.loads((out / "META.json").read_text())
     want = CHECKSUMS["cases"][f"{graph}-{parts}"]
     got = dict(meta["sha256"])
-    for rel in [f for f in got if f.endswith(("/rowptr.npy", "/col.npy"))]:
+    for rel in [f for f in got if f.endswith(NARROW)]:
         arr = np.load(out / rel)
         assert arr.dtype == np.int32, rel
         buf = io.BytesIO()
@@ -120,3 +123,16 @@ def test_the_pipeline_passes_do_not_depend_on_threads(tmp_path, threads):
     b = json.loads((got.save(tmp_path / "b", dataset="m", progress=False) / "META.json").read_text())
     assert a["sha256"] == b["sha256"] and a["layouts"] == b["layouts"]
     assert a["report"]["edge_cut"] == b["report"]["edge_cut"]
+
+
+def test_rows_gathered_from_a_memory_map_in_chunks_are_the_rows(tmp_path):
+    from gnndist.partition.pipeline import gathered
+
+    x = np.random.default_rng(0).standard_normal((500, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    rows = np.sort(np.random.default_rng(1).choice(500, 123, replace=False))
+    for values in (1, 7, 3 * 500):
+        out = gathered(torch.from_numpy(np.asarray(mm)), rows, (mm,), values)
+        assert out.dtype == x.dtype and np.array_equal(out, x[rows])
+    assert np.array_equal(gathered(torch.from_numpy(x), rows), x[rows])  # not mapped: one gather
