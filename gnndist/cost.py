@@ -12,7 +12,11 @@ the same exchanges reversed and the transposed product over the same nonzeros)::
         + 2 * (gamma_sparse * nnz + FOLD_PASSES * gamma_elem * (fold_send + fold_recv)) * F
 
 where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
-layout's time is its slowest rank's. Dense work (``X @ W``) is the same for every layout
+layout's time is its slowest rank's. On several hosts the model has two levels (:func:`on_hosts`,
+:func:`exchange_time`): each exchange takes the longer of a rank's rows within its host at ``beta`` and
+its host's rows to and from other hosts, all its ranks together, at ``beta_host`` (the host's link).
+
+Dense work (``X @ W``) is the same for every layout
 whose input and output are the 1D row layout, so it does not enter the choice; it is
 added to the epoch time ``gnndist simulate`` reports.
 
@@ -56,6 +60,8 @@ class Network:
             bias, activation, scaling and their backward; see :data:`ELEMENTWISE`).
         step_overhead: seconds of a tiny training step (a 2-layer MLP on 8 rows: loss, optimiser, autograd and
             Python dispatch); a step's fixed cost is :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer of these.
+        beta_host: bytes per second one host's link carries each way between hosts, all its ranks together (a job
+            on several hosts; ``beta`` is then a rank's rate within its host); 0: one level, ``beta`` for every byte.
     """
 
     name: str
@@ -66,6 +72,7 @@ class Network:
     overhead: float = 0.0
     gamma_elem: float = 0.0
     step_overhead: float = 0.0
+    beta_host: float = 0.0
 
     def as_dict(self) -> dict:
         """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
@@ -79,8 +86,10 @@ class Network:
     @classmethod
     def from_values(cls, name: str, values, prefix: str = "") -> Network:
         """The network ``name`` with each constant ``c`` read as ``float(values[prefix + c])`` (a probe file's
-        entry; a bench row's ``net_*`` columns)."""
-        return cls(name, **{c: float(values[prefix + c]) for c in cls.constants()})
+        entry; a bench row's ``net_*`` columns); ``beta_host``, which older ones lack, is 0 where missing."""
+        optional = {"beta_host": 0.0}
+        return cls(name, **{c: float(values[prefix + c] if prefix + c in values or c not in optional
+                                     else optional[c]) for c in cls.constants()})
 
 
 # The model's relative error on measured epochs (|modelled / measured - 1|, the median over the validation
@@ -128,6 +137,12 @@ class RankLoad:
         nnz: nonzeros this rank multiplies.
         rows: output rows this rank owns.
         exchanges: collective calls of one SpMM direction (1 in 1D: the expand; 2 on a grid).
+        hosts: the hosts of the job the next four were counted for (:func:`on_hosts`); 1: one host, or counts
+            that do not know the hosts (a partition's), and the next four are unused.
+        expand_near, fold_near: rows this rank exchanges with ranks of its own host in the expand / the fold
+            (the larger of sent and received).
+        expand_host, fold_host: rows this rank's host exchanges with other hosts in the expand / the fold, all its
+            ranks together over the link they share (the larger of sent and received; the same on each of its ranks).
     """
 
     expand_send: int = 0
@@ -138,13 +153,19 @@ class RankLoad:
     nnz: int = 0
     rows: int = 0
     exchanges: int = 1
+    hosts: int = 1
+    expand_near: int = 0
+    fold_near: int = 0
+    expand_host: int = 0
+    fold_host: int = 0
 
     def as_array(self) -> np.ndarray:
-        return np.array([self.expand_send, self.expand_recv, self.fold_send, self.fold_recv,
-                         self.messages, self.nnz, self.rows, self.exchanges], dtype=np.int64)
+        return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.int64)
 
     @classmethod
     def from_array(cls, a) -> RankLoad:
+        """The load of :meth:`as_array`'s values, or of their first eight (a partition's ``layouts``, which count
+        one host)."""
         return cls(*(int(v) for v in a))
 
     def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
@@ -170,10 +191,46 @@ def aggregate_first(f_in: int, f_out: int) -> bool:
     return f_in < 2 * f_out
 
 
+def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_of) -> list[RankLoad]:
+    """``loads`` (one per rank) with each exchange split by host: the rows a rank exchanges with the ranks of
+    its host, and the rows its host exchanges with the others (:class:`RankLoad`'s ``*_near``, ``*_host``).
+
+    Args:
+        loads: every rank's load of one layout.
+        expand: ``[P, P]`` rows rank ``dst`` receives from rank ``src`` in the expand, ``[dst, src]``.
+        fold: ``[P, P]`` partial rows rank ``src`` sends to rank ``dst`` in the fold, ``[src, dst]`` (zeros in 1D).
+        host_of: ``[P]`` the host (any label) of every rank.
+    """
+    first: dict = {}
+    host = np.array([first.setdefault(h, k) for k, h in enumerate(host_of)], dtype=np.int64)  # [P] its first rank
+    same = host[:, None] == host[None, :]  # [P, P]
+
+    def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = np.asarray(m, dtype=np.int64)
+        near, far = np.where(same, m, 0), np.where(same, 0, m)
+        per_host = lambda v: np.bincount(host, weights=v, minlength=len(host))[host]  # noqa: E731
+        return (np.maximum(near.sum(0), near.sum(1)),
+                np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64))
+
+    (e_near, e_host), (f_near, f_host) = split(expand), split(fold)
+    hosts = len(first)
+    return [replace(ld, hosts=hosts, expand_near=int(e_near[k]), fold_near=int(f_near[k]),
+                    expand_host=int(e_host[k]), fold_host=int(f_host[k])) for k, ld in enumerate(loads)]
+
+
 def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
-    """Modelled seconds of one direction of an SpMM's exchanges on one rank: calls, peers and bytes."""
+    """Modelled seconds of one direction of an SpMM's exchanges on one rank: calls, peers and bytes.
+
+    On several hosts (a load split by :func:`on_hosts`, a network with ``beta_host``) each exchange lasts the
+    longer of this rank's rows within its host at ``beta`` and its host's rows to and from the other hosts at
+    ``beta_host`` (an all-to-all posts both at once, over two different links); otherwise all its rows at ``beta``.
+    """
+    fixed = net.overhead * load.exchanges + net.alpha * load.messages
+    if load.hosts > 1 and net.beta_host > 0:
+        return fixed + elem * width * (max(load.expand_near / net.beta, load.expand_host / net.beta_host)
+                                       + max(load.fold_near / net.beta, load.fold_host / net.beta_host))
     rows = max(load.expand_send, load.expand_recv) + max(load.fold_send, load.fold_recv)
-    return net.overhead * load.exchanges + net.alpha * load.messages + elem * width * rows / net.beta
+    return fixed + elem * width * rows / net.beta
 
 
 # Elementwise passes per element of a partial output row a rank folds (sends, or receives and adds): the
@@ -204,11 +261,13 @@ def dense_time(rows: int, f_in: int, f_out: int, net: Network) -> float:
     return 3.0 * 2.0 * rows * f_in * f_out * net.gamma_dense
 
 
-def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4) -> float:
-    """Modelled seconds of a ring all-reduce of ``numel`` elements over ``ranks`` ranks."""
+def allreduce_time(numel: int, ranks: int, net: Network, elem: int = 4, hosts: int = 1) -> float:
+    """Modelled seconds of a ring all-reduce of ``numel`` elements over ``ranks`` ranks (on ``hosts`` hosts, the
+    ring crosses each host's link once each way: the slower of ``beta`` and ``beta_host`` carries it)."""
     if ranks <= 1:
         return 0.0
-    return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / net.beta
+    beta = min(net.beta, net.beta_host) if hosts > 1 and net.beta_host > 0 else net.beta
+    return 2.0 * (ranks - 1) * net.alpha + 2.0 * (ranks - 1) / ranks * numel * elem / beta
 
 
 # Elementwise passes of a layer, forward and backward, in units of the probe's multiply (``gamma_elem``), per
@@ -372,7 +431,8 @@ def step_time(loads, layers: list[Layer], net: Network, elem: int = 4) -> StepTi
         times.append(float(t.max(initial=0.0)))
         parts += layer_parts(lds[k], layer, net, elem)
     P = max((len(lds) for lds in per_layer), default=1)
-    allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, GRAD_ELEM)  # fp32 at any --precision
+    hosts = max((ld.hosts for lds in per_layer for ld in lds), default=1)
+    allreduce = allreduce_time(sum(layer.weights for layer in layers), P, net, GRAD_ELEM, hosts)  # fp32 always
     fixed = net.step_overhead * (STEP_FIXED + LAYER_FIXED * len(layers)) if net.step_overhead else 0.0
     total = sum(times) + allreduce + fixed
     return StepTime(float(total), *(float(v) for v in parts), float(allreduce), float(fixed), tuple(times))

@@ -114,7 +114,8 @@ def _structure(arrays: dict, t: dict[str, Tensor], meta: dict, rank: int, device
     ``t``: the others as tensors) and its partition's META.json."""
     return Structure(rank, len(arrays["rowptr"]) - 1, arrays["rowptr"], arrays["col"], t["halo_gid"], t["send_idx"],
                      t["send_counts"].tolist(), t["recv_counts"].tolist(), tuple(int(o) for o in meta["offsets"]),
-                     meta.get("layouts") or {}, device)
+                     meta.get("layouts") or {}, device,
+                     np.asarray(arrays["layout_pairs"]) if "layout_pairs" in arrays else None)
 
 
 def meta_digest(meta: dict) -> str:
@@ -153,7 +154,7 @@ class DistGraph:
         grid = grid or ProcessGrid()
         dev = grid.device
         # the part's rows of A stay as stored (mapped): the strategy reads them into its own block
-        t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col")}
+        t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col", "layout_pairs")}
         structure = _structure(arrays, t, meta, grid.rank, dev)
         n_owned, n_halo = structure.n_owned, structure.n_halo
         context = context or RunContext(grid.is_main)
@@ -324,7 +325,7 @@ class DistGraph:
 
             arrays, meta = together(self.grid, read, f"another rank could not load its part of {name}")
             dev = self.grid.device
-            t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col")}
+            t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col", "layout_pairs")}
             structure = _structure(arrays, t, meta, self.grid.rank, dev)
             self.grid.agree(meta_digest(meta), f"partition {name} (META.json differs)", must_match=True)
             strat = strategy or Halo1D()

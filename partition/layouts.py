@@ -6,7 +6,9 @@ from ``owner(col)`` once when ``owner(col) != blk`` (the expand) and sends its p
 ``r`` to ``owner(r)`` once when ``owner(r) != blk`` (the fold). The runtime strategies
 (:mod:`gnndist.strategies`) build exactly these exchanges; the tests check the bytes they
 count against :func:`grid_loads`. The partition stores the loads of the layouts its part
-count admits (:func:`layout_loads`), so ``--strategy auto`` can choose without building them.
+count admits (:func:`layout_counts`: per-rank totals in ``META.json``, and each part's rows to and from every
+other rank, ``layout_pairs``, so a job on several hosts can tell the rows that leave a host), so
+``--strategy auto`` can choose without building them.
 """
 
 from __future__ import annotations
@@ -133,10 +135,33 @@ def grid_loads(csr: GlobalCSR, offsets: np.ndarray, c: int, threads: int = 1) ->
     return grid_exchange(csr, offsets, c, threads=threads).loads()
 
 
-def layout_loads(csr: GlobalCSR, offsets: np.ndarray, max_replication: int = 16,
-                 threads: int = 1) -> dict[str, list[list[int]]]:
-    """``{str(c): [RankLoad.as_array() per rank]}`` for every c of :func:`replications` (JSON-ready), counted
-    on ``threads`` threads."""
+@dataclass
+class LayoutCounts:
+    """Every layout's counts on a partition, as it stores them.
+
+    Attributes:
+        loads: ``{str(c): [RankLoad.as_array() per rank]}`` for every c of :func:`replications`, in that order
+            (JSON-ready: ``META.json`` ``layouts``).
+        pairs: ``[len(loads), 2, P, P]``: per c (the same order), the rows rank ``k`` receives from each rank in
+            the expand (``[c, 0, k, src]``) and sends to each in the fold (``[c, 1, k, dst]``).
+    """
+
+    loads: dict[str, list[list[int]]]
+    pairs: np.ndarray
+
+    def part_pairs(self, rank: int) -> np.ndarray:
+        """``[layouts, 2, P]``: part ``rank``'s row of every layout's expand and fold (its ``layout_pairs`` file)."""
+        return np.ascontiguousarray(self.pairs[:, :, rank, :])
+
+
+def layout_counts(csr: GlobalCSR, offsets: np.ndarray, max_replication: int = 16, threads: int = 1) -> LayoutCounts:
+    """The :class:`LayoutCounts` of every c of :func:`replications`, counted on ``threads`` threads (int32 pairs
+    where they fit)."""
     P = len(offsets) - 1
-    return {str(c): [ld.as_array().tolist() for ld in grid_loads(csr, offsets, c, threads)]
-            for c in replications(P, max_replication)}
+    loads, pairs = {}, []
+    for c in replications(P, max_replication):
+        ex = grid_exchange(csr, offsets, c, threads=threads)
+        loads[str(c)] = [ld.as_array()[:8].tolist() for ld in ex.loads()]  # one host: the split is the job's
+        pairs.append(np.stack([ex.expand, ex.fold]))
+    out = np.stack(pairs)  # [layouts, 2, P, P]
+    return LayoutCounts(loads, out.astype(np.int32) if out.max(initial=0) < 2**31 else out)

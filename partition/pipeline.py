@@ -44,7 +44,7 @@ from gnndist.partition.choose import (
 )
 from gnndist.partition.format import drop_pages, write_partition
 from gnndist.partition.hetero import RelationSlicer, hetero_report
-from gnndist.partition.layouts import layout_loads
+from gnndist.partition.layouts import LayoutCounts, layout_counts
 from gnndist.partition.link import VALEDGES, check_valedges, link_arrays, link_bytes, link_of, valedges_message
 from gnndist.partition.metis import OBJECTIVES, random_assign
 from gnndist.partition.progress import Stages, stages_of
@@ -76,8 +76,10 @@ class Partition:
         """Yield each rank's :class:`LocalPart` in rank order."""
         return build_local_parts(self.csr, self.book, self.threads)
 
-    def part_arrays(self):
-        """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks."""
+    def part_arrays(self, counts: LayoutCounts | None = None):
+        """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks, and its row of every
+        layout's exchanges (``layout_pairs``, from ``counts``: counted here when not given)."""
+        counts = counts or layout_counts(self.csr, self.book.offsets, threads=self.threads)
         d = self.data
         ea = getattr(d, "edge_attr", None)  # [E, *] -> [nnz, *] in CSR order; each part takes its rows' slice
         ei = getattr(d, "edge_attr_index", None)  # the edge list edge_attr is aligned with (default: edge_index)
@@ -90,6 +92,7 @@ class Partition:
         for lp in self.local_parts():
             owned = lp.orig_id[: lp.n_owned]
             arrays = {**lp.arrays(), "x": gathered(d.x, owned, mapped), "y": gathered(d.y, owned, mapped)}
+            arrays["layout_pairs"] = counts.part_pairs(lp.rank)
             for m in ("train_mask", "val_mask", "test_mask"):
                 mask = getattr(d, m, None)
                 arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
@@ -114,10 +117,11 @@ class Partition:
         n, offsets = int(self.csr.num_nodes), self.book.offsets
         csr = renumbered_csr(symmetric_csr(valedges_message(self.data), n, threads=self.threads), self.book,
                              threads=self.threads)
+        counts = layout_counts(csr, offsets, threads=self.threads)
         meta = {"dataset": dataset, "of": "the message graph of training + validation edges", "parts": self.book.parts,
-                "N": n, "E": int(csr.nnz), "F": 0, "classes": 0, "offsets": offsets.tolist(),
-                "layouts": layout_loads(csr, offsets, threads=self.threads)}
-        parts = (lp.arrays() for lp in build_local_parts(csr, self.book, self.threads))
+                "N": n, "E": int(csr.nnz), "F": 0, "classes": 0, "offsets": offsets.tolist(), "layouts": counts.loads}
+        parts = ({**lp.arrays(), "layout_pairs": counts.part_pairs(lp.rank)}
+                 for lp in build_local_parts(csr, self.book, self.threads))
         return meta, stages_of(parts, self.book.parts, f"write {VALEDGES} part", progress)
 
     def save(self, out: str | Path, dataset: str, progress: bool = True, valedges: bool = False) -> Path:
@@ -149,9 +153,10 @@ class Partition:
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
-        meta["layouts"] = layout_loads(self.csr, self.book.offsets, threads=self.threads)
+        counts = layout_counts(self.csr, self.book.offsets, threads=self.threads)
+        meta["layouts"] = counts.loads
         st.close()
-        parts = stages_of(self.part_arrays(), self.book.parts, "write part", progress)
+        parts = stages_of(self.part_arrays(counts), self.book.parts, "write part", progress)
         inner = {VALEDGES: self.valedges(dataset, progress)} if valedges else None
         return write_partition(out, meta, parts, need_bytes=self.disk_bytes(valedges), inner=inner)
 

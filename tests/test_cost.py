@@ -1,6 +1,8 @@
 """The cost model of a whole step (``gnndist.cost.step_time``): each term against a hand computation, and the
 layers it describes against what the layers' code runs."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -136,3 +138,30 @@ def test_model_layers_are_what_the_layers_run(part1, model, hidden):
     with pytest.raises(ValueError, match="gat"):
         model_layers("gat", (f_in, hidden, f_out))
     assert torch.isfinite(next(net.parameters()).grad).all()
+
+
+def test_two_levels_split_rows_by_host_and_price_the_hosts_link():
+    """``on_hosts`` against a hand count on 2 hosts x 2 ranks; the exchange then lasts the longer of a rank's rows
+    within its host at ``beta`` and its host's rows to the other at ``beta_host``; one host (or no ``beta_host``)
+    is the one-level model; the gradient all-reduce crosses the slower link."""
+    import numpy as np
+
+    from gnndist.cost import allreduce_time, exchange_time, on_hosts
+
+    expand = np.array([[0, 5, 1, 1], [5, 0, 1, 1], [2, 2, 0, 3], [2, 2, 3, 0]])  # [dst, src]
+    fold = np.array([[0, 4, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]])  # [src, dst]
+    loads = [RankLoad(expand_send=int(expand[:, k].sum()), expand_recv=int(expand[k].sum()), exchanges=2)
+             for k in range(4)]
+    got = on_hosts(loads, expand, fold, ["a", "a", "b", "b"])
+    # host a receives 1+1+1+1 = 4 rows from b and sends it 2+2+2+2 = 8; rank 0 gets 5 from rank 1 and sends 5
+    assert [(ld.hosts, ld.expand_near, ld.expand_host) for ld in got] == [(2, 5, 8), (2, 5, 8), (2, 3, 8), (2, 3, 8)]
+    # the fold: rank 0 sends 4 rows to rank 1 (its host); rank 3 sends 1 to rank 0 (the other host)
+    assert [(ld.fold_near, ld.fold_host) for ld in got] == [(4, 1), (4, 1), (0, 1), (0, 1)]
+    net = Network("n", alpha=0.0, beta=1e9, gamma_sparse=0.0, gamma_dense=0.0, beta_host=1e6)
+    assert exchange_time(got[0], 10, net) == pytest.approx(40 * (8 / 1e6 + 1 / 1e6))  # both over the link
+    assert exchange_time(got[0], 10, replace(net, beta=1e3)) == pytest.approx(40 * (5 / 1e3 + 4 / 1e3))
+    one_level = exchange_time(loads[0], 10, net)
+    assert exchange_time(replace(got[0], hosts=1), 10, net) == one_level == pytest.approx(40 * 9 / 1e9)
+    assert exchange_time(got[0], 10, replace(net, beta_host=0.0)) == one_level
+    assert allreduce_time(100, 4, net, hosts=2) == pytest.approx(2 * 3 / 4 * 400 / 1e6)
+    assert allreduce_time(100, 4, net) == pytest.approx(2 * 3 / 4 * 400 / 1e9)

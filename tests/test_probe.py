@@ -95,3 +95,33 @@ def test_presets_and_flags_reach_auto(tmp_path):
     assert a.network is None and a.cache == tmp_path / "p.json" and a.reprobe and a.overrides == {"beta": 1e9}
     with pytest.raises(UserError, match="--reprobe"):
         DistConfig(strategy="1d", reprobe=True)
+
+
+def test_constants_on_several_hosts_tell_the_links_apart():
+    """On 2 hosts x 2 ranks the big all-to-all to a rank's own host gives ``beta`` (one peer's 256 KiB), the one
+    to the other hosts ``beta_host`` (the host's link carries 2 ranks x 2 peers x 256 KiB); with one rank per host,
+    nothing stays on a host and ``beta`` is a rank's rate to the others."""
+    from gnndist.dist.probe import _BIG_PER_PEER, _constants, _host_index
+
+    peer = _BIG_PER_PEER * 4
+    t = [1e-3, 0.0, 1e-3 + peer / 2e9, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 4 * peer / 1e8]
+    net = _constants(t, 4, _host_index(["a", "a", "b", "b"]))
+    assert net.beta == pytest.approx(2e9) and net.beta_host == pytest.approx(1e8)
+    t = [1e-3, 0.0, 0.0, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 3 * peer / 1e8]
+    net = _constants(t, 4, _host_index(["a", "b", "c", "d"]))
+    assert net.beta == pytest.approx(1e8) and net.beta_host == pytest.approx(1e8)
+    one = _constants(t[:2] + [1e-3 + 3 * peer / 5e8] + t[3:], 4, _host_index(["a"] * 4))
+    assert one.beta == pytest.approx(5e8) and one.beta_host == 0.0
+
+
+def test_a_one_level_probe_is_measured_again_on_several_hosts(tmp_path, fake_probe):
+    """Constants stored before the probe told the hosts' links apart (no ``beta_host``) are not reused by a job on
+    several hosts: the two-level model needs both."""
+    grid = ProcessGrid()
+    grid.hosts = ("vm/a", "vm/b")  # what a rank of a 2-host job sees (its collectives are a solo grid's here)
+    cache = tmp_path / "probe.json"
+    write_cached(cache, cache_key(grid.hosts, grid.device), FAKE, 0.01)
+    assert probed(grid, cache) == FAKE and fake_probe == [1]
+    grid.hosts = ("vm/a",)
+    write_cached(cache, cache_key(grid.hosts, grid.device), FAKE, 0.01)
+    assert probed(grid, cache) == FAKE and fake_probe == [1]  # one host: reused

@@ -9,6 +9,7 @@ and a one-rank run for training.
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from gnndist.partition import partition
@@ -16,7 +17,7 @@ from gnndist.partition import partition
 from gnndist.config import DistConfig, TrainConfig
 from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
-from gnndist.parts.simulate import grid_loads
+from gnndist.parts.simulate import grid_exchange, grid_loads
 from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.training.trainer import Trainer
@@ -67,6 +68,10 @@ def _spmm_job(grid, partdir, cases):
             res[("bytes", overlap)] = graph.context.counter.per_tag()
         res["ids"] = ids
         res["replication"] = graph.strategy.replication
+        res["pairs"] = graph.strategy.pairs(grid.world_size)  # from the plans
+        stored, keys = graph.structure.layout_pairs, list(graph.structure.layouts)  # the partition's (auto's layouts)
+        mine = str(graph.strategy.replication)
+        res["stored_pairs"] = stored[keys.index(mine)] if mine in keys else None
         out[(name, c)] = res
     return out
 
@@ -137,6 +142,13 @@ def test_bytes_equal_simulator(spmm_runs, world):
                     assert got == want, (case, rank, mode, overlap, got, want)
         if case[0] != "1d":
             assert sum(ld.fold_send for ld in loads) > 0, f"{case}: a grid layout folds"
+        # every rank's rows from / to each peer: the plans' = the partition's stored row = grid_exchange's
+        ex = grid_exchange(p.csr, p.book.offsets, c)
+        for rank, r in enumerate(ranks):
+            want = np.stack([ex.expand[rank], ex.fold[rank]])
+            assert np.array_equal(r[case]["pairs"], want), (case, rank)
+            assert r[case]["stored_pairs"] is None or np.array_equal(r[case]["stored_pairs"], want), (case, rank)
+        assert any(r[case]["stored_pairs"] is not None for r in ranks) or c == world, case
 
 
 def _cfg(model, norm, dropout=0.5, epochs=EPOCHS):
@@ -322,3 +334,50 @@ def test_backward_overlaps_its_exchanges(tmp_path, name, c, expected):
     p.save(tmp_path, dataset="toy", progress=False)
     for events in run_distributed(_backward_order_job, 4, str(tmp_path), name, c):
         assert events == expected
+
+
+def _hosts_job(grid, partdir, hosts):
+    """auto's counts of every candidate on ranks that say they sit on ``hosts`` (labels, one per rank)."""
+    from gnndist.cost import Network
+    from gnndist.strategies.auto import Auto
+
+    grid.hosts = tuple(hosts)
+    net = Network("two-level", alpha=0.0, beta=1e9, gamma_sparse=0.0, gamma_dense=0.0, beta_host=1e6)
+    auto = Auto(net, cache=None)
+    DistGraph.load(partdir, grid, strategy=auto)
+    return [s.describe() for s in auto.options], auto.loads
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["layout-pairs", "older-partition"])
+def test_auto_splits_each_layout_by_host(tmp_path, stored):
+    """On several hosts auto's counts say which rows stay on a host and which cross to another, from the stored
+    ``layout_pairs`` or, for a partition made before them, the candidates' own plans: both equal
+    :func:`gnndist.cost.on_hosts` of the partition's exchanges, and the two-level model then prices the rows
+    that leave a host at ``beta_host``."""
+    import json
+
+    from gnndist.cost import Network, exchange_time, on_hosts
+
+    d = tmp_path / "p4"
+    p = partition(_data(), 4, progress=False, **QUICK_PARTITION)
+    p.save(d, dataset="toy", progress=False)
+    if not stored:  # as a partition of format 2 before layout_pairs
+        meta = json.loads((d / "META.json").read_text())
+        meta["sha256"] = {rel: h for rel, h in meta["sha256"].items() if not rel.endswith("layout_pairs.npy")}
+        (d / "META.json").write_text(json.dumps(meta))
+        for k in range(4):
+            (d / f"part-{k}" / "layout_pairs.npy").unlink()
+    hosts = ["a", "a", "b", "b"]
+    names, loads = run_distributed(_hosts_job, 4, str(d), hosts)[0]
+    assert names == ["1d", "2d(2x2)"]
+    net = Network("n", alpha=0.0, beta=1e9, gamma_sparse=0.0, gamma_dense=0.0, beta_host=1e6)
+    for c, got in zip((1, 2), loads):
+        ex = grid_exchange(p.csr, p.book.offsets, c)
+        want = on_hosts(ex.loads(), ex.expand, ex.fold, hosts)
+        assert got == want
+        host_rows = [ex.expand[np.ix_(r, o)].sum() for r, o in (([0, 1], [2, 3]), ([2, 3], [0, 1]))]
+        assert all(ld.expand_host == max(host_rows) and ld.hosts == 2 for ld in got)  # a's in = b's out
+        # the rows within a host at beta, the host's rows to the other host at beta_host (the slower)
+        assert exchange_time(got[0], 8, net) == pytest.approx(
+            32 * (max(got[0].expand_near / 1e9, got[0].expand_host / 1e6)
+                  + max(got[0].fold_near / 1e9, got[0].fold_host / 1e6)))

@@ -127,6 +127,8 @@ def probed(grid, cache: Path | None, reprobe: bool = False, csr=None, kernel=Non
     """
     key = cache_key(grid.hosts, grid.device)
     found = grid.share(read_cached(cache, key) if cache is not None and not reprobe and grid.is_main else None)
+    if found is not None and grid.num_hosts > 1 and not found.beta_host:
+        found = None  # measured before the probe told the hosts' links apart: measure again
     if found is not None:
         if say and grid.is_main:
             say(f"cost model: probe constants of {key} reused from {cache} (--reprobe measures them again)")
@@ -145,7 +147,8 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
     """Measure the cost model's constants on the running machine; every rank gets the same values.
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
-    beta: one of 256 KiB per peer; gamma_sparse: this rank's SpMM (``csr``, width 32, with the
+    beta: one of 256 KiB per peer (on several hosts, per peer on the rank's own host; and ``beta_host``:
+    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries); gamma_sparse: this rank's SpMM (``csr``, width 32, with the
     run's ``kernel`` settings); gamma_dense: a ``[2048, 256] @ [256, 64]`` product (the skinny
     shape of a layer's ``X @ W``); gamma_elem: a multiply of 2^20 elements; step_overhead:
     forward, backward and an Adam step of a 2-layer model on 8 rows (the fixed cost of a step).
@@ -166,11 +169,29 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
         spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
         if spread <= tolerance:  # the same decision on every rank: the timings are all-reduced
             break
-    return _constants(np.median(np.stack(taken), axis=0), grid.world_size), spread
+    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, _host_index(grid.hosts)), spread
+
+
+def _host_index(hosts) -> np.ndarray:
+    """``[P]`` every rank's host as the index of its first rank."""
+    first: dict = {}
+    return np.array([first.setdefault(h, k) for k, h in enumerate(hosts)], dtype=np.int64)
+
+
+def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | None:
+    """Elements per peer of the big all-to-alls on several hosts, ``(near, far)``: :data:`_BIG_PER_PEER` to every
+    other rank of this rank's host / of the other hosts, none to the rest; ``None`` on one host."""
+    if len(set(host.tolist())) < 2:
+        return None
+    same = host == host[rank]
+    near = [_BIG_PER_PEER if s and k != rank else 0 for k, s in enumerate(same)]
+    return near, [0 if s else _BIG_PER_PEER for s in same]
 
 
 # a round's timings, in this order (seconds): tiny all-to-all on the world, on a 2-rank axis (0 when there is
-# none), big all-to-all, SpMM at width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step
+# none), big all-to-all (on several hosts: to the peers of the rank's own host only, 0 when it has none), SpMM at
+# width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step, and on several hosts the big
+# all-to-all to the peers of the other hosts only (else 0)
 _BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
 _DENSE = (2048, 256, 64)
 _ELEM = 1 << 20
@@ -183,7 +204,18 @@ def _round(grid, csr, kernel, repeats: int):
     dev, P = grid.device, grid.world_size
     median_time = _timer(grid, repeats)
     small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
-    big, big_out = torch.zeros(_BIG_PER_PEER * P, device=dev), torch.empty(_BIG_PER_PEER * P, device=dev)
+    splits = _big_splits(_host_index(grid.hosts), grid.rank)
+
+    def big_exchange(sizes: list[int] | None):
+        """A timed all-to-all of :data:`_BIG_PER_PEER` elements to each peer ``sizes`` names (every peer: None)."""
+        n = sum(sizes) if sizes is not None else _BIG_PER_PEER * P
+        inp, out = torch.zeros(n, device=dev), torch.empty(n, device=dev)  # the peers send what they receive
+        return lambda: median_time(lambda: grid.all_to_all_single(out, inp, sizes, sizes))
+
+    big = big_exchange(splits[0] if splits else None)
+    far = big_exchange(splits[1]) if splits else None
+    near_any = splits is not None and grid.all_reduce_(torch.tensor([float(any(splits[0]))], device=dev),
+                                                       op="max").item() > 0
     pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
     x = torch.randn(csr.num_cols, 32, device=dev) if csr is not None and csr.nnz else None
     k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
@@ -194,11 +226,12 @@ def _round(grid, csr, kernel, repeats: int):
     def one_round() -> np.ndarray:
         t = [median_time(lambda: grid.all_to_all_single(small_out, small)),
              median_time(lambda: grid.all_to_all_single(small_out[:2], small[:2], axis=pair)) if pair else 0.0,
-             median_time(lambda: grid.all_to_all_single(big_out, big)),
+             big() if splits is None or near_any else 0.0,
              # seconds per nonzero and column, this rank's own: the all-reduce below then gives every rank the
              # slowest rank's rate (the slowest time over each rank's own nonzeros differs per rank, issue 51)
              median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None else 0.0,
-             median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True)]
+             median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True),
+             far() if far is not None else 0.0]
         vals = torch.tensor(t, dtype=torch.float64, device=dev)
         grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
         return vals.cpu().numpy()
@@ -231,20 +264,30 @@ def _timer(grid, repeats: int):
     return median_time
 
 
-def _constants(t: np.ndarray, P: int) -> Network:
-    """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks."""
-    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step = (float(v) for v in t)
+def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None) -> Network:
+    """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks on the hosts ``host`` (``[P]``,
+    :func:`_host_index`; None: one host)."""
+    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far = (float(v) for v in t)
     if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
         overhead = max(t_pair - alpha, 0.0)
     else:
         alpha, overhead = t_world / max(P - 1, 1), 0.0
-    big_bytes = _BIG_PER_PEER * P * 4 * (P - 1) / P
+    peer = _BIG_PER_PEER * 4  # bytes per peer of a big all-to-all
+    beta_host = 0.0
+    if host is not None and len(set(host.tolist())) > 1:
+        size = np.bincount(host, minlength=P)[host]  # [P] ranks on each rank's host
+        beta_host = float(np.max(size * (P - size))) * peer / max(t_far - t_world, 1e-9)  # the busiest host's link
+        big_bytes = float(np.max(size - 1)) * peer  # to every other rank of the largest host
+        if not t_big:  # one rank per host: nothing within a host; a rank's rate is its host's
+            t_big, big_bytes = t_far, (P - 1) * peer
+    else:
+        big_bytes = peer * (P - 1)
     inv_beta = max(t_big - t_world, 1e-9) / big_bytes if P > 1 else 0.0
     gamma_s = spmm_rate if spmm_rate else NETWORKS["ethernet"].gamma_sparse
     m, kk, n = _DENSE
     return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s,
-                   t_dense / (2 * m * kk * n), overhead, t_elem / _ELEM, t_step)
+                   t_dense / (2 * m * kk * n), overhead, t_elem / _ELEM, t_step, beta_host)
 
 
 def _tiny_step(dev: torch.device):

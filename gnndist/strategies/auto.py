@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist.cost import Network, RankLoad, layout_time, network
+from gnndist.cost import Network, RankLoad, layout_time, network, on_hosts
 from gnndist.dist.comm import ByteCounter
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.probe import cache_key, default_cache, probed, read_decision, with_overrides, write_decision
@@ -96,7 +96,7 @@ def decision_report(decision: Decision, names: list[str], loads: list[list[RankL
     for k, t in decision.measured.items():
         per[names[k]]["measured_time_s"] = t
     return {"strategy": strategy.name, "replication": strategy.replication, "width": width, "candidates": per,
-            "network": net.as_dict()}
+            "network": net.as_dict(), "hosts": max((ld.hosts for lds in loads for ld in lds), default=1)}
 
 
 def decision_line(tag: str, width: int, chosen: str, report: dict, decision: Decision, names: list[str],
@@ -110,7 +110,10 @@ def decision_line(tag: str, width: int, chosen: str, report: dict, decision: Dec
         timed = (f"; {' and '.join(names[k] for k in decision.measured)} within the timing band "
                  f"({100 * error:.0f} %), {how}: "
                  + ", ".join(f"{names[k]} {t * 1e3:.3f} ms" for k, t in decision.measured.items()))
-    return f"auto: {tag} (F={width}) -> {chosen}  [{alts}; network {report['network']['name']}{timed}]"
+    net = report["network"]
+    levels = (f" (two levels: {net['beta'] / 1e6:,.1f} MB/s a rank within its host, {net['beta_host'] / 1e6:,.1f} "
+              f"MB/s a host's link)" if report.get("hosts", 1) > 1 and net.get("beta_host") else "")
+    return f"auto: {tag} (F={width}) -> {chosen}  [{alts}; network {net['name']}{levels}{timed}]"
 
 
 class Auto(Strategy):
@@ -119,6 +122,8 @@ class Auto(Strategy):
     The counts of every rank come from the partition (``META.json`` ``layouts``, written by
     ``gnndist partition``), so only the chosen layouts are built, on first use; a partition
     directory without them (older ones) gets every candidate built and the counts gathered.
+    On several hosts the counts are split into rows within a host and rows between hosts (each
+    part's ``layout_pairs``), which the two-level model times at ``beta`` and ``beta_host``.
     All ranks see the same counts and choose alike; each choice is logged once per layer
     with the predicted bytes and time of every candidate.
 
@@ -172,6 +177,8 @@ class Auto(Strategy):
             every = grid.all_gather_object(mine)  # P x [candidates, 8]
             self.loads = [[RankLoad.from_array(r[k]) for r in every] for k in range(len(self.options))]
         self.grid = grid
+        if grid.num_hosts > 1:
+            self.loads = self._on_hosts(part, shapes)
         if self.network is None:
             say = log.info if grid.is_main else None
             self.network = with_overrides(probed(grid, self.cache, self.reprobe, part.csr, kernel, say),
@@ -180,6 +187,18 @@ class Auto(Strategy):
         # and the constants (flags each rank parsed, or the probe's); a rank that differs is named
         self.loads = grid.agree(self.loads, "layout counts (META.json layouts)")
         self.network = grid.agree(self.network, "cost-model constants (--network, --alpha, --beta, the probe)")
+
+    def _on_hosts(self, part, shapes: list[str]) -> list[list[RankLoad]]:
+        """Every candidate's loads split by host (:func:`gnndist.cost.on_hosts`: the rows each exchange moves within
+        a host and between hosts), from every rank's row of each layout's exchanges: the partition's
+        ``layout_pairs``, or the built candidates' plans for a partition made before it stored them (collective)."""
+        keys, stored = list(part.layouts), part.layout_pairs
+        if stored is not None and all(c in keys for c in shapes):
+            mine = np.stack([stored[keys.index(c)] for c in shapes])  # [candidates, 2, P]
+        else:
+            mine = np.stack([self._built(k).pairs(self.grid.world_size) for k in range(len(self.options))])
+        every = np.stack(self.grid.all_gather_object(mine))  # [P, candidates, 2, P]
+        return [on_hosts(lds, every[:, k, 0], every[:, k, 1], self.grid.hosts) for k, lds in enumerate(self.loads)]
 
     def decision_key(self, width: int, backward: bool) -> str:
         """Where a timed decision is kept: the machine, the candidates' counts on every rank, the width."""

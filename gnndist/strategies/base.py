@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -97,6 +98,17 @@ class Block:
         msgs = self.expand.peers + (self.fold.peers if self.fold is not None else 0)
         return RankLoad(self.expand.n_send, self.expand.n_recv, fs, fr, msgs, self.nnz, self.n_owned,
                         1 + (self.fold is not None))
+
+    def pairs(self, world: int) -> np.ndarray:
+        """``[2, world]``: the rows this rank receives from every rank in the expand and sends to every rank in
+        the fold (its row of :attr:`gnndist.partition.layouts.LayoutCounts.pairs`), from its plans."""
+        out = np.zeros((2, world), dtype=np.int64)
+        for k, plan, counts in ((0, self.expand, self.expand.recv_counts),
+                                (1, self.fold, self.fold.recv_counts if self.fold is not None else None)):
+            if counts is not None:  # a fold sends what its plan's gather would receive
+                ranks = plan.axis.ranks if hasattr(plan.axis, "ranks") else range(len(counts))
+                out[k, list(ranks)] = counts
+        return out
 
 
 def _row_slice(csr: CSR, a: int, b: int) -> CSR:
@@ -215,6 +227,11 @@ class BlockStrategy(Strategy):
     def load(self) -> RankLoad:
         """This rank's rows, messages and nonzeros of one SpMM (for the cost model)."""
         return self.block.load()
+
+    def pairs(self, world: int) -> np.ndarray:
+        """``[2, world]``: this rank's rows from every rank in the expand and to every rank in the fold
+        (:meth:`Block.pairs`)."""
+        return self.block.pairs(world)
 
     def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
         """Predicted bytes of one SpMM of ``width`` on this rank: ``fwd_sent``, ``fwd_received``, ``bwd_*``."""

@@ -39,6 +39,9 @@ class Structure:
         offsets: first global (new) id of every rank's rows ``[P + 1]``.
         layouts: every layout's per-rank counts (``META.json`` ``layouts``; empty for older partitions).
         device: where the CSRs built from it live.
+        layout_pairs: ``[layouts, 2, P]`` this rank's rows from every rank in each layout's expand and to every
+            rank in its fold, the layouts in ``layouts``' order (:class:`gnndist.partition.layouts.LayoutCounts`);
+            ``None`` for partitions made before it was stored.
     """
 
     rank: int
@@ -52,6 +55,7 @@ class Structure:
     offsets: tuple[int, ...]
     layouts: dict
     device: torch.device = torch.device("cpu")
+    layout_pairs: np.ndarray | None = None
 
     @property
     def n_halo(self) -> int:

@@ -187,7 +187,8 @@ def modelled_step(graph, form: str | None, widths: tuple[int, ...], network: str
     (collective: one gather; call it once every layer has run).
 
     Every layer is modelled on the layout that ran it (``auto``'s per-layer choice), with every rank's
-    counts of that layout, in the order the layers first ran. The constants are those ``auto`` chose with,
+    counts of that layout (on several hosts, split into rows within and between hosts), in the order the
+    layers first ran. The constants are those ``auto`` chose with,
     else ``network`` (``--network``): a preset by name, or ``probe``: this machine's probed constants at this
     world size where a probe stored them (:func:`gnndist.dist.probe.read_cached`, the default cache; a fixed
     layout never measures them). ``(None, None)`` without constants; ``(None, net)`` for a model the cost
@@ -197,13 +198,19 @@ def modelled_step(graph, form: str | None, widths: tuple[int, ...], network: str
     tags = list(graph.context.calls)  # in the order the layers ran
     probe = read_cached(default_cache(), cache_key(grid.hosts, grid.device)) \
         if network == "probe" and grid.is_main else None
-    mine = ([strategy.layout_for(t).load().as_array() for t in tags], int(torch.count_nonzero(graph.x)), probe)
+    layouts = [strategy.layout_for(t) for t in tags]
+    split = grid.num_hosts > 1  # the rows within and between hosts of each layout (cost.on_hosts)
+    mine = ([ly.load().as_array() for ly in layouts], int(torch.count_nonzero(graph.x)), probe,
+            [ly.pairs(grid.world_size) for ly in layouts] if split else None)
     every = grid.all_gather_object(mine)
     used = [c["network"] for c in strategy.choices().values() if c.get("network")]
     net = cost.Network(**used[0]) if used else cost.NETWORKS.get(network) or every[0][2]
     if net is None:
         return None, None
     loads = [[cost.RankLoad.from_array(np.asarray(r[0][k])) for r in every] for k in range(len(tags))]
+    if split:
+        loads = [cost.on_hosts(lds, np.stack([r[3][k][0] for r in every]), np.stack([r[3][k][1] for r in every]),
+                               grid.hosts) for k, lds in enumerate(loads)]
     density = sum(r[1] for r in every) / max(graph.num_nodes * graph.x.shape[1], 1)
     elem = graph.wire_itemsize(max((c.itemsize for c in graph.context.calls.values()), default=4))
     return cost.run_time(form, widths, loads, net, density, elem), net
