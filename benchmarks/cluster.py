@@ -46,8 +46,11 @@ def main() -> int:
     p.add_argument("--limit", type=float, default=900.0, help="seconds after which a run counts as hung")
     p.add_argument("--fresh-root", action="store_true", help="an empty $GNNDIST_DATA for every run")
     p.add_argument("--link", default=None, help="with --fresh-root: a dataset folder to link into each root")
-    p.add_argument("--cut", default=None, help="HOST:SECONDS: cut that host's link that long after each start "
-                   "(a pulled cable; every rank should exit within --timeout, naming the collective)")
+    p.add_argument("--cut", default=None, help="HOST:SECONDS[:FOR]: cut that host's link that long after each "
+                   "start (a pulled cable; every rank should exit within --timeout, naming the collective), and "
+                   "bring it back FOR seconds later")
+    p.add_argument("--max-restarts", type=int, default=0, help="each torchrun agent's --max-restarts: with gnndist's "
+                   "--checkpoint, the job resumes once the link is back")
     p.add_argument("--script", default=None, help="run this Python script on every rank instead of gnndist "
                    "(e.g. benchmarks/exchange_timeline.py); the arguments after -- are its own")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the gnndist command line")
@@ -70,9 +73,11 @@ def main() -> int:
         t0 = time.time()
         at = []
         if a.cut:
-            host, seconds = (float(v) for v in a.cut.split(":"))
+            host, seconds, *back = (float(v) for v in a.cut.split(":"))
             at.append((seconds, lambda c, h=int(host): c.link(h, False)))
-        with EmulatedCluster(a.hosts, a.ranks_per_host, rate) as c:
+            if back:
+                at.append((seconds + back[0], lambda c, h=int(host): c.link(h, True)))
+        with EmulatedCluster(a.hosts, a.ranks_per_host, rate, max_restarts=a.max_restarts) as c:
             tags.append(c.tag)
             results = c.run(args, env=env, timeout=a.limit, on_timeout=dump_stacks, at=at)
         codes = [r.returncode for r in results]

@@ -105,12 +105,15 @@ class EmulatedCluster:
         ranks_per_host: ranks each agent starts (``--nproc-per-node``).
         rate: every link's rate in tc's units (``None``: unshaped).
         tag: names the namespaces ``gdc<tag>-*`` (default: this process's id, so two harnesses never collide).
+        max_restarts: each agent's ``--max-restarts`` (torchrun's: the whole group restarts after a rank fails;
+            ``gnndist train --checkpoint`` then resumes from the newest checkpoint).
     """
 
-    def __init__(self, hosts: int, ranks_per_host: int = 1, rate: str | None = "100mbit", tag: str | None = None):
+    def __init__(self, hosts: int, ranks_per_host: int = 1, rate: str | None = "100mbit", tag: str | None = None,
+                 max_restarts: int = 0):
         if hosts < 1 or hosts > 250 or ranks_per_host < 1:
             raise UserError(f"--hosts {hosts} --ranks-per-host {ranks_per_host}: need 1-250 hosts and >= 1 rank each")
-        self.hosts, self.ranks_per_host, self.rate = hosts, ranks_per_host, rate
+        self.hosts, self.ranks_per_host, self.rate, self.max_restarts = hosts, ranks_per_host, rate, max_restarts
         self.tag = tag or str(os.getpid())
         self.net = 77 + (int(self.tag) % 100 if self.tag.isdigit() else 0)  # 10.<net>.0.0/16
         self.switch = f"gdc{self.tag}-sw"
@@ -149,15 +152,10 @@ class EmulatedCluster:
             port = f"p{k}"
             _sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
             _sh("ip", "link", "set", port, "master", "br0", ns=self.switch)
-            if os.environ.get("GDC_MTU"):
-                _sh("ip", "link", "set", port, "mtu", os.environ["GDC_MTU"], ns=self.switch)
-                _sh("ip", "link", "set", "eth0", "mtu", os.environ["GDC_MTU"], ns=ns)
             _sh("ip", "link", "set", port, "up", ns=self.switch)
             _sh("ip", "addr", "add", f"{self.address(k)}/16", "dev", "eth0", ns=ns)
             _sh("ip", "link", "set", "eth0", "up", ns=ns)
             _sh("ip", "link", "set", "lo", "up", ns=ns)
-            for setting in filter(None, os.environ.get("GDC_SYSCTL", "").split(",")):
-                _sh("sysctl", "-q", "-w", setting, ns=ns)
             if self.rate:
                 shape = ["rate", self.rate, "burst", _burst(self.rate), "latency", "100ms"]
                 _sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", *shape, ns=ns)  # the host's egress
@@ -194,7 +192,7 @@ class EmulatedCluster:
                 "--nproc-per-node", str(self.ranks_per_host), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"{self.address(0)}:{PORT}", "--rdzv-id", rdzv_id,
                 "--rdzv-conf", f"is_host={int(host == 0)}",  # the namespaces share one hostname: say who serves
-                "--local-addr", self.address(host), *program]
+                "--max-restarts", str(self.max_restarts), "--local-addr", self.address(host), *program]
 
     def link(self, host: int, up: bool) -> None:
         """Cut host ``host``'s link (``up=False``: as a pulled cable, no packet in or out) or bring it back."""
