@@ -49,6 +49,8 @@ def main() -> int:
     p.add_argument("--cut", default=None, help="HOST:SECONDS[:FOR]: cut that host's link that long after each "
                    "start (a pulled cable; every rank should exit within --timeout, naming the collective), and "
                    "bring it back FOR seconds later")
+    p.add_argument("--tag", default=None, help="name the namespaces gdc<TAG>-* (digits: the same addresses run "
+                   "after run, so a probe stored by one run is found by the next; default: this process's id)")
     p.add_argument("--max-restarts", type=int, default=0, help="each torchrun agent's --max-restarts: with gnndist's "
                    "--checkpoint, the job resumes once the link is back")
     p.add_argument("--script", default=None, help="run this Python script on every rank instead of gnndist "
@@ -77,7 +79,7 @@ def main() -> int:
             at.append((seconds, lambda c, h=int(host): c.link(h, False)))
             if back:
                 at.append((seconds + back[0], lambda c, h=int(host): c.link(h, True)))
-        with EmulatedCluster(a.hosts, a.ranks_per_host, rate, max_restarts=a.max_restarts) as c:
+        with EmulatedCluster(a.hosts, a.ranks_per_host, rate, tag=a.tag, max_restarts=a.max_restarts) as c:
             tags.append(c.tag)
             results = c.run(args, env=env, timeout=a.limit, on_timeout=dump_stacks, at=at)
         codes = [r.returncode for r in results]
