@@ -1,6 +1,7 @@
 """The emulated cluster (``gnndist.bench.cluster``): hosts as network namespaces with shaped links, one torchrun
 agent each, running the product's own command; nothing left behind, whether the job succeeds or fails."""
 
+import os
 import subprocess
 
 import pytest
@@ -31,10 +32,12 @@ def test_two_hosts_train_and_leave_nothing_behind(part2, tmp_path):
         ok = c.run(["train", str(part2), "--epochs", "2", "--no-progress", "--strategy", "1d"],
                    env={"GNNDIST_DATA": str(tmp_path)}, timeout=240)
         failed = c.run(["train", str(tmp_path / "missing")], env={"GNNDIST_DATA": str(tmp_path)}, timeout=240)
+        logs = list(c._logs)
     assert [r.returncode for r in ok] == [0, 0], [r.stderr[-2000:] for r in ok]
     assert "toy: gcn on 2 rank(s)" in ok[0].stdout
     assert all(r.returncode not in (0, None) for r in failed)
     assert "is not a gnndist partition directory" in failed[0].stderr
     assert leftovers(tag) == []
+    assert len(logs) == 8 and not [n for n in logs if os.path.exists(n)]  # the agents' output files: gone
     stray = subprocess.run(["pgrep", "-f", f"gdc{tag}-"], capture_output=True, text=True).stdout.split()
     assert stray == []

@@ -120,6 +120,7 @@ class EmulatedCluster:
         self.names = [f"gdc{self.tag}-h{k}" for k in range(hosts)]
         self._made: list[str] = []
         self._procs: list[subprocess.Popen] = []
+        self._logs: list[str] = []  # the agents' output files, removed once read or at close
         self._old_term = None
 
     def address(self, host: int) -> str:
@@ -162,10 +163,13 @@ class EmulatedCluster:
                 _sh("tc", "qdisc", "add", "dev", port, "root", "tbf", *shape, ns=self.switch)  # its ingress
 
     def close(self) -> None:
-        """Kill every process of the run and in the namespaces, delete the namespaces (idempotent)."""
+        """Kill every process of the run and in the namespaces, delete the namespaces and the agents' output files
+        (idempotent)."""
         for p in self._procs:
             if p.poll() is None:
                 _kill_group(p)
+        for name in self._logs:
+            Path(name).unlink(missing_ok=True)
         for ns in self._made:
             pids = _sh("ip", "netns", "pids", ns, check=False).stdout.split()
             for pid in pids:
@@ -213,6 +217,7 @@ class EmulatedCluster:
         for k, ns in enumerate(self.names):
             out, err = _tempfile(f"host{k}.out"), _tempfile(f"host{k}.err")
             logs.append((out, err))
+            self._logs += [out.name, err.name]
             cmd = ["ip", "netns", "exec", ns, *self.agent_command(k, args, rdzv)]
             mine = host_cores(k, self.hosts)
             self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=base, start_new_session=True,
