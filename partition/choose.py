@@ -34,7 +34,7 @@ from gnndist.partition.book import GlobalCSR
 from gnndist.partition.hetero import node_types_of
 from gnndist.partition.metis import metis_index_bytes
 from gnndist.partition.rank_times import unit_costs
-from gnndist.partition.refine import RefineSettings, refine
+from gnndist.partition.refine import MAX_PASSES, RefineSettings, refine
 
 from gnndist.cost import Network, epoch_time
 from gnndist.errors import UserError
@@ -120,7 +120,7 @@ def candidates(req: PartitionRequest, csr: GlobalCSR, columns: dict) -> Plan:
         metis_graph = sampled_csr(csr, balance.METIS_MAX_ENTRIES, req.seed)
         sampled = int(metis_graph.nnz)
     can_refine = req.refine and req.parts > 1
-    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
+    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, MAX_PASSES))
     refine_s = refine_seconds(csr.nnz, csr.num_nodes, req.parts, passes) if can_refine else 0.0
     index_bytes = metis_index_bytes(metis_graph.nnz) if any(b == "metis" for b, _ in usable) else 8
     usable, planned = budget_plan(usable, objective, metis_graph.nnz, csr.num_nodes, req.parts, refine_s, req.budget,

@@ -147,7 +147,8 @@ def _refine_lines(f: dict | None) -> list[str]:
     """The refinement's volume passes and its peer pruning (none when the parts were not refined)."""
     if not f:
         return []
-    lines = [f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "
+    stop = f" (stopped: {f['stop']})" if "stop" in f else ""  # a report before the stop was recorded has none
+    lines = [f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es){stop}: max volume "
              f"{f['max_volume_before']:,} -> {f['max_volume_after']:,}, total {f['comm_volume_before']:,} -> "
              f"{f['comm_volume_after']:,}"]
     pr = f.get("peers", {})
