@@ -171,7 +171,7 @@ def partitioned(req: PartitionRequest, csr: GlobalCSR, plan: Plan, columns: dict
     cols = dict(columns)
     if s.base is not None:
         unit = unit_costs(req.widths, req.net).sum(0)
-        cols.update(derived_weights(csr, runs[b, s.base], req.parts, unit))
+        cols.update(derived_weights(csr, runs[b, s.base], req.parts, unit, req.threads, req.chunk))
     used = [(c, t) for c, t in zip(s.constraints, s.tolerances) if cols[c].any()]
     weights, tol = _table(used, cols) if used else (None, None)
     graph = plan.metis_graph if b == "metis" else csr
@@ -183,12 +183,12 @@ def refined(req: PartitionRequest, csr: GlobalCSR, plan: Plan, columns: dict, b:
     """Candidate ``(b, s)`` after the refinement, which keeps the structural constraints (it balances volume
     and time itself) or, with none, the node balance the partitioner gave; and its record for ``choose``."""
     settings = RefineSettings(req.widths, req.net, passes=plan.passes, threads=req.threads)
-    raw_time = epoch_time(rank_loads(csr, assign, req.parts), req.widths, req.net)
+    raw_time = epoch_time(rank_loads(csr, assign, req.parts, req.threads, req.chunk), req.widths, req.net)
     stats = None
     if plan.refine and s.constraints:
         weights, tol = _table(s.structural or [("nodes", 1.0)], columns)
         assign, stats = refine(csr, assign, req.parts, weights, tol, settings)
-    loads = rank_loads(csr, assign, req.parts)
+    loads = rank_loads(csr, assign, req.parts, req.threads, req.chunk)
     send = np.array([ld.expand_send for ld in loads], dtype=float)
     record = {"method": b, "balance": s.label, "partitioner_modelled_epoch_s": raw_time,
               "modelled_epoch_s": settings.epoch(loads), "comm_volume": int(send.sum()),

@@ -129,7 +129,8 @@ class RefineSettings:
         prune: then drop peers of the slowest ranks (:func:`~gnndist.partition.peers.prune_peers`, default True).
         sparse: hold the neighbour-part counts sparse (True), dense (False) or by size (None, default:
             :func:`gnndist.partition.counts.part_counts`); the same moves either way.
-        threads: chunks of the volume deltas weighed at once (default 1); the same moves at any count.
+        threads: chunks of the neighbour-part counts and the volume deltas weighed at once (default 1); the same
+            moves at any count.
     """
 
     widths: tuple[int, ...]
@@ -181,7 +182,7 @@ def refine(csr: GlobalCSR, assign: np.ndarray, parts: int, weights: np.ndarray, 
                      np.zeros(weights.shape[1]))
     cap = np.maximum(cap[None, :], wpart)  # [P, ncon]: a part already above the tolerance may not grow
     unit = unit_costs(settings.widths, settings.net)  # [layers, 5]
-    cnt = part_counts(csr, assign, parts, settings.sparse)
+    cnt = part_counts(csr, assign, parts, settings.sparse, settings.threads)
     loads = loads_from_counts(cnt, assign, degree)
     stats = {"passes": 0, "moved": 0, "stop": "passes", "pass_gains": [], "counts": type(cnt).__name__,
              **_volumes(loads, "before"), "modelled_epoch_s_before": settings.epoch(loads)}

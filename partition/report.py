@@ -28,7 +28,8 @@ def quality(req: PartitionRequest, csr: GlobalCSR, made: Assigned, book: Partiti
     n_halo = np.array([ld.expand_recv for ld in loads])  # [P] halo rows = rows received
     sent = np.array([ld.expand_send for ld in loads])
     vol = int(n_halo.sum())
-    random_vol = vol if req.method == "random" else comm_volume(csr, random_assign(n, parts, req.seed), parts)
+    random_vol = vol if req.method == "random" else comm_volume(csr, random_assign(n, parts, req.seed), parts,
+                                                                 req.threads, req.chunk)
     n_owned = np.diff(book.offsets)
     nnz = np.array([ld.nnz for ld in loads])
     return {
