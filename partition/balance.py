@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR, exchange_pairs
+from gnndist.partition.book import GlobalCSR, each, exchange_pairs, row_chunks
 
 from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad
 from gnndist.errors import UserError
+from gnndist.machine import CHUNK
 
 CONSTRAINTS = ("nodes", "edges", "train", "types", "send", "recv", "time")
 DERIVED_CONSTRAINTS = ("send", "recv", "time")  # weights read off a first partition (derived_weights)
@@ -358,12 +359,15 @@ def network(name: str | Network | None) -> Network:
     return NETWORKS[name]
 
 
-def rank_loads(csr: GlobalCSR, assign: np.ndarray, parts: int) -> list[RankLoad]:
-    """Per-rank loads of the 1D halo exchange of a partition, straight from the assignment (no renumbering).
+def rank_loads(csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1,
+               chunk: int = CHUNK) -> list[RankLoad]:
+    """Per-rank loads of the 1D halo exchange of a partition, straight from the assignment (no renumbering), counted
+    ``chunk`` entries at a time on ``threads`` threads (:func:`~gnndist.partition.book.exchange_pairs`: the same
+    loads at any chunk and count).
 
     Equal to :func:`gnndist.partition.layouts.grid_loads` with ``c = 1`` on the renumbered graph.
     """
-    return loads_from_pairs(exchange_pairs(csr, assign, parts)[0], csr, assign)
+    return loads_from_pairs(exchange_pairs(csr, assign, parts, chunk, threads)[0], csr, assign)
 
 
 def loads_from_pairs(pair: np.ndarray, csr: GlobalCSR, assign: np.ndarray) -> list[RankLoad]:
@@ -399,7 +403,8 @@ def sampled_csr(csr: GlobalCSR, max_entries: int, seed: int) -> GlobalCSR:
     return GlobalCSR(rowptr, csr.col[keep])
 
 
-def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, np.ndarray]:
+def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1,
+                   chunk: int = CHUNK) -> dict[str, np.ndarray]:
     """Per-node weights whose part sums are the 1D halo exchange's send and receive rows of ``assign``.
 
     ``send[v]``: the other parts ``v`` has a neighbour in (its row is sent to each), so a part's
@@ -408,7 +413,8 @@ def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, 
     receives; x :data:`RECV_SCALE`, rounded. A second METIS run balancing these alongside the
     nodes spreads the halo traffic evenly over the ranks (the weights move with the nodes, so
     they hold approximately for the new partition: the volume-balancing of ``--balance
-    nodes,send,recv``).
+    nodes,send,recv``). Counted ``chunk`` entries at a time on ``threads`` threads (the same weights at any chunk
+    and count: a node's shares are summed in its row's order either way).
 
     Shapes:
         assign ``[N]`` -> ``{"send": [N], "recv": [N]}`` int64
@@ -416,28 +422,36 @@ def volume_weights(csr: GlobalCSR, assign: np.ndarray, parts: int) -> dict[str, 
     from gnndist.partition.counts import part_counts
 
     n = csr.num_nodes
-    cnt = part_counts(csr, assign, parts)
+    cnt = part_counts(csr, assign, parts, threads=threads, chunk=chunk)
     send = (cnt.nonzero_per_row() - (cnt.get(np.arange(n), assign) > 0)).astype(np.int64)
-    rows = csr.rows()
-    cut = assign[rows] != assign[csr.col]
-    v, u = rows[cut], csr.col[cut]
-    del rows, cut
-    share = np.bincount(v, weights=1.0 / cnt.get(u, assign[v]), minlength=n)
+    share = np.empty(n)  # [N] float64
+
+    def shares(span: tuple[int, int]) -> None:  # rows r0 .. r1: each chunk fills its own slice
+        r0, r1 = span
+        v = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(csr.rowptr[r0 : r1 + 1]))
+        u = csr.col[csr.rowptr[r0] : csr.rowptr[r1]]
+        cut = assign[v] != assign[u]
+        v, u = v[cut], u[cut]
+        share[r0:r1] = np.bincount(v - r0, weights=1.0 / cnt.get(u, assign[v]), minlength=r1 - r0)
+
+    each(shares, row_chunks(csr.rowptr, chunk), threads)
     return {"send": send, "recv": np.rint(RECV_SCALE * share).astype(np.int64)}
 
 
-def derived_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, unit: np.ndarray) -> dict[str, np.ndarray]:
+def derived_weights(csr: GlobalCSR, assign: np.ndarray, parts: int, unit: np.ndarray, threads: int = 1,
+                    chunk: int = CHUNK) -> dict[str, np.ndarray]:
     """The weights of the constraints read off a first partition ``assign``: :func:`volume_weights`' ``send`` and
     ``recv``, and ``time``: a node's share of its rank's modelled layer times summed over the layers,
     ``per_row + per_nnz * degree + per_halo * (send + recv) / 2`` (``unit``: the per-row, per-nonzero and
     per-halo-row seconds of :func:`gnndist.partition.rank_times.unit_costs`, summed over layers), scaled so
     the mean node weighs :data:`TIME_SCALE`, at least 1. Balancing ``time`` balances the ranks' compute and
-    halo time at once in one METIS constraint (fixed costs and peers aside).
+    halo time at once in one METIS constraint (fixed costs and peers aside). ``threads``, ``chunk``: as
+    :func:`volume_weights` counts.
 
     Shapes:
         assign ``[N]`` -> ``{"send": [N], "recv": [N], "time": [N]}`` int64
     """
-    out = volume_weights(csr, assign, parts)
+    out = volume_weights(csr, assign, parts, threads, chunk)
     per_row, per_nnz, per_halo = unit[0], unit[1], unit[2]
     t = per_row + per_nnz * csr.degree() + per_halo * 0.5 * (out["send"] + out["recv"] / RECV_SCALE)
     out["time"] = np.maximum(np.rint(t * TIME_SCALE / max(float(t.mean()), 1e-300)), 1).astype(np.int64)

@@ -403,21 +403,23 @@ def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = 
     return pair.reshape(parts, parts), cross // 2
 
 
-def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows each part receives (its halo size) and sends, without building the parts.
+def halo_volumes(csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1,
+                 chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Rows each part receives (its halo size) and sends, without building the parts (counted ``chunk`` entries at
+    a time on ``threads`` threads, :func:`exchange_pairs`).
 
     A (node, needing part) pair is one row of communication volume.
 
     Shapes:
         -> recv ``[parts]``, send ``[parts]`` int64
     """
-    pair, _ = exchange_pairs(csr, assign, parts)
+    pair, _ = exchange_pairs(csr, assign, parts, chunk, threads)
     return pair.sum(0), pair.sum(1)
 
 
-def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int) -> int:
-    """Total communication volume: sum over nodes of the number of other parts that need it."""
-    return int(halo_volumes(csr, assign, parts)[0].sum())
+def comm_volume(csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1, chunk: int = CHUNK) -> int:
+    """Total communication volume: sum over nodes of the number of other parts that need it (:func:`halo_volumes`)."""
+    return int(halo_volumes(csr, assign, parts, threads, chunk)[0].sum())
 
 
 def check_parts(num_nodes: int, parts: int) -> None:

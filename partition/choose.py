@@ -34,7 +34,7 @@ from gnndist.partition.book import GlobalCSR
 from gnndist.partition.hetero import node_types_of
 from gnndist.partition.metis import metis_index_bytes
 from gnndist.partition.rank_times import unit_costs
-from gnndist.partition.refine import RefineSettings, refine
+from gnndist.partition.refine import MAX_PASSES, RefineSettings, refine
 
 from gnndist.cost import Network, epoch_time
 from gnndist.errors import UserError
@@ -120,7 +120,7 @@ def candidates(req: PartitionRequest, csr: GlobalCSR, columns: dict) -> Plan:
         metis_graph = sampled_csr(csr, balance.METIS_MAX_ENTRIES, req.seed)
         sampled = int(metis_graph.nnz)
     can_refine = req.refine and req.parts > 1
-    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, 16))
+    passes = int(np.clip((1 << 27) // max(csr.nnz, 1), 2, MAX_PASSES))
     refine_s = refine_seconds(csr.nnz, csr.num_nodes, req.parts, passes) if can_refine else 0.0
     index_bytes = metis_index_bytes(metis_graph.nnz) if any(b == "metis" for b, _ in usable) else 8
     usable, planned = budget_plan(usable, objective, metis_graph.nnz, csr.num_nodes, req.parts, refine_s, req.budget,
@@ -171,7 +171,7 @@ def partitioned(req: PartitionRequest, csr: GlobalCSR, plan: Plan, columns: dict
     cols = dict(columns)
     if s.base is not None:
         unit = unit_costs(req.widths, req.net).sum(0)
-        cols.update(derived_weights(csr, runs[b, s.base], req.parts, unit))
+        cols.update(derived_weights(csr, runs[b, s.base], req.parts, unit, req.threads, req.chunk))
     used = [(c, t) for c, t in zip(s.constraints, s.tolerances) if cols[c].any()]
     weights, tol = _table(used, cols) if used else (None, None)
     graph = plan.metis_graph if b == "metis" else csr
@@ -183,12 +183,12 @@ def refined(req: PartitionRequest, csr: GlobalCSR, plan: Plan, columns: dict, b:
     """Candidate ``(b, s)`` after the refinement, which keeps the structural constraints (it balances volume
     and time itself) or, with none, the node balance the partitioner gave; and its record for ``choose``."""
     settings = RefineSettings(req.widths, req.net, passes=plan.passes, threads=req.threads)
-    raw_time = epoch_time(rank_loads(csr, assign, req.parts), req.widths, req.net)
+    raw_time = epoch_time(rank_loads(csr, assign, req.parts, req.threads, req.chunk), req.widths, req.net)
     stats = None
     if plan.refine and s.constraints:
         weights, tol = _table(s.structural or [("nodes", 1.0)], columns)
         assign, stats = refine(csr, assign, req.parts, weights, tol, settings)
-    loads = rank_loads(csr, assign, req.parts)
+    loads = rank_loads(csr, assign, req.parts, req.threads, req.chunk)
     send = np.array([ld.expand_send for ld in loads], dtype=float)
     record = {"method": b, "balance": s.label, "partitioner_modelled_epoch_s": raw_time,
               "modelled_epoch_s": settings.epoch(loads), "comm_volume": int(send.sum()),

@@ -14,19 +14,19 @@ checks that the refinement moves the same nodes either way); :func:`part_counts`
 from __future__ import annotations
 
 import numpy as np
-from gnndist.partition.book import GlobalCSR
+from gnndist.partition.book import GlobalCSR, each, in_order
 
 from gnndist.machine import CHUNK
 
 DENSE_MAX_CELLS = 1 << 27  # N * P up to this: a dense int32 table (512 MiB), else sparse
 
 
-def _row_chunks(csr: GlobalCSR, parts: int):
-    """Row ranges ``(r0, r1)`` holding at most ~:data:`CHUNK` entries and ``CHUNK`` cells of ``[rows, P]``."""
+def _row_chunks(csr: GlobalCSR, parts: int, chunk: int = CHUNK):
+    """Row ranges ``(r0, r1)`` holding at most ~``chunk`` entries and ``chunk`` cells of ``[rows, P]``."""
     n, r0 = csr.num_nodes, 0
     while r0 < n:
-        r1 = int(np.searchsorted(csr.rowptr, csr.rowptr[r0] + CHUNK, side="right")) - 1
-        r1 = min(max(r1, r0 + 1), n, r0 + max(CHUNK // parts, 1))
+        r1 = int(np.searchsorted(csr.rowptr, csr.rowptr[r0] + chunk, side="right")) - 1
+        r1 = min(max(r1, r0 + 1), n, r0 + max(chunk // parts, 1))
         yield r0, r1
         r0 = r1
 
@@ -39,14 +39,19 @@ def _chunk_cells(csr: GlobalCSR, assign: np.ndarray, parts: int, r0: int, r1: in
 
 
 class DenseCounts:
-    """``cnt`` as one ``[N, P]`` int32 table (:attr:`table`)."""
+    """``cnt`` as one ``[N, P]`` int32 table (:attr:`table`), counted ``chunk`` entries at a time on ``threads``
+    threads (each chunk fills its own rows)."""
 
-    def __init__(self, csr: GlobalCSR, assign: np.ndarray, parts: int):
+    def __init__(self, csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1, chunk: int = CHUNK):
         n = csr.num_nodes
         self.n, self.parts = n, parts
-        flat = np.zeros(n * parts, dtype=np.int32)
-        for r0, r1 in _row_chunks(csr, parts):
-            flat[r0 * parts : r1 * parts] += _chunk_cells(csr, assign, parts, r0, r1).astype(np.int32)
+        flat = np.empty(n * parts, dtype=np.int32)
+
+        def fill(rows: tuple[int, int]) -> None:
+            r0, r1 = rows
+            flat[r0 * parts : r1 * parts] = _chunk_cells(csr, assign, parts, r0, r1)
+
+        each(fill, _row_chunks(csr, parts, chunk), threads)
         self.table = flat.reshape(n, parts)  # [N, P]
 
     @classmethod
@@ -111,16 +116,22 @@ class SparseCounts:
     Cells that fall to zero stay (count 0) until the next merge; cells that become non-zero go to a
     small sorted side table first and are merged into the main one when it grows past
     :attr:`pending_max` (or before a whole-table question), so a single node's move costs its degree.
+    Counted ``chunk`` entries at a time on ``threads`` threads, joined in row order.
     """
 
-    def __init__(self, csr: GlobalCSR, assign: np.ndarray, parts: int):
+    def __init__(self, csr: GlobalCSR, assign: np.ndarray, parts: int, threads: int = 1, chunk: int = CHUNK):
         self.n, self.parts = csr.num_nodes, parts
-        keys, vals = [], []
-        for r0, r1 in _row_chunks(csr, parts):
+
+        def cells(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+            r0, r1 = rows
             c = _chunk_cells(csr, assign, parts, r0, r1)
             nz = np.flatnonzero(c)
-            keys.append(nz + r0 * parts)
-            vals.append(c[nz].astype(np.int32))
+            return nz + r0 * parts, c[nz].astype(np.int32)
+
+        keys, vals = [], []
+        for k, v in in_order(cells, _row_chunks(csr, parts, chunk), threads):
+            keys.append(k)
+            vals.append(v)
         self.keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         self.vals = np.concatenate(vals) if vals else np.zeros(0, dtype=np.int32)
         self.pkeys = np.zeros(0, dtype=np.int64)  # side table: new non-zero cells, sorted
@@ -243,12 +254,14 @@ class SparseCounts:
                 self._merge()
 
 
-def part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int, sparse: bool | None = None):
+def part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int, sparse: bool | None = None, threads: int = 1,
+                chunk: int = CHUNK):
     """Neighbour-part counts of ``assign``: dense up to :data:`DENSE_MAX_CELLS` cells, else sparse
-    (``sparse`` forces one)."""
+    (``sparse`` forces one); counted ``chunk`` entries at a time on ``threads`` threads (the same counts at any
+    chunk and count)."""
     if sparse is None:
         sparse = csr.num_nodes * parts > DENSE_MAX_CELLS
-    return (SparseCounts if sparse else DenseCounts)(csr, assign, parts)
+    return (SparseCounts if sparse else DenseCounts)(csr, assign, parts, threads, chunk)
 
 
 def as_counts(counts):

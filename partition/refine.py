@@ -43,6 +43,12 @@ where the pruning began.
 
 So, by construction, refinement never breaks a balance tolerance that held before, never
 raises the maximum per-rank volume and never raises the modelled epoch time.
+
+The volume passes stop at the first of (the statistics' ``stop``): ``"no moves"`` (a pass found none to keep),
+``"gain"`` (a pass lowered the modelled epoch by less than :data:`MIN_PASS_GAIN` of it: gains that small are
+below what the cost model resolves), ``"passes"`` (``passes`` ran) or ``"time"`` (the passes took
+:data:`TIME_SLACK` times their estimated seconds, and :data:`TIME_FLOOR`: a backstop on a machine far slower
+than the estimate's). Only ``"time"`` depends on the machine.
 """
 
 from __future__ import annotations
@@ -52,14 +58,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from gnndist.partition.balance import refine_seconds
 from gnndist.partition.book import ENTRY_CHUNK, GlobalCSR, in_order
 from gnndist.partition.counts import DenseCounts, as_counts, part_counts
 from gnndist.partition.peers import Ledger, prune_peers
 from gnndist.partition.rank_times import compare, load_times, time_key, times_of, unit_costs
 
-from gnndist.cost import Network, RankLoad, epoch_time
+from gnndist.cost import MODEL_ERROR, Network, RankLoad, epoch_time
 
 DENSE_CELLS = 1 << 24  # candidates per pass are capped so that [candidates, P] tables stay this small
+MAX_PASSES = 16  # the most volume passes the pipeline runs (fewer above 2^23 entries: choose.candidates)
+# A volume pass that lowers the modelled epoch by less than this fraction of it is the last: the cost model's median
+# error (gnndist.cost.MODEL_ERROR, 9%) over MAX_PASSES, 0.56%, so that even every pass the pipeline may run, each
+# gaining less, would not add up to a difference the model resolves. Measured (NOTES-thr49.md): on Cora and a 3000-node
+# synthetic graph at P = 4 and 8, from METIS and random starts, on ib and ethernet, no pass gained over 0.7% and no
+# refinement over 0.9% in all; on a 20M-entry graph at P = 4 six passes gained 0.35% in all and took 4x the
+# partitioner's seconds.
+MIN_PASS_GAIN = MODEL_ERROR / MAX_PASSES
+# The passes stop starting once they have taken this many times their estimated seconds
+# (gnndist.partition.balance.refine_seconds), and at least TIME_FLOOR seconds (fixed costs rule small graphs): a
+# generous backstop, so that on any machine within 4x of the estimate's the gain and the pass count, which do not
+# depend on the machine, decide.
+TIME_SLACK = 4.0
+TIME_FLOOR = 10.0
 
 
 def neighbour_part_counts(csr: GlobalCSR, assign: np.ndarray, parts: int) -> np.ndarray:
@@ -100,16 +121,23 @@ class RefineSettings:
         widths, net: the model whose modelled epoch (:func:`gnndist.cost.epoch_time`) and per-rank layer
             times bound the moves; a pass that raises the epoch is undone.
         passes: maximum number of volume passes (each ``O(N P + boundary entries)``, default 8).
+        min_gain: the last pass is one that lowers the modelled epoch by less than this fraction of it (default
+            :data:`MIN_PASS_GAIN`; 0: every pass that keeps moves runs).
+        seconds: no pass starts once the passes have taken this long (default None: :data:`TIME_SLACK` times
+            their estimated seconds, :func:`~gnndist.partition.balance.refine_seconds`, at least :data:`TIME_FLOOR`).
         theta: parts whose send or receive volume is at least ``theta * M`` are critical (default 0.8).
         prune: then drop peers of the slowest ranks (:func:`~gnndist.partition.peers.prune_peers`, default True).
         sparse: hold the neighbour-part counts sparse (True), dense (False) or by size (None, default:
             :func:`gnndist.partition.counts.part_counts`); the same moves either way.
-        threads: chunks of the volume deltas weighed at once (default 1); the same moves at any count.
+        threads: chunks of the neighbour-part counts and the volume deltas weighed at once (default 1); the same
+            moves at any count.
     """
 
     widths: tuple[int, ...]
     net: Network
     passes: int = 8
+    min_gain: float = MIN_PASS_GAIN
+    seconds: float | None = None
     theta: float = 0.8
     prune: bool = True
     sparse: bool | None = None
@@ -118,6 +146,13 @@ class RefineSettings:
     def epoch(self, loads: list[RankLoad]) -> float:
         """The modelled epoch seconds of ``loads`` (:func:`gnndist.cost.epoch_time`)."""
         return epoch_time(loads, self.widths, self.net)
+
+    def budget(self, nnz: int, n: int, parts: int) -> float:
+        """Seconds of passes after which no pass starts: ``seconds``, else :data:`TIME_SLACK` times the passes'
+        estimate, at least :data:`TIME_FLOOR`."""
+        if self.seconds is not None:
+            return self.seconds
+        return max(TIME_SLACK * refine_seconds(nnz, n, parts, self.passes, tries=0), TIME_FLOOR)
 
 
 def refine(csr: GlobalCSR, assign: np.ndarray, parts: int, weights: np.ndarray, tolerances: np.ndarray,
@@ -134,8 +169,9 @@ def refine(csr: GlobalCSR, assign: np.ndarray, parts: int, weights: np.ndarray, 
         settings: the cost model and the passes, :class:`RefineSettings`.
 
     Returns:
-        the refined assignment ``[N]`` and statistics (volume passes and the nodes they moved, volumes and
-        modelled times before/after, ``peers``: the peer pruning's).
+        the refined assignment ``[N]`` and statistics (volume passes and the nodes they moved, ``stop``: why the
+        passes stopped (see the module docstring), ``pass_gains``: each pass's fall of the modelled epoch over
+        the epoch before it, volumes and modelled times before/after, ``peers``: the peer pruning's).
     """
     t0 = time.perf_counter()
     assign = assign.copy()
@@ -146,19 +182,30 @@ def refine(csr: GlobalCSR, assign: np.ndarray, parts: int, weights: np.ndarray, 
                      np.zeros(weights.shape[1]))
     cap = np.maximum(cap[None, :], wpart)  # [P, ncon]: a part already above the tolerance may not grow
     unit = unit_costs(settings.widths, settings.net)  # [layers, 5]
-    cnt = part_counts(csr, assign, parts, settings.sparse)
+    cnt = part_counts(csr, assign, parts, settings.sparse, settings.threads)
     loads = loads_from_counts(cnt, assign, degree)
-    stats = {"passes": 0, "moved": 0, "counts": type(cnt).__name__, **_volumes(loads, "before"),
-             "modelled_epoch_s_before": settings.epoch(loads)}
+    stats = {"passes": 0, "moved": 0, "stop": "passes", "pass_gains": [], "counts": type(cnt).__name__,
+             **_volumes(loads, "before"), "modelled_epoch_s_before": settings.epoch(loads)}
     t_now = stats["modelled_epoch_s_before"]
+    budget, t_passes = settings.budget(csr.nnz, csr.num_nodes, parts), time.perf_counter()
     for _ in range(settings.passes):
+        if time.perf_counter() - t_passes > budget:
+            stats["stop"] = "time"
+            break
         ps = _Pass(csr, cnt, assign, degree, weights, wpart, cap, loads, unit, parts, settings.theta, settings.threads)
         kept = _volume_pass(ps, t_now, settings.epoch)
         if kept is None:
+            stats["stop"] = "no moves"
             break
-        loads, t_now, moved = kept
+        loads, t_new, moved = kept
+        gain = (t_now - t_new) / t_now if t_now > 0 else 0.0
+        t_now = t_new
         stats["moved"] += moved
         stats["passes"] += 1
+        stats["pass_gains"].append(gain)
+        if gain < settings.min_gain:
+            stats["stop"] = "gain"
+            break
     if settings.prune:
         stats["peers"] = prune_peers(Ledger(csr, assign, cnt, weights), unit, cap)
         if stats["peers"]["groups"]:

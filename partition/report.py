@@ -28,7 +28,8 @@ def quality(req: PartitionRequest, csr: GlobalCSR, made: Assigned, book: Partiti
     n_halo = np.array([ld.expand_recv for ld in loads])  # [P] halo rows = rows received
     sent = np.array([ld.expand_send for ld in loads])
     vol = int(n_halo.sum())
-    random_vol = vol if req.method == "random" else comm_volume(csr, random_assign(n, parts, req.seed), parts)
+    random_vol = vol if req.method == "random" else comm_volume(csr, random_assign(n, parts, req.seed), parts,
+                                                                 req.threads, req.chunk)
     n_owned = np.diff(book.offsets)
     nnz = np.array([ld.nnz for ld in loads])
     return {
@@ -147,7 +148,8 @@ def _refine_lines(f: dict | None) -> list[str]:
     """The refinement's volume passes and its peer pruning (none when the parts were not refined)."""
     if not f:
         return []
-    lines = [f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es): max volume "
+    stop = f" (stopped: {f['stop']})" if "stop" in f else ""  # a report before the stop was recorded has none
+    lines = [f"  refinement       {f['moved']:,} nodes moved in {f['passes']} volume pass(es){stop}: max volume "
              f"{f['max_volume_before']:,} -> {f['max_volume_after']:,}, total {f['comm_volume_before']:,} -> "
              f"{f['comm_volume_after']:,}"]
     pr = f.get("peers", {})

@@ -8,11 +8,12 @@ import pytest
 import torch
 from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index, metis_assign, partition, random_assign
-from gnndist.partition.balance import AUTO_SETTINGS, choose, parse_balance, rank_loads, sampled_csr
+from gnndist.partition.balance import AUTO_SETTINGS, choose, parse_balance, rank_loads, refine_seconds, sampled_csr
 from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
 from gnndist.partition.rank_times import better, load_times, time_key, unit_costs
-from gnndist.partition.refine import RefineSettings, refine
+from gnndist.partition.refine import MIN_PASS_GAIN, TIME_FLOOR, TIME_SLACK, RefineSettings, refine
+from gnndist.partition.report import format_report
 
 from gnndist.cli import main
 from gnndist.config import DataConfig, PartitionConfig
@@ -117,10 +118,64 @@ def test_refinement_moves_stray_nodes_home():
     start[strays] = 0
     w = np.ones((side * side, 1), dtype=np.int64)
     widths, net = (8, 4, 2), NETWORKS["ethernet"]
-    out, stats = refine(csr, start, 2, w, np.array([1.05]), RefineSettings(widths, net, passes=16))
+    out, stats = refine(csr, start, 2, w, np.array([1.05]), RefineSettings(widths, net, passes=16, min_gain=0))
     assert stats["max_volume_before"] > side
     assert stats["max_volume_after"] == side  # the clean cut: 20 rows each way
     assert np.array_equal(out, clean.astype(np.int64).ravel())
+
+
+def _grid_with_strays(side=20, strays=((3, 13), (3, 14), (3, 15))):
+    """A side x side grid cut into left and right halves, with ``strays`` (row, column) of the right half given to
+    the left part: (the CSR, the start, the clean cut)."""
+    ids = np.arange(side * side).reshape(side, side)
+    ei = np.concatenate([np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()]),
+                         np.stack([ids[:-1, :].ravel(), ids[1:, :].ravel()])], axis=1)
+    clean = np.repeat((np.arange(side) >= side // 2)[None, :], side, axis=0).astype(np.int64).ravel()
+    start = clean.copy()
+    start[[ids[r, c] for r, c in strays]] = 0
+    return csr_from_edge_index(torch.from_numpy(ei), side * side), start, clean
+
+
+# the halo rows alone: a stray's rows are the whole modelled epoch
+HALO_ONLY = Network("halo-only", alpha=0.0, beta=1.0, gamma_sparse=0.0, gamma_dense=0.0)
+
+
+@pytest.mark.parametrize("net,stop,passes", [(HALO_ONLY, "no moves", 2), (NETWORKS["ethernet"], "gain", 1)],
+                         ids=["halo-only-every-pass-gains", "ethernet-a-pass-gains-under-the-model-error"])
+def test_the_passes_stop_when_a_pass_gains_less_than_the_model_resolves(net, stop, passes):
+    """Three adjacent strays: one moves per pass (no two moved nodes adjacent). Where halo rows are the epoch each
+    pass gains over 10% and the passes run until none is left; under ethernet's constants the first pass gains
+    0.06%, under MIN_PASS_GAIN, and is the last (the strays it left cost < 0.1% more)."""
+    csr, start, clean = _grid_with_strays()
+    w = np.ones((csr.num_nodes, 1), dtype=np.int64)
+    out, stats = refine(csr, start, 2, w, np.array([1.05]), RefineSettings((8, 4, 2), net, passes=16, prune=False))
+    assert (stats["stop"], stats["passes"]) == (stop, passes)
+    assert len(stats["pass_gains"]) == passes
+    if stop == "gain":
+        assert 0 <= stats["pass_gains"][-1] < MIN_PASS_GAIN
+        assert not np.array_equal(out, clean)
+        every, _ = refine(csr, start, 2, w, np.array([1.05]), RefineSettings((8, 4, 2), net, passes=16, min_gain=0))
+        assert not np.array_equal(every, out)  # the passes it did not run would have moved more
+    else:
+        assert min(stats["pass_gains"]) >= MIN_PASS_GAIN
+        assert np.array_equal(out, clean)
+    assert stats["max_volume_after"] <= stats["max_volume_before"]
+
+
+def test_the_passes_stop_at_the_pass_count_and_the_time_budget():
+    csr, start, _ = _grid_with_strays()
+    w = np.ones((csr.num_nodes, 1), dtype=np.int64)
+    settings = RefineSettings((8, 4, 2), HALO_ONLY, passes=1, prune=False)
+    _, stats = refine(csr, start, 2, w, np.array([1.05]), settings)
+    assert (stats["stop"], stats["passes"]) == ("passes", 1)
+    out, stats = refine(csr, start, 2, w, np.array([1.05]), replace(settings, seconds=0.0))
+    assert (stats["stop"], stats["passes"], stats["moved"]) == ("time", 0, 0) and np.array_equal(out, start)
+    assert settings.budget(csr.nnz, csr.num_nodes, 2) == TIME_FLOOR  # a small graph: the floor
+    nnz = 1 << 26
+    assert settings.budget(nnz, 1 << 22, 2) == TIME_SLACK * refine_seconds(nnz, 1 << 22, 2, 1, 0) > TIME_FLOOR
+    report = partition(synthetic(300, avg_degree=6, num_features=4, seed=2), 2, method="metis", balance="nodes",
+                       progress=False).report
+    assert f"(stopped: {report['refine']['stop']})" in format_report(report)
 
 
 def test_auto_is_deterministic_and_within_the_band_of_either_metis_setting():
