@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -88,9 +89,30 @@ def row(r: dict) -> str:
             f"| {call / r['entries']:.1f} | {r['edge_cut']:,} | {r['halo_volume']:,} |")
 
 
+def summary(runs: list[dict]) -> str:
+    """The runs grouped by (graph, P, preset, compression, threads): medians, and the halo volume over the
+    ``default`` preset's (uncompressed where it ran so, at the same graph, P and threads)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["graph"], r["parts"], r["preset"], r["compressed"], r["threads"]), []).append(r)
+    med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
+    lines = ["| graph | entries | P | preset | compressed | threads | runs | load | CPU s | wall s | call peak "
+             "B/entry | halo volume | vs default |", "|---|---:|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for (g, p, pr, c, t), rs in groups.items():
+        base = [groups[k] for k in ((g, p, "default", False, t), (g, p, "default", True, t)) if k in groups]
+        peaks = [r["call_peak_above_bytes"] for r in rs if r["call_peak_above_bytes"] is not None]
+        vs = med("halo_volume", rs) / med("halo_volume", base[0]) if base else float("nan")
+        peak = max(peaks) / rs[0]["entries"] if peaks else float("nan")
+        loads = f"{min(r['load_before'] for r in rs):.0f}-{max(r['load_after'] for r in rs):.0f}"
+        lines.append(f"| {os.path.basename(g.rstrip('/'))} | {rs[0]['entries']:,} | {p} | {pr} | "
+                     f"{'yes' if c else 'no'} | {t} | {len(rs)} | {loads} | {med('cpu_seconds', rs):.2f} | "
+                     f"{med('seconds', rs):.2f} | {peak:.1f} | {med('halo_volume', rs):,.0f} | {vs:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", required=True, help="comma-separated dataset names or .npy folders")
+    ap.add_argument("--graphs", default="", help="comma-separated dataset names or .npy folders")
     ap.add_argument("--root", default=None, help="dataset root (e.g. /work/shared/data)")
     ap.add_argument("--presets", default="default,fast,terapart", help="KaMinPar presets (default: the three)")
     ap.add_argument("--compress", default="rule", help="comma list of rule (the backend's size rule), on, off")
@@ -101,6 +123,7 @@ def main() -> None:
                     help="one process per graph, every setting in it (small graphs: the interpreter's start and the "
                          "load once; the call's peak is then over what the earlier calls left resident)")
     ap.add_argument("--json", default=None, help="write every run here (a JSON list; appended to if it exists)")
+    ap.add_argument("--summary", action="store_true", help="print the table of --json's runs (medians) and exit")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: one run, JSON on stdout
     args = ap.parse_args()
     for flag in ("presets", "compress", "threads", "parts"):
@@ -109,6 +132,9 @@ def main() -> None:
     if bad:
         ap.error(f"--compress takes rule, on or off, got {','.join(bad)}")
     args.threads, args.parts = [int(t) for t in args.threads], [int(p) for p in args.parts]
+    if args.summary:
+        print(summary(json.load(open(args.json))))
+        return
     if args.one:
         args.graph = args.graphs
         for r in runs_here(args):

@@ -102,12 +102,12 @@ def test_kaminpar_report_names_the_preset_the_size_rule_picked(graph):
     data, csr = graph
     r = partition(data, 4, method="kaminpar", threads=1, progress=False).report
     assert r["kaminpar"] == {"preset": "default", "compressed": False, "why": kaminpar_preset(csr.nnz).why}
-    assert f"{csr.nnz:,} entries <= 2^25: the default preset; not compressed" in r["kaminpar"]["why"]
+    assert f"{csr.nnz:,} entries <= 2^23: the default preset; not compressed" in r["kaminpar"]["why"]
     assert f"kaminpar preset  default ({r['kaminpar']['why']})" in format_report(r)
     assert "kaminpar" not in partition(data, 4, method="metis", progress=False).report  # only the backend that ran
-    rule = {0: ("default", False), KAMINPAR_COMPRESS_ENTRIES: ("default", False),  # the documented thresholds
-            KAMINPAR_COMPRESS_ENTRIES + 1: ("default", True), KAMINPAR_TERAPART_ENTRIES: ("default", True),
-            KAMINPAR_TERAPART_ENTRIES + 1: ("terapart", True), 3_231_371_744: ("terapart", True)}
+    rule = {0: ("default", False), 1_581_554: ("default", False), 1 << 23: ("default", False),  # as documented
+            (1 << 23) + 1: ("terapart", True), 19_878_754: ("terapart", True), 3_231_371_744: ("terapart", True)}
+    assert KAMINPAR_COMPRESS_ENTRIES == KAMINPAR_TERAPART_ENTRIES == 1 << 23
     for nnz, want in rule.items():
         got = kaminpar_preset(nnz)
         assert (got.preset, got.compress) == want and f"{nnz:,} entries" in got.why
