@@ -16,8 +16,8 @@ which of them fit a graph.
   says which ran and why): above :data:`KAMINPAR_TERAPART_ENTRIES` (2^23) its memory-lean ``terapart``
   preset on the compressed graph, below its ``default`` preset on the graph as read. The table behind
   the rule is ``benchmarks/kaminpar_presets.py``'s (``benchmarks/results/kaminpar-presets-2026-12-04-2core.json``):
-  ``fast`` is the quickest but gives up to 6 % more halo volume on the shared graphs and 1.7-1.9x
-  ``terapart``'s peak on the SBMs; ``terapart`` holds the least for the same cut there.
+  ``fast`` is the quickest but gives up to 1.06x ``default``'s halo volume on the shared graphs (one thread)
+  and 1.7-1.9x ``terapart``'s peak on the SBMs; ``terapart`` holds the least for the same cut there.
 * ``hypergraph``: Mt-KaHyPar (Gottesbüren et al., 2022) on the column-net hypergraph whose net
   ``v`` is ``{v} + N(v)``: its connectivity - 1 (km1) metric *is* the 1D halo volume, rows x
   ranks that need them. The ``DETERMINISTIC`` preset, so a seed gives the same parts.
@@ -55,10 +55,11 @@ def resolve_threads(threads: int) -> int:
 
 
 # KaMinPar's size rule (kaminpar_preset), from benchmarks/kaminpar_presets.py's table (2 cores, load 10-34): on
-# the shared graphs (0.16-1.6M entries, P = 4, 8) every preset is under 0.6 CPU s and `fast` gives up to 6 %
-# more halo volume: `default`, as read. On the 19.9M-entry SBM (P = 4) `terapart` has the least peak, 10.5 B per
-# entry against `default`'s 11.7-13.2 compressed and 16.3-17.0 not, for 12.0-12.2 CPU s against 10.5-12.7
-# compressed, the same halo volume (+-0.05 %); at 49.7M 10.7 against 11.9 B (`fast`: 19.9 B), 37 against 32 CPU s.
+# the shared graphs (0.16-1.6M entries, P = 4, 8) every preset is under 0.6 CPU s and `fast` gives up to 1.06x
+# `default`'s halo volume at one thread: `default`, as read. On the 19.9M-entry SBM (P = 4) `terapart` has the
+# least peak, 10.5 B per entry against `default`'s 11.7-13.2 compressed and 16.3-17.0 not, for 12.0-12.2 CPU s
+# against 10.5-12.7 compressed, the same halo volume (+-0.05 %); at 49.7M 10.7 against 11.9 B (`fast`: 19.9 B),
+# 37 against 32 CPU s.
 KAMINPAR_COMPRESS_ENTRIES = 1 << 23  # above this KaMinPar compresses the graph it holds
 KAMINPAR_TERAPART_ENTRIES = 1 << 23  # ... and runs its memory-lean terapart preset (was above 2^25)
 KAMINPAR_PRESETS = ("default", "fast", "terapart")  # the contexts measured; kaminpar.context_by_name has more
