@@ -45,6 +45,29 @@ def rss_peak() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def rss_now() -> int:
+    """This process's resident set now in bytes (Linux VmRSS; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_rss_peak() -> bool:
+    """Reset this process's VmHWM to its resident set now (Linux ``clear_refs`` 5), so :func:`rss_peak` then
+    measures one step's peak; False where the kernel does not allow it (the peak then stays the process's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     """A TCP port free on this machine now (for a local group's rendezvous)."""
     with socket.socket() as s:

@@ -11,13 +11,13 @@ which of them fit a graph.
   constraints, objective ``vol`` or ``cut``.
 * ``kaminpar``: KaMinPar (Gottesbüren et al., ESA 2021), edge cut, one node weight; fast and
   memory-lean at billions of entries. Handed the graph as a ParHIP binary file (its Python
-  API reads graphs from files only), 32-bit ids where they fit. Above
-  :data:`KAMINPAR_COMPRESS_ENTRIES` it holds the graph compressed (at 20M entries 9 B per entry of
-  peak, not 17, for ~35 % more time: 8-9 s, not 6, on the same parts there), above
-  :data:`KAMINPAR_TERAPART_ENTRIES` it also runs its memory-lean ``terapart`` preset; below, its
-  ``default`` preset. Its ``fast`` preset was measured and not
-  taken: on a 100M-entry SBM at P = 4 (2 threads, load ~4.5) 105 s against terapart's 125 s, the
-  same cut (7.495M against 7.496M edges), but a peak of 3.00 GiB against 2.16 GiB.
+  API reads graphs from files only), 32-bit ids where they fit. Its preset (context) and whether it
+  holds the graph compressed are chosen by size (:func:`kaminpar_preset`; the report's ``kaminpar``
+  says which ran and why): above :data:`KAMINPAR_TERAPART_ENTRIES` (2^23) its memory-lean ``terapart``
+  preset on the compressed graph, below its ``default`` preset on the graph as read. The table behind
+  the rule is ``benchmarks/kaminpar_presets.py``'s (``benchmarks/results/kaminpar-presets-2026-12-04-2core.json``):
+  ``fast`` is the quickest but gives up to 1.06x ``default``'s halo volume on the shared graphs (one thread)
+  and 1.7-1.9x ``terapart``'s peak on the SBMs; ``terapart`` holds the least for the same cut there.
 * ``hypergraph``: Mt-KaHyPar (Gottesbüren et al., 2022) on the column-net hypergraph whose net
   ``v`` is ``{v} + N(v)``: its connectivity - 1 (km1) metric *is* the 1D halo volume, rows x
   ranks that need them. The ``DETERMINISTIC`` preset, so a seed gives the same parts.
@@ -54,8 +54,15 @@ def resolve_threads(threads: int) -> int:
     return threads or cores()
 
 
-KAMINPAR_COMPRESS_ENTRIES = 1 << 23  # above this KaMinPar compresses the graph it holds (its peak ~half)
-KAMINPAR_TERAPART_ENTRIES = 1 << 25  # ... and above this runs its memory-lean terapart preset
+# KaMinPar's size rule (kaminpar_preset), from benchmarks/kaminpar_presets.py's table (2 cores, load 10-34): on
+# the shared graphs (0.16-1.6M entries, P = 4, 8) every preset is under 0.6 CPU s and `fast` gives up to 1.06x
+# `default`'s halo volume at one thread: `default`, as read. On the 19.9M-entry SBM (P = 4) `terapart` has the
+# least peak, 10.5 B per entry against `default`'s 11.7-13.2 compressed and 16.3-17.0 not, for 12.0-12.2 CPU s
+# against 10.5-12.7 compressed, the same halo volume (+-0.05 %); at 49.7M 10.7 against 11.9 B (`fast`: 19.9 B),
+# 37 against 32 CPU s.
+KAMINPAR_COMPRESS_ENTRIES = 1 << 23  # above this KaMinPar compresses the graph it holds
+KAMINPAR_TERAPART_ENTRIES = 1 << 23  # ... and runs its memory-lean terapart preset (was above 2^25)
+KAMINPAR_PRESETS = ("default", "fast", "terapart")  # the contexts measured; kaminpar.context_by_name has more
 HYPERGRAPH_PRESET = "DETERMINISTIC"
 
 
@@ -129,6 +136,10 @@ class Backend:
         """The threads this backend runs on when given ``threads`` (one, for a single-threaded library)."""
         return 1
 
+    def report_fields(self, nnz: int) -> dict:
+        """The report's fields of how this backend runs on a graph of ``nnz`` adjacency entries (none by default)."""
+        return {}
+
     def determinism(self, threads: int) -> tuple[bool, str]:
         """Whether the same input and seed give the same parts at ``threads`` threads, and why."""
         return True, f"{self.name}: single-threaded and seeded"
@@ -180,8 +191,68 @@ class OneWeight(Backend):
         return self.available()
 
 
+@dataclass(frozen=True)
+class KaMinParPreset:
+    """The KaMinPar context that runs (``kaminpar.context_by_name``), whether it holds the graph compressed,
+    and why (the report's ``kaminpar``)."""
+
+    preset: str
+    compress: bool
+    why: str
+
+    def fields(self) -> dict:
+        return {"preset": self.preset, "compressed": self.compress, "why": self.why}
+
+
+def kaminpar_preset(nnz: int, preset: str = "auto", compress: bool | None = None) -> KaMinParPreset:
+    """KaMinPar's preset and compression for a graph of ``nnz`` adjacency entries, and why.
+
+    ``auto`` (the default) chooses by size: ``terapart`` above :data:`KAMINPAR_TERAPART_ENTRIES`, else
+    ``default``. A named preset (:data:`KAMINPAR_PRESETS`) runs as asked. The graph is held compressed above
+    :data:`KAMINPAR_COMPRESS_ENTRIES` unless ``compress`` says otherwise, and always under ``terapart`` (on an
+    uncompressed graph its Python binding crashes: a one-line :class:`UserError` when asked).
+    """
+    if preset != "auto" and preset not in KAMINPAR_PRESETS:
+        raise UserError(f"the KaMinPar preset must be auto or one of {list(KAMINPAR_PRESETS)}, got {preset!r}")
+    terapart, compressed = _log2(KAMINPAR_TERAPART_ENTRIES), _log2(KAMINPAR_COMPRESS_ENTRIES)
+    if preset != "auto":
+        why = f"preset {preset} asked"
+    elif nnz > KAMINPAR_TERAPART_ENTRIES:
+        preset, why = "terapart", f"{nnz:,} entries > 2^{terapart}: terapart, the leanest preset at the same cut"
+    else:
+        preset, why = "default", f"{nnz:,} entries <= 2^{terapart}: the default preset"
+    if preset == "terapart" and compress is False:  # its binding then crashes (SIGSEGV, kaminpar 3.7.3)
+        raise UserError("KaMinPar's terapart preset runs on a compressed graph only; leave compression on")
+    if preset == "terapart" and compress is None:
+        compress, why = True, why + "; compressed: terapart runs on a compressed graph only"
+    elif compress is None:
+        compress = nnz > KAMINPAR_COMPRESS_ENTRIES
+        why += f"; {'compressed' if compress else 'not compressed'}: {nnz:,} entries " \
+               f"{'>' if compress else '<='} 2^{compressed}"
+    else:
+        why += f"; {'compressed' if compress else 'not compressed'} as asked"
+    return KaMinParPreset(preset, compress, why)
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
 class KaMinPar(OneWeight):
+    """KaMinPar at a preset (``auto``: by size, :func:`kaminpar_preset`; a named one for the benchmarks)."""
+
     name, package, objective = "kaminpar", "kaminpar", "edge cut"
+
+    def __init__(self, preset: str = "auto", compress: bool | None = None):
+        kaminpar_preset(0, preset, compress)  # a bad name fails here, not at the first graph
+        self.preset, self.compress = preset, compress
+
+    def choice(self, nnz: int) -> KaMinParPreset:
+        """The preset and compression this backend runs on a graph of ``nnz`` adjacency entries, and why."""
+        return kaminpar_preset(nnz, self.preset, self.compress)
+
+    def report_fields(self, nnz: int) -> dict:
+        return {"kaminpar": self.choice(nnz).fields()}
 
     def threads_used(self, threads: int) -> int:
         return max(threads, 1)
@@ -201,19 +272,19 @@ class KaMinPar(OneWeight):
 
         w, tol = req.single(n)
         weighted = not bool((w == 1).all())
-        compress = csr.nnz > KAMINPAR_COMPRESS_ENTRIES
+        run = self.choice(csr.nnz)
         fd, path = tempfile.mkstemp(prefix="gnndist-kaminpar-", suffix=".parhip")
         try:
             with os.fdopen(fd, "wb") as f:
                 write_parhip(f, csr, w if weighted else None)
             kaminpar.reseed(req.seed)
-            graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=compress)
+            graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=run.compress)
         except OSError as e:
             raise UserError(f"cannot hand the graph to KaMinPar through {path}: {e.strerror or e}") from None
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        ctx = kaminpar.terapart_context() if csr.nnz > KAMINPAR_TERAPART_ENTRIES else kaminpar.default_context()
+        ctx = kaminpar.context_by_name(run.preset)
         out = kaminpar.KaMinPar(max(req.threads, 1), ctx).compute_partition(graph, req.parts, max(tol - 1.0, 1e-4))
         del graph
         return np.asarray(out, dtype=np.int64)

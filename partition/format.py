@@ -40,7 +40,8 @@ READ_FORMATS = (1, 2)  # 1 held those arrays in int64: every reader takes either
 # 2: auto's memory budget (issue 49) runs KaMinPar alone from ~4M entries, where METIS ran before, and KaMinPar
 # holds the graph compressed above 2^23 entries (other parts there). 3: the int32 id arrays of format 2 (the same
 # values, the same assignment: tests/partition_checksums.json hashes them widened to the int64 it was recorded in).
-# 4: the refinement's volume passes stop at the first pass that gains less than refine.MIN_PASS_GAIN (issue 49).
+# 4: the refinement's volume passes stop at the first pass that gains less than refine.MIN_PASS_GAIN, and KaMinPar
+#    runs its terapart preset above 2^23 entries, not 2^25 (issue 49: other parts from both).
 ALGORITHM_VERSION = 4
 META = "META.json"
 

@@ -62,7 +62,8 @@ def quality(req: PartitionRequest, csr: GlobalCSR, made: Assigned, book: Partiti
 
 
 def _backend_fields(req: PartitionRequest, made: Assigned, nnz: int) -> dict:
-    """Who made the parts: the method asked, the backend, its library and objective, the seed and the balance."""
+    """Who made the parts: the method asked, the backend, its library and objective, how it ran
+    (:meth:`~gnndist.partition.backends.Backend.report_fields`), the seed and the balance."""
     balanced = made.backend != "random"
     b, s = backend(made.backend), made.setting
     return {
@@ -70,6 +71,7 @@ def _backend_fields(req: PartitionRequest, made: Assigned, nnz: int) -> dict:
         "objective": made.objective if made.backend == "metis" else (b.objective if balanced else None),
         "seed": req.seed, "balance": list(s.constraints) if balanced else [],
         "tolerances": dict(zip(s.constraints, s.tolerances)) if balanced else {},
+        **b.report_fields(nnz),  # how the backend ran: KaMinPar's preset and why
     }
 
 
@@ -100,6 +102,7 @@ def _quality_lines(r: dict) -> list[str]:
         f"partition: {r['parts']} parts, method {r['method']}{how}{obj}, seed {r['seed']}",
         f"  threads          {r['threads']} ({'deterministic' if r['deterministic'] else 'not deterministic'}"
         f": {r['determinism']})",
+        *([f"  kaminpar preset  {r['kaminpar']['preset']} ({r['kaminpar']['why']})"] if r.get("kaminpar") else []),
         f"  graph            {r['num_nodes']:,} nodes, {r['num_edges']:,} undirected edges",
         f"  edge cut         {r['edge_cut']:,} ({r['edge_cut'] / max(r['num_edges'], 1):.1%} of edges)",
         f"  comm volume      {r['comm_volume']:,} rows"

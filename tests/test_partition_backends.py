@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index, format_report, partition
-from gnndist.partition.backends import BACKENDS, Request, backend, write_parhip
+from gnndist.partition.backends import (
+    BACKENDS,
+    KAMINPAR_COMPRESS_ENTRIES,
+    KAMINPAR_TERAPART_ENTRIES,
+    KaMinPar,
+    Request,
+    backend,
+    kaminpar_preset,
+    write_parhip,
+)
 from gnndist.partition.book import comm_volume
 
 from gnndist.cli import main
@@ -87,6 +96,36 @@ def test_auto_considers_every_backend_and_hands_large_graphs_to_kaminpar(graph, 
     big = partition(data, 4, progress=False).report
     assert big["backend"] == "kaminpar" and [c["method"] for c in big["auto"]["candidates"]] == ["kaminpar"]
     assert big["library"].startswith("kaminpar ") and "metis_sampled_entries" not in big
+
+
+def test_kaminpar_report_names_the_preset_the_size_rule_picked(graph):
+    data, csr = graph
+    r = partition(data, 4, method="kaminpar", threads=1, progress=False).report
+    assert r["kaminpar"] == {"preset": "default", "compressed": False, "why": kaminpar_preset(csr.nnz).why}
+    assert f"{csr.nnz:,} entries <= 2^23: the default preset; not compressed" in r["kaminpar"]["why"]
+    assert f"kaminpar preset  default ({r['kaminpar']['why']})" in format_report(r)
+    assert "kaminpar" not in partition(data, 4, method="metis", progress=False).report  # only the backend that ran
+    rule = {0: ("default", False), 1_581_554: ("default", False), 1 << 23: ("default", False),  # as documented
+            (1 << 23) + 1: ("terapart", True), 19_878_754: ("terapart", True), 3_231_371_744: ("terapart", True)}
+    assert KAMINPAR_COMPRESS_ENTRIES == KAMINPAR_TERAPART_ENTRIES == 1 << 23
+    for nnz, want in rule.items():
+        got = kaminpar_preset(nnz)
+        assert (got.preset, got.compress) == want and f"{nnz:,} entries" in got.why
+
+
+@pytest.mark.parametrize("preset", ["default", "fast", "terapart"])
+def test_kaminpar_named_presets_partition_and_terapart_needs_compression(graph, preset):
+    _, csr = graph
+    kmp = KaMinPar(preset)
+    a = kmp.assign(csr, Request(4, seed=1, threads=1))
+    assert np.bincount(a, minlength=4).max() <= 1.03 * csr.num_nodes / 4 + 1
+    assert np.array_equal(a, kmp.assign(csr, Request(4, seed=1, threads=1)))  # one thread, seeded: the same parts
+    assert kmp.choice(csr.nnz).compress == (preset == "terapart")  # small: compressed only where terapart needs it
+    with pytest.raises(UserError, match="compressed graph only") as e:
+        KaMinPar("terapart", compress=False)  # its binding would crash
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="auto or one of"):
+        KaMinPar("strongest")
 
 
 @pytest.mark.parametrize("weights", [None, "degree"])
