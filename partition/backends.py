@@ -258,8 +258,8 @@ class KaMinPar(OneWeight):
         return max(threads, 1)
 
     def determinism(self, threads: int) -> tuple[bool, str]:
-        if threads <= 1:
-            return True, "kaminpar: one thread, seeded"
+        if threads <= 1:  # (kaminpar 3.7.3: a process's first terapart call gives other parts than its later ones,
+            return True, "kaminpar: one thread, seeded"  # the same in every process; a partition run makes one)
         return False, (f"kaminpar on {threads} threads: the parts may vary run to run (its Python binding has no "
                        "deterministic mode); --threads 1 repeats them")
 
