@@ -159,13 +159,15 @@ class RankLoad:
     expand_host: int = 0
     fold_host: int = 0
 
+    STORED = 8  # the fields a partition stores (META.json ``layouts``): the counts up to ``exchanges``
+
     def as_array(self) -> np.ndarray:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.int64)
 
     @classmethod
     def from_array(cls, a) -> RankLoad:
-        """The load of :meth:`as_array`'s values, or of their first eight (a partition's ``layouts``, which count
-        one host)."""
+        """The load of :meth:`as_array`'s values, or of their first :attr:`STORED` (a partition's ``layouts``, which
+        count one host)."""
         return cls(*(int(v) for v in a))
 
     def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
@@ -191,6 +193,12 @@ def aggregate_first(f_in: int, f_out: int) -> bool:
     return f_in < 2 * f_out
 
 
+def host_index(hosts) -> np.ndarray:
+    """``[P]`` every rank's host (any labels, one per rank) as the index of the host's first rank."""
+    first: dict = {}
+    return np.array([first.setdefault(h, k) for k, h in enumerate(hosts)], dtype=np.int64)
+
+
 def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_of) -> list[RankLoad]:
     """``loads`` (one per rank) with each exchange split by host: the rows a rank exchanges with the ranks of
     its host, and the rows its host exchanges with the others (:class:`RankLoad`'s ``*_near``, ``*_host``).
@@ -201,8 +209,7 @@ def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_o
         fold: ``[P, P]`` partial rows rank ``src`` sends to rank ``dst`` in the fold, ``[src, dst]`` (zeros in 1D).
         host_of: ``[P]`` the host (any label) of every rank.
     """
-    first: dict = {}
-    host = np.array([first.setdefault(h, k) for k, h in enumerate(host_of)], dtype=np.int64)  # [P] its first rank
+    host = host_index(host_of)
     same = host[:, None] == host[None, :]  # [P, P]
 
     def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +220,7 @@ def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_o
                 np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64))
 
     (e_near, e_host), (f_near, f_host) = split(expand), split(fold)
-    hosts = len(first)
+    hosts = len(np.unique(host))
     return [replace(ld, hosts=hosts, expand_near=int(e_near[k]), fold_near=int(f_near[k]),
                     expand_host=int(e_host[k]), fold_host=int(f_host[k])) for k, ld in enumerate(loads)]
 

@@ -31,15 +31,23 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def rss_peak() -> int:
-    """This process's resident-set high-water mark in bytes (Linux VmHWM; else getrusage's ru_maxrss)."""
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmHWM``, ``VmRSS``) in bytes; None where it cannot be read."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def rss_peak() -> int:
+    """This process's resident-set high-water mark in bytes (Linux VmHWM; else getrusage's ru_maxrss)."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -47,14 +55,7 @@ def rss_peak() -> int:
 
 def rss_now() -> int:
     """This process's resident set now in bytes (Linux VmRSS; 0 where it cannot be read)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _status_bytes("VmRSS") or 0
 
 
 def reset_rss_peak() -> bool:

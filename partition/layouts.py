@@ -161,7 +161,7 @@ def layout_counts(csr: GlobalCSR, offsets: np.ndarray, max_replication: int = 16
     loads, pairs = {}, []
     for c in replications(P, max_replication):
         ex = grid_exchange(csr, offsets, c, threads=threads)
-        loads[str(c)] = [ld.as_array()[:8].tolist() for ld in ex.loads()]  # one host: the split is the job's
+        loads[str(c)] = [ld.as_array()[: RankLoad.STORED].tolist() for ld in ex.loads()]  # the host split: the job's
         pairs.append(np.stack([ex.expand, ex.fold]))
     out = np.stack(pairs)  # [layouts, 2, P, P]
     return LayoutCounts(loads, out.astype(np.int32) if out.max(initial=0) < 2**31 else out)

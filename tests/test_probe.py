@@ -101,16 +101,17 @@ def test_constants_on_several_hosts_tell_the_links_apart():
     """On 2 hosts x 2 ranks the big all-to-all to a rank's own host gives ``beta`` (one peer's 256 KiB), the one
     to the other hosts ``beta_host`` (the host's link carries 2 ranks x 2 peers x 256 KiB); with one rank per host,
     nothing stays on a host and ``beta`` is a rank's rate to the others."""
-    from gnndist.dist.probe import _BIG_PER_PEER, _constants, _host_index
+    from gnndist.cost import host_index
+    from gnndist.dist.probe import _BIG_PER_PEER, _constants
 
     peer = _BIG_PER_PEER * 4
     t = [1e-3, 0.0, 1e-3 + peer / 2e9, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 4 * peer / 1e8]
-    net = _constants(t, 4, _host_index(["a", "a", "b", "b"]))
+    net = _constants(t, 4, host_index(["a", "a", "b", "b"]))
     assert net.beta == pytest.approx(2e9) and net.beta_host == pytest.approx(1e8)
     t = [1e-3, 0.0, 0.0, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 3 * peer / 1e8]
-    net = _constants(t, 4, _host_index(["a", "b", "c", "d"]))
+    net = _constants(t, 4, host_index(["a", "b", "c", "d"]))
     assert net.beta == pytest.approx(1e8) and net.beta_host == pytest.approx(1e8)
-    one = _constants(t[:2] + [1e-3 + 3 * peer / 5e8] + t[3:], 4, _host_index(["a"] * 4))
+    one = _constants(t[:2] + [1e-3 + 3 * peer / 5e8] + t[3:], 4, host_index(["a"] * 4))
     assert one.beta == pytest.approx(5e8) and one.beta_host == 0.0
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnndist.cost import NETWORKS, Network
+from gnndist.cost import NETWORKS, Network, host_index
 from gnndist.files import atomic_file
 from gnndist.machine import data_root, host_identity
 
@@ -169,13 +169,7 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
         spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
         if spread <= tolerance:  # the same decision on every rank: the timings are all-reduced
             break
-    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, _host_index(grid.hosts)), spread
-
-
-def _host_index(hosts) -> np.ndarray:
-    """``[P]`` every rank's host as the index of its first rank."""
-    first: dict = {}
-    return np.array([first.setdefault(h, k) for k, h in enumerate(hosts)], dtype=np.int64)
+    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, host_index(grid.hosts)), spread
 
 
 def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | None:
@@ -204,7 +198,7 @@ def _round(grid, csr, kernel, repeats: int):
     dev, P = grid.device, grid.world_size
     median_time = _timer(grid, repeats)
     small, small_out = torch.zeros(P, device=dev), torch.empty(P, device=dev)
-    splits = _big_splits(_host_index(grid.hosts), grid.rank)
+    splits = _big_splits(host_index(grid.hosts), grid.rank)
 
     def big_exchange(sizes: list[int] | None):
         """A timed all-to-all of :data:`_BIG_PER_PEER` elements to each peer ``sizes`` names (every peer: None)."""
@@ -266,7 +260,7 @@ def _timer(grid, repeats: int):
 
 def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None) -> Network:
     """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks on the hosts ``host`` (``[P]``,
-    :func:`_host_index`; None: one host)."""
+    :func:`gnndist.cost.host_index`; None: one host)."""
     t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far = (float(v) for v in t)
     if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
