@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import statistics
 import sys
@@ -106,10 +107,11 @@ def save_partition(data, out: str) -> None:
 
 
 def gnndist_step(partdir: str, hidden: int, normalize: bool, device: torch.device,
-                 map_first: bool = False, kernel: str = "auto") -> tuple[Callable[[int], float], object]:
+                 map_first: bool = False, kernel: str = "auto",
+                 precision: str = "fp32") -> tuple[Callable[[int], float], object]:
     """gnndist's timed step (``gnndist.bench.peer``'s trainer) with the ``kernel`` path, optionally mapping
     before aggregating in layer 0."""
-    tr = gnndist_trainer(partdir, hidden, 2, device, normalize, kernel)  # the model on grid.device
+    tr = gnndist_trainer(partdir, hidden, 2, device, normalize, kernel, precision)  # the model on grid.device
     if map_first:  # A/B of gnndist.cost.aggregate_first: the first layer maps, then aggregates (fwd + bwd SpMM)
         tr.model.convs[0].aggregate_first = False
     return tr.train_step, tr
@@ -181,7 +183,8 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
     t0 = time.perf_counter()
     if prov.startswith("gnndist"):
         kernel = prov[len("gnndist [") : -1] if prov.endswith("]") else "auto"
-        step, _trainer = gnndist_step(partdir, args.hidden, normalize, device, args.map_first, kernel)
+        step, _trainer = gnndist_step(partdir, args.hidden, normalize, device, args.map_first, kernel,
+                                      args.precision)
         synchronize(device)
         setup = time.perf_counter() - t0
         times, peak = measure(step, args.warmup, args.reps, device)
@@ -190,7 +193,8 @@ def run_provider(prov: str, gname: str, data, normalize: bool, partdir: str, arg
         print_choices(_trainer.graph, f"{prov} on {gname}")
         return times, peak, setup
     kind = "sparse_csr" if "sparse_csr" in prov else "edge_index"
-    step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    step = pyg_step(data, args.hidden, 2, kind, prov.endswith("cached"), device, normalize=normalize, autocast=half)
     synchronize(device)
     setup = time.perf_counter() - t0
     times, peak = measure(step, args.warmup, args.reps, device)
@@ -216,6 +220,9 @@ def parse_args() -> argparse.Namespace:
                          f"(default: $GNNDIST_KERNEL, else auto: gnndist's dispatch)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler tables of gnndist's step and of pyg sparse_csr cached")
+    ap.add_argument("--precision", default="fp32",
+                    help="comma list of fp32, bf16, fp16: gnndist's --precision; PyG runs its forward under "
+                         "torch.autocast to that dtype; each provider is timed in each")
     ap.add_argument("--quick", action="store_true", help="synthetic graph of 100k nodes, 2 warmup + 5 reps")
     ap.add_argument("--map-first", action="store_true",
                     help="gnndist's first GCN layer maps before it aggregates even when F <= 2 x hidden "
@@ -238,6 +245,9 @@ def parse_args() -> argparse.Namespace:
         ap.error(f"--providers: unknown {unknown}; choose from {', '.join(known)}")
     gnndist = ["gnndist" if k == "auto" else f"gnndist [{k}]" for k in kernels]
     args.providers = [q for p in providers for q in (gnndist if p == "gnndist" else [p])]
+    args.precisions = args.precision.split(",")
+    if unknown := [p for p in args.precisions if p not in ("fp32", "bf16", "fp16")]:
+        ap.error(f"--precision: unknown {unknown}; choose from fp32, bf16, fp16")
     if args.quick:
         args.warmup, args.reps = 2, 5
     return args
@@ -259,28 +269,28 @@ def main() -> None:
         made = time.perf_counter() - t0
         label = f"{gname} (N={data.num_nodes:,}, E={data.edge_index.shape[1]:,}, F={data.num_features})"
         print(f"{label}: load {os.getloadavg()[0]:.2f}" + (f", built in {made:.1f} s" if cuda else ""), flush=True)
-        results[label] = {}
         with tempfile.TemporaryDirectory(prefix="gnndist-bench-") as partdir:
             if any(p.startswith("gnndist") for p in args.providers):
                 t0 = time.perf_counter()
                 save_partition(data, partdir)
                 if cuda:
                     print(f"  1-part partition written in {time.perf_counter() - t0:.1f} s", flush=True)
-            for prov in args.providers:
+            for args.precision, prov in itertools.product(args.precisions, args.providers):
                 free(device)
                 base = allocated(device)
                 try:
                     times, peak, setup = run_provider(prov, gname, data, normalize, partdir, args, device)
                 except Exception:  # noqa: BLE001 - report it, measure the other providers, fail at the end
                     traceback.print_exc()
-                    print(f"  {prov:24s} FAILED (traceback above)", flush=True)
-                    failed.append(f"{gname}: {prov}")
+                    print(f"  {prov:24s} {args.precision} FAILED (traceback above)", flush=True)
+                    failed.append(f"{gname}: {prov} {args.precision}")
                     continue
                 finally:
                     free(device)
-                results[label][prov] = (times, peak)
+                results.setdefault(f"{label}, {args.precision}", {})[prov] = (times, peak)
                 mem = f"  peak {gib(peak)} (at start {gib(base).strip()})  setup {setup:5.1f} s" if cuda else ""
-                print(f"  {prov:24s} min {1e3 * min(times):9.1f} ms  median {1e3 * statistics.median(times):9.1f} ms"
+                print(f"  {prov:24s} {args.precision} min {1e3 * min(times):9.1f} ms  "
+                      f"median {1e3 * statistics.median(times):9.1f} ms"
                       f"{mem}  load {os.getloadavg()[0]:.2f}", flush=True)
         del data
     report(results, args, device)
@@ -315,6 +325,13 @@ def report(results: dict[str, dict[str, tuple[list[float], int | None]]], args, 
             print(line)
             if "pyg edge_index" in pyg:
                 print(f"  {prov} / PyG default (pyg edge_index): {t / pyg['pyg edge_index']:.2f}x (goal <= 0.5)")
+    for label, res in results.items():  # half precision against fp32, same graph and provider
+        graph, _, prec = label.rpartition(", ")
+        for prov, (ts, _) in res.items():
+            if prec != "fp32" and prov in results.get(f"{graph}, fp32", {}):
+                ratio = min(ts) / min(results[f"{graph}, fp32"][prov][0])
+                goal = " (goal <= 0.6)" if prov.startswith("gnndist") else ""
+                print(f"{graph}: {prov} {prec} / fp32: {ratio:.2f}x{goal}")
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -48,10 +48,11 @@ def synchronize(device: torch.device) -> None:
 
 
 def gnndist_trainer(partdir, hidden: int, layers: int, device: torch.device, normalize: bool = True,
-                    kernel: str = "auto"):
+                    kernel: str = "auto", precision: str = "fp32"):
     """A :class:`~gnndist.training.trainer.Trainer` of a GCN on the 1-part partition in ``partdir``, on ``device``,
-    with the ``kernel`` path (``auto``: the dispatcher's) (its ``train_step`` is what the peer comparison times)."""
-    from gnndist.config import ModelConfig, RunConfig, TrainConfig
+    with the ``kernel`` path (``auto``: the dispatcher's) and ``--precision`` (its ``train_step`` is what the peer
+    comparison times)."""
+    from gnndist.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
     from gnndist.dist.grid import ProcessGrid
     from gnndist.graph import DistGraph
     from gnndist.kernels import KernelSettings
@@ -61,15 +62,18 @@ def gnndist_trainer(partdir, hidden: int, layers: int, device: torch.device, nor
     arrays, meta = load_part(partdir, 0)
     g = DistGraph(arrays, meta, ProcessGrid(device=device), normalize_features=normalize,
                   kernel=KernelSettings(None if kernel == "auto" else kernel))  # every array on `device`
-    cfg = TrainConfig(model=ModelConfig(hidden=hidden, layers=layers, dropout=0.5), run=RunConfig(progress=False))
+    cfg = TrainConfig(model=ModelConfig(hidden=hidden, layers=layers, dropout=0.5),
+                      optim=OptimConfig(precision=precision), run=RunConfig(progress=False))
     return Trainer(g, cfg)
 
 
 def pyg_step(data, hidden: int, layers: int, adj_kind: str, cached: bool,
-             device: torch.device, normalize: bool | None = None) -> Callable[[int], float]:
+             device: torch.device, normalize: bool | None = None, autocast: torch.dtype | None = None
+             ) -> Callable[[int], float]:
     """One training step of :class:`PygGCN` on ``edge_index`` or a ``torch.sparse_csr`` adjacency.
 
     ``normalize``: divide features by their row sums (default: when none is negative, as gnndist).
+    ``autocast``: run the forward under ``torch.autocast(device, autocast)`` (PyG's way to half precision).
     """
     import torch_geometric.transforms as T
     from torch_geometric.data import Data
@@ -91,7 +95,9 @@ def pyg_step(data, hidden: int, layers: int, adj_kind: str, cached: bool,
     def step(epoch: int) -> float:
         model.train()
         optim.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x, adj)[mask], y[mask])
+        with torch.autocast(device.type, autocast or torch.float32, enabled=autocast is not None):
+            out = model(x, adj)  # [N, classes]
+        loss = F.cross_entropy(out[mask].float(), y[mask])
         loss.backward()
         optim.step()
         return float(loss.detach())
