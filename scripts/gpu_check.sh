@@ -18,6 +18,8 @@
 #   STEPS="4" bash scripts/gpu_check.sh              # a subset
 #   SWEEP=1 bash scripts/gpu_check.sh                # + every tile set the tuning timed (step 5)
 #   ALLOW_CPU=1 STEPS="13" bash scripts/gpu_check.sh # dry run of the plumbing on a machine without a GPU
+# A rerun of what a fix touched: KTESTS (kernel test files, default tests/test_kernels_*.py), JOBS_ONLY (job
+# names of scripts/gpu_jobs.py), SPMM_GRAPHS, MODEL_PARTS, and each step's limit T1 T3 T5 T4 T6 T2 (seconds).
 #
 # The image needs torch (CUDA build), Triton and PyG. pymetis and ogb may be missing there: put their wheels in
 # .whl/ (see benchmarks/README.md, "GPU"); they are installed to /tmp/site first. Coauthor CS is read from
@@ -69,6 +71,7 @@ DATA=$(cd "$DATA" && pwd)
 unset TRITON_INTERPRET GNNDIST_KERNEL
 NPAR=$(( $(nproc) > 8 ? 6 : $(nproc) ))
 REPO=$(pwd)
+KTESTS=$(for f in ${KTESTS:-tests/test_kernels_*.py}; do echo "$REPO/$f"; done)
 # as users run: the checkout's root off sys.path (tests/conftest.py refuses it), from another folder
 [[ "$PY" == */* && "$PY" != /* ]] && PY="$REPO/$PY"
 pytest_() { local t=$1; shift; (cd /tmp && PYTHONSAFEPATH=1 timeout "$t" "$PY" -m pytest -c "$REPO/setup.cfg" --rootdir "$REPO" "$@"); }
@@ -77,38 +80,39 @@ XDIST=""
 
 for s in $STEPS; do case $s in
 13) step "1+3. kernel tests compiled ($XDIST) beside the CLI equality and memory jobs"
-    pytest_ 170 -q -p no:cacheprovider $XDIST "$REPO"/tests/test_kernels_*.py >"$LOG/kernel_tests.txt" 2>&1 &
+    pytest_ "${T1:-170}" -q -p no:cacheprovider $XDIST $KTESTS >"$LOG/kernel_tests.txt" 2>&1 &
     KT=$!
     T1=$SECONDS
-    (cd /tmp && PYTHONSAFEPATH=1 timeout 170 "$PY" "$REPO/scripts/gpu_jobs.py" "$LOG/jobs.json" --parallel 6 \
+    (cd /tmp && PYTHONSAFEPATH=1 timeout "${T3:-170}" "$PY" "$REPO/scripts/gpu_jobs.py" "$LOG/jobs.json" --parallel 6 \
         --timeout 100 ${JOBS_ONLY:+--only "$JOBS_ONLY"}) 2>&1 | tail -45
     rc=${PIPESTATUS[0]}
     T2=$SECONDS; T0=$T1; [ "$rc" = 0 ] && done_ "3 jobs" ok || done_ "3 jobs" "rc $rc"
     wait $KT; rc=$?
     tail -6 "$LOG/kernel_tests.txt"; T0=$T1; [ "$rc" = 0 ] && done_ "1 kernel tests" ok || done_ "1 kernel tests" "rc $rc" ;;
 1)  step "1. kernel tests, compiled Triton on CUDA ($XDIST)"
-    pytest_ 170 -q -p no:cacheprovider $XDIST "$REPO"/tests/test_kernels_*.py >"$LOG/kernel_tests.txt" 2>&1
+    pytest_ "${T1:-170}" -q -p no:cacheprovider $XDIST $KTESTS >"$LOG/kernel_tests.txt" 2>&1
     rc=$?; tail -6 "$LOG/kernel_tests.txt"; [ "$rc" = 0 ] && done_ "1 kernel tests" ok || done_ "1 kernel tests" "rc $rc" ;;
 3)  step "3. CLI equality and memory jobs"
-    (cd /tmp && PYTHONSAFEPATH=1 timeout 170 "$PY" "$REPO/scripts/gpu_jobs.py" "$LOG/jobs.json" --parallel 6 \
+    (cd /tmp && PYTHONSAFEPATH=1 timeout "${T3:-170}" "$PY" "$REPO/scripts/gpu_jobs.py" "$LOG/jobs.json" --parallel 6 \
         --timeout 100 ${JOBS_ONLY:+--only "$JOBS_ONLY"}) 2>&1 | tail -45
     rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] && done_ "3 jobs" ok || done_ "3 jobs" "rc $rc" ;;
 5)  step "5. SpMM: Triton and dispatch vs cuSPARSE, kernel time"
-    timeout 90 "$PY" benchmarks/spmm_tiles.py --data "$DATA" ${SWEEP:+--sweep} 2>&1 | tee "$LOG/spmm.txt" | tail -40
+    timeout "${T5:-90}" "$PY" benchmarks/spmm_tiles.py --data "$DATA" ${SWEEP:+--sweep} \
+        ${SPMM_GRAPHS:+--graphs "$SPMM_GRAPHS"} 2>&1 | tee "$LOG/spmm.txt" | tail -40
     rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] && done_ "5 spmm" ok || done_ "5 spmm" "rc $rc" ;;
 4)  step "4. training step vs PyG's cached sparse CSR (and cached edge_index), fp32 and bf16, profiled"
-    timeout 170 "$PY" benchmarks/train.py --device cuda --graphs cs,big --hidden 128 --root "$DATA" --profile \
+    timeout "${T4:-170}" "$PY" benchmarks/train.py --device cuda --graphs cs,big --hidden 128 --root "$DATA" --profile \
         --precision fp32,bf16 --providers "gnndist,pyg sparse_csr cached,pyg edge_index cached" 2>&1 \
         | tee "$LOG/train.txt" | grep -v -E "^-+|  [0-9.]+(us|ms)  " | tail -30
     rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] && done_ "4 train" ok || done_ "4 train" "rc $rc" ;;
 6)  step "6. cost model beside measured epochs (coauthor-cs, GCN hidden 128, P 1/2/4)"
-    (cd /tmp && PYTHONSAFEPATH=1 timeout 80 "$PY" -m gnndist.cli bench model --root "$DATA" --out /tmp/gpu-model \
-        --grid coauthor-cs:gcn:128 --parts 1,2,4 --no-plots) 2>&1 | grep -E "model_ratio|bench:" | \
+    (cd /tmp && PYTHONSAFEPATH=1 timeout "${T6:-80}" "$PY" -m gnndist.cli bench model --root "$DATA" \
+        --out /tmp/gpu-model --grid coauthor-cs:gcn:128 --parts "${MODEL_PARTS:-1,2,4}" --no-plots) 2>&1 | grep -E "model_ratio|bench:" | \
         sed -E 's/.*(P=[0-9]+, strategy=[^,]*).*(epoch_s=[^,]*).*(model_epoch_s=[^,]*).*(model_ratio=.*)/  \1 \2 \3 \4/'
     rc=${PIPESTATUS[0]}; cp /tmp/gpu-model/model.csv "$LOG/model.csv" 2>/dev/null
     [ "$rc" = 0 ] && done_ "6 model" ok || done_ "6 model" "rc $rc" ;;
 2)  step "2. the rest of the suite with the GPU visible ($XDIST)"
-    pytest_ 300 -q -p no:cacheprovider $XDIST --ignore-glob="$REPO/tests/test_kernels_*" "$REPO/tests" \
+    pytest_ "${T2:-300}" -q -p no:cacheprovider $XDIST --ignore-glob="$REPO/tests/test_kernels_*" "$REPO/tests" \
         >"$LOG/suite.txt" 2>&1
     rc=$?; tail -8 "$LOG/suite.txt"; [ "$rc" = 0 ] && done_ "2 suite" ok || done_ "2 suite" "rc $rc" ;;
 *)  echo "unknown step $s (13 1 3 5 4 6 2)" ;;

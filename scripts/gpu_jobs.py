@@ -20,12 +20,29 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+LIVE: set[subprocess.Popen] = set()  # the jobs running now
+
+
+def _kill(p: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGKILL)
+
+
+def _stopped(signum, frame) -> None:
+    """Stopped (``timeout`` sends SIGTERM): take every running job's process group along, leave nothing behind."""
+    for p in list(LIVE):
+        _kill(p)
+    os._exit(124)
+
 
 STRATEGIES = {"1d": [], "1.5d": ["--replication", "2"], "2d": [], "auto": []}
 MEM_GRAPH, MEM_HIDDEN, MEM_PARTS = "synthetic-200k-d20", (16, 64, 256), (1, 2)
@@ -58,11 +75,19 @@ def run_job(job: dict, timeout: float, scratch: str) -> dict:
                GNNDIST_DATA=os.path.join(scratch, "data"))
     cmd = [sys.executable, "-m", "gnndist.cli", *job["args"], "--json", "--no-progress"]
     t0 = time.perf_counter()
+    # a session of its own: a job over its limit, or all of them when this script is stopped, go with their ranks
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=scratch,
+                         start_new_session=True)
+    LIVE.add(p)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=scratch)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = 124, e.stdout or "", (e.stderr or "") if isinstance(e.stderr, str) else ""
+        out, err = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        _kill(p)
+        out, err = p.communicate()
+        rc = 124
+    finally:
+        LIVE.discard(p)
     rec = {k: v for k, v in job.items() if k != "args"}
     rec.update(command="gnndist " + " ".join(job["args"]), seconds=round(time.perf_counter() - t0, 1), rc=rc,
                stderr_tail=err.strip().splitlines()[-6:])
@@ -108,6 +133,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per job")
     ap.add_argument("--only", default=None, help="comma list of job names (a dry run's subset)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _stopped)
     scratch = tempfile.mkdtemp(prefix="gnndist-gpu-jobs-")
     jobs = equality_jobs() if "equal" in args.jobs else []
     only = set(args.only.split(",")) if args.only else None

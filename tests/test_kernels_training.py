@@ -2,9 +2,13 @@
 
 On a GPU, measured dispatch picks the Triton SpMM wherever it wins, so training must run on
 it: forward, every gradient, and the layers' in-place use of the kernels' outputs (GCN's
-scale and self loop). Without a GPU the kernels run under ``TRITON_INTERPRET=1`` (set in
-``conftest.py``), so the graph is small.
+scale and self loop), on the GPU when there is one. Without a GPU the kernels run under
+``TRITON_INTERPRET=1``, so the graph is small.
 """
+
+from gnndist.kernels.testing import use_interpreter
+
+DEVICE = use_interpreter()  # before any Triton kernel is imported
 
 import pytest
 import torch
@@ -46,10 +50,11 @@ def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     """Two epochs with dropout; then, from a fresh model, one step's gradients without (kernels: ``kernel``)."""
     # not overlapped: the layers get the kernel's own output (overlapped, it is a sum of two), in place or not
     strategy = strategy_from_config(DistConfig(strategy="1d", overlap=False))
-    trainer = Trainer(DistGraph.load(partdir, ProcessGrid(), strategy=strategy, kernel=kernel), _cfg(model, 0.5))
+    grid = ProcessGrid(device=torch.device(DEVICE))  # every array of the graph on DEVICE
+    trainer = Trainer(DistGraph.load(partdir, grid, strategy=strategy, kernel=kernel), _cfg(model, 0.5))
     trainer.fit()
     losses = torch.tensor([r["loss"] for r in trainer.history], dtype=torch.float64)  # [2]
-    graph = DistGraph.load(partdir, ProcessGrid(), kernel=kernel)
+    graph = DistGraph.load(partdir, grid, kernel=kernel)
     trainer = Trainer(graph, _cfg(model, 0.0))
     trainer.model.train()
     logits = trainer.model(graph, graph.x)
@@ -73,10 +78,10 @@ def _ops(csr, n: int):
     """Each op with inputs that require grad: name -> (implementations, call(impl))."""
     from gnndist import kernels
 
-    x = torch.randn(n, 3, 4, requires_grad=True)  # [n, H, D]: the multi-head shapes, the ones views come from
-    w = torch.rand(csr.nnz, 3, requires_grad=True)  # [nnz, H]
-    s = torch.randn(csr.nnz, 3, requires_grad=True)  # [nnz, H]
-    x2 = torch.randn(n, 5, requires_grad=True)  # [n, F]
+    x = torch.randn(n, 3, 4, device=DEVICE, requires_grad=True)  # [n, H, D]: the multi-head shapes, views' source
+    w = torch.rand(csr.nnz, 3, device=DEVICE, requires_grad=True)  # [nnz, H]
+    s = torch.randn(csr.nnz, 3, device=DEVICE, requires_grad=True)  # [nnz, H]
+    x2 = torch.randn(n, 5, device=DEVICE, requires_grad=True)  # [n, F]
     return {
         "spmm": (("triton", "sparse", "reference"), lambda i: kernels.spmm(csr, x2, impl=i)),
         "spmm per head": (("triton", "reference"), lambda i: kernels.spmm(csr, x, w, impl=i)),
@@ -96,7 +101,7 @@ def test_every_kernel_output_may_be_modified_in_place(empty):
     n = 7
     row = torch.tensor([], dtype=torch.long) if empty else torch.tensor([0, 0, 1, 3, 3, 3, 6])
     col = torch.tensor([], dtype=torch.long) if empty else torch.tensor([1, 2, 0, 4, 5, 6, 0])
-    csr = CSR.from_coo(row, col, n, n)
+    csr = CSR.from_coo(row, col, n, n).to(DEVICE)
     for name, (impls, call) in _ops(csr, n).items():
         for impl in impls:
             out = call(impl)

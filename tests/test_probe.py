@@ -126,3 +126,17 @@ def test_a_one_level_probe_is_measured_again_on_several_hosts(tmp_path, fake_pro
     grid.hosts = ("vm/a",)
     write_cached(cache, cache_key(grid.hosts, grid.device), FAKE, 0.01)
     assert probed(grid, cache) == FAKE and fake_probe == [1]  # one host: reused
+
+
+def test_a_gpu_probe_times_layer_sized_products_and_is_stored_apart():
+    """On a GPU the CPU's probe shapes time the launch, not the work (issue 50): a GPU times a big layer's
+    product and multiply, and its stored results are keyed by that probe's form, so older ones are measured again."""
+    from gnndist.dist.probe import probe_shapes
+
+    (rows, f_in, f_out), elems = probe_shapes("cuda")
+    (cpu_rows, cpu_in, cpu_out), cpu_elems = probe_shapes("cpu")
+    assert rows * f_in * f_out >= 64 * cpu_rows * cpu_in * cpu_out and elems >= 64 * cpu_elems
+    assert f_out == 128  # skinny, as a layer's X @ W
+    assert probe_shapes("meta") == probe_shapes("cpu")
+    me = host_identity()
+    assert "|cuda|probe 2|P=2" in cache_key([me] * 2, "cuda") and "probe" not in cache_key([me] * 2, "cpu")

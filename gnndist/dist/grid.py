@@ -14,15 +14,11 @@ when ranks share a GPU under gloo, stages them through host memory.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import pickle
-import socket
-import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -138,7 +134,8 @@ class ProcessGrid:
             i, j = divmod(self.rank, c)
             rows = [list(range(a * c, a * c + c)) for a in range(q)]
             cols = [list(range(b, P, c)) for b in range(c)]
-            self._axes[c] = {"row": self._axis(rows, i, j, f"row (c={c})"), "col": self._axis(cols, j, i, f"col (c={c})")}
+            self._axes[c] = {"row": self._axis(rows, i, j, f"row (c={c})"),
+                             "col": self._axis(cols, j, i, f"col (c={c})")}
         return self._axes[c]
 
     def _axis(self, members: list[list[int]], which: int, index: int, name: str) -> Axis:
@@ -325,7 +322,8 @@ class ProcessGrid:
             store = dist.distributed_c10d._get_default_store()
         except (RuntimeError, ValueError, AttributeError):
             return None
-        key = f"gnndist/roll/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        env = os.environ
+        key = f"gnndist/roll/{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         heard: dict[str, object] = {"missing": list(range(self.world_size))}
 
         def ask() -> None:  # in a thread: a store behind a cut link blocks past its own timeout

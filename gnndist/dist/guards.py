@@ -104,7 +104,8 @@ def _caller(depth: int = 3, frame=None) -> str:
         code = frame.f_code
         name = code.co_filename
         root = next((r for r in ours if name.startswith(r + os.sep)), None)
-        if name not in _GRID_FILES and not name.startswith("<") and (root is not None or not name.startswith(libraries)):
+        ours_or_user = root is not None or not name.startswith(libraries)
+        if name not in _GRID_FILES and not name.startswith("<") and ours_or_user:
             rel = os.path.relpath(name, os.path.dirname(root)) if root else os.path.relpath(name)
             out.append(f"{rel}:{frame.f_lineno} {getattr(code, 'co_qualname', code.co_name)}")
         frame = frame.f_back

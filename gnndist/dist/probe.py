@@ -8,15 +8,11 @@ gets rank 0's values.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import json
 import logging
-import os
-import socket
 import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -57,7 +53,9 @@ def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
         per = sorted(set(count.values()))
         digest = hashlib.sha256(json.dumps(sorted(count.items())).encode()).hexdigest()[:8]
         where = f"{len(count)} hosts x {'/'.join(map(str, per))} ({min(count)}, ...; {digest})"
-    return f"{where}|torch {torch.__version__}|{torch.device(device).type}|P={len(hosts)}"
+    kind = torch.device(device).type
+    form = f"|probe {_PROBE_FORM[kind]}" if kind in _PROBE_FORM else ""
+    return f"{where}|torch {torch.__version__}|{kind}{form}|P={len(hosts)}"
 
 
 def machine_key(world_size: int, device: torch.device | str) -> str:
@@ -148,9 +146,11 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
     beta: one of 256 KiB per peer (on several hosts, per peer on the rank's own host; and ``beta_host``:
-    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries); gamma_sparse: this rank's SpMM (``csr``, width 32, with the
-    run's ``kernel`` settings); gamma_dense: a ``[2048, 256] @ [256, 64]`` product (the skinny
-    shape of a layer's ``X @ W``); gamma_elem: a multiply of 2^20 elements; step_overhead:
+    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries);
+    gamma_sparse: this rank's SpMM (``csr``, width 32, with the run's ``kernel`` settings); gamma_dense:
+    a ``[2048, 256] @ [256, 64]`` product (the skinny shape of a layer's ``X @ W``; on a GPU
+    ``[65536, 512] @ [512, 128]``, :func:`probe_shapes`); gamma_elem: a multiply of 2^20 elements (on a
+    GPU 2^26); step_overhead:
     forward, backward and an Adam step of a 2-layer model on 8 rows (the fixed cost of a step).
     Each timing is the median over ``repeats`` (local work: each about :data:`SUSTAINED` seconds
     of back-to-back calls), the slowest rank's (all-reduce of the maximum). Rounds of these
@@ -169,7 +169,8 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
         spread = float(np.max(np.abs(cur - prev) / np.maximum(np.maximum(cur, prev), 1e-300)))
         if spread <= tolerance:  # the same decision on every rank: the timings are all-reduced
             break
-    return _constants(np.median(np.stack(taken), axis=0), grid.world_size, host_index(grid.hosts)), spread
+    t = np.median(np.stack(taken), axis=0)
+    return _constants(t, grid.world_size, host_index(grid.hosts), grid.device), spread
 
 
 def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | None:
@@ -187,8 +188,20 @@ def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | No
 # width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step, and on several hosts the big
 # all-to-all to the peers of the other hosts only (else 0)
 _BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
-_DENSE = (2048, 256, 64)
-_ELEM = 1 << 20
+# X @ W and the elementwise multiply per device type: on a GPU the CPU's shapes take a few microseconds, the launch
+# and not the work (an H200 timed 2.4 TFLOP/s and 80 G elements/s on them: ~5x and ~4x short of what a layer's
+# products reach there, issue 50), so a GPU times shapes of a big layer's size, as skinny (N = 128)
+_DENSE = {"cpu": (2048, 256, 64), "cuda": (1 << 16, 512, 128)}
+_ELEM = {"cpu": 1 << 20, "cuda": 1 << 26}
+# bumped when what the probe measures changes, so a stored result of the old probe is measured again
+_PROBE_FORM = {"cuda": 2}
+
+
+def probe_shapes(device: torch.device | str) -> tuple[tuple[int, int, int], int]:
+    """``((rows, F_in, F_out), elements)``: the dense product and the elementwise multiply the probe times on
+    ``device``'s type (a CPU's for any other)."""
+    kind = torch.device(device).type
+    return _DENSE.get(kind, _DENSE["cpu"]), _ELEM.get(kind, _ELEM["cpu"])
 
 
 def _round(grid, csr, kernel, repeats: int):
@@ -213,8 +226,9 @@ def _round(grid, csr, kernel, repeats: int):
     pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
     x = torch.randn(csr.num_cols, 32, device=dev) if csr is not None and csr.nnz else None
     k = {"impl": kernel.impl, "tune": kernel.tune} if kernel is not None else {}
-    a, w = torch.randn(*_DENSE[:2], device=dev), torch.randn(*_DENSE[1:], device=dev)
-    e1, e2 = torch.randn(_ELEM, device=dev), torch.randn(_ELEM, device=dev)
+    dense, elems = probe_shapes(dev)
+    a, w = torch.randn(*dense[:2], device=dev), torch.randn(*dense[1:], device=dev)
+    e1, e2 = torch.randn(elems, device=dev), torch.randn(elems, device=dev)
     step = _tiny_step(dev)
 
     def one_round() -> np.ndarray:
@@ -258,7 +272,7 @@ def _timer(grid, repeats: int):
     return median_time
 
 
-def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None) -> Network:
+def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None, device: torch.device | str = "cpu") -> Network:
     """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks on the hosts ``host`` (``[P]``,
     :func:`gnndist.cost.host_index`; None: one host)."""
     t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far = (float(v) for v in t)
@@ -279,9 +293,9 @@ def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None) -> Network
         big_bytes = peer * (P - 1)
     inv_beta = max(t_big - t_world, 1e-9) / big_bytes if P > 1 else 0.0
     gamma_s = spmm_rate if spmm_rate else NETWORKS["ethernet"].gamma_sparse
-    m, kk, n = _DENSE
+    (m, kk, n), elems = probe_shapes(device)
     return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s,
-                   t_dense / (2 * m * kk * n), overhead, t_elem / _ELEM, t_step, beta_host)
+                   t_dense / (2 * m * kk * n), overhead, t_elem / elems, t_step, beta_host)
 
 
 def _tiny_step(dev: torch.device):
@@ -303,5 +317,5 @@ def with_overrides(net: Network, alpha: float | None = None, beta: float | None 
     return replace(net, **{k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
 
 
-__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "machine_key", "probe", "probed", "read_cached", "read_decision",
-           "with_overrides", "write_cached", "write_decision"]
+__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "machine_key", "probe", "probe_shapes", "probed",
+           "read_cached", "read_decision", "with_overrides", "write_cached", "write_decision"]
