@@ -148,7 +148,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     net = sim.net
     records = simulate(data, sim.part_counts, sim.feature_dim, sim.layers, sim.replications, net, part.method,
-                       part.objective, part.partition_seed, part.constraints, precision=sim.precision)
+                       part.objective, part.partition_seed, part.constraints, precision=sim.precision,
+                       device=sim.device)
     if _json(args):
         print(json.dumps(records))
     else:

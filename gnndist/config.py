@@ -122,6 +122,8 @@ class SimulateConfig:
     beta: float | None = opt(None, "override the preset's bytes per second")
     precision: str = opt("fp32", "arithmetic modelled: fp32, or bf16 / fp16 (activations, halo and send buffers and "
                          "exchanged rows at 2 bytes an element; features, index and weights as in fp32)", PRECISIONS)
+    device: str = opt("cpu", "the ranks' device, for the training peak per rank: cpu (resident bytes) or cuda "
+                      "(bytes the CUDA allocator hands out)", ("cpu", "cuda"))
 
     def __post_init__(self) -> None:
         from gnndist.cost import network
@@ -130,6 +132,7 @@ class SimulateConfig:
         self.replications = parse_ints(self.replication, "--replication", 2)
         _need(self.precision in PRECISIONS,
               f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        _need(self.device in ("cpu", "cuda"), f"--device must be cpu or cuda, got {self.device!r}")
         _need(self.feature_dim >= 1, f"--feature-dim must be >= 1, got {self.feature_dim}")
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         self.net = network(self.network, self.alpha, self.beta)  # an unknown preset: one line naming --network

@@ -163,7 +163,7 @@ def _measure(op: str, csr: CSR, args: tuple, names: list[str], tune: bool) -> tu
         try:
             if tune:
                 _tune(op, name, csr, args)
-            times[name] = (_TIMER.get() or _time)(getattr(_module(op, name), op), csr, args)
+            times[name] = (_TIMER[0] or _time)(getattr(_module(op, name), op), csr, args)
         except Exception as e:  # e.g. a kernel this GPU or Triton version cannot compile: use the others
             errors[name] = e
             log.warning("%s: the %s path failed while being timed, not used: %s", op, name,
@@ -185,18 +185,21 @@ def _tune(op: str, name: str, csr: CSR, args: tuple) -> None:
 
 # how a path is timed: (the path's op, csr, args) -> seconds; None: the device clock (_time)
 Timer = Callable[[Callable, CSR, tuple], float]
-_TIMER: ContextVar[Timer | None] = ContextVar("gnndist_dispatch_timer", default=None)
+# process-wide, not a context variable: on CUDA autograd runs a backward on a thread of its own, which a context
+# variable set by the caller does not reach (the H200 run of issue 50: the backward's A^T was timed by the clock)
+_TIMER: list[Timer | None] = [None]
 
 
 @contextlib.contextmanager
 def timed_by(timer: Timer) -> Iterator[None]:
     """Within it, the dispatcher times each path with ``timer(fn, csr, args)`` (seconds) instead of the device's
-    clock: the seam through which a test hands it a fake clock. The previous timer is back on exit."""
-    token = _TIMER.set(timer)
+    clock, in every thread (autograd's device threads too): the seam through which a test hands it a fake clock.
+    The previous timer is back on exit."""
+    before, _TIMER[0] = _TIMER[0], timer
     try:
         yield
     finally:
-        _TIMER.reset(token)
+        _TIMER[0] = before
 
 
 def _time(fn: Callable, csr: CSR, args: tuple, reps: int = 5) -> float:

@@ -175,6 +175,24 @@ def test_the_training_peak_is_the_largest_moment_of_the_step():
     assert training_peak(50, 7, 10, 3, 2, [8, 4, 2]) - training_peak(50, 7, 10, 3, 2, [8, 4, 2], "bf16") == 1040 - 840
 
 
+def test_a_cuda_rank_keeps_no_mask_no_mkl_copy_and_the_allocators_floor(capsys, data_root):
+    """By hand as above, on CUDA (issue 50): the GPU's hash dropout keeps no mask, half rows need no fp32 chunk,
+    no MKL copy, and the allocator's floor replaces the interpreter."""
+    from gnndist.parts.simulate import CUDA_BASE_BYTES, INTERPRETER_BYTES, SPMM_ENTRY_BYTES
+
+    assert activation_phases(10, 3, 2, [8, 4, 2], device="cuda") == [4 * 80, 320 + 4 * 4 * 45,
+                                                                      160 + 160 + 4 * 2 * 45, 160 + 8 * 40]
+    assert activation_phases(10, 3, 2, [8, 4, 2], "bf16", "cuda") == [6 * 80, 160 + 2 * 4 * 45,
+                                                                       80 + 80 + 2 * 2 * 45, 80 + 4 * 40]
+    cpu, gpu = training_peak(50, 7, 10, 3, 2, [8, 4, 2]), training_peak(50, 7, 10, 3, 2, [8, 4, 2], device="cuda")
+    assert cpu - gpu == INTERPRETER_BYTES + SPMM_ENTRY_BYTES * 50 - CUDA_BASE_BYTES  # both steps peak at 1040
+    argv = ["simulate", "synthetic-200-d6", "--parts", "2", "--feature-dim", "8", "--device", "cuda", "--json"]
+    assert main(argv) == 0
+    recs = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["device"] for r in recs} == {"cuda"}
+    assert all(CUDA_BASE_BYTES < p < INTERPRETER_BYTES for p in recs[0]["peak_memory_per_rank"])
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_halves_the_rows_not_the_rest(parts, precision):
     """Under bf16 / fp16 each rank's predicted peak drops by what the step's largest moment saves in half (its

@@ -117,6 +117,11 @@ ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # adjacency entry"; 389-391 MiB on 2026-12-03 16:30-16:41 UTC, torch 2.13.0; 458 on the same machine an hour
 # earlier and 369 on the machines of 2026-12-01/02, for causes not found); the same for every rank and P.
 INTERPRETER_BYTES = 390 * 2**20
+# A CUDA rank's allocator floor (torch.cuda.max_memory_allocated beside the model's tensors): fitted on an H200
+# (issue 50: synthetic-200k-d20, 1 and 2 ranks, hidden 16/64/256; 273 MiB, every point within 15 %); most of it is
+# likely Triton's do_bench L2-flush buffer (256 MB) while dispatch times its paths on the first step, not separated
+CUDA_BASE_BYTES = 273 * 2**20
+DEVICES = ("cpu", "cuda")  # the ranks' device, as the memory model knows them
 INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
 SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
 # [rows, w] tensors an SpMM of width w holds at once: its input, the input scaled by D^-1/2, the interior and the
@@ -128,7 +133,7 @@ STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-obliviou
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
     "max_sent", "max_received", "memory_per_rank", "model_time_s", "model_time_low_s", "model_time_high_s", "vs_1d",
-    "max_messages", "nnz_imbalance", "peak_memory_per_rank", "precision",
+    "max_messages", "nnz_imbalance", "peak_memory_per_rank", "precision", "device",
 )
 
 
@@ -159,9 +164,10 @@ class Layout:
     peak: np.ndarray | None = None
 
 
-def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, precision: str = "fp32") -> Layout:
+def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, precision: str = "fp32",
+                 device: str = "cpu") -> Layout:
     """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward), rows in
-    ``precision``'s dtype."""
+    ``precision``'s dtype, the training peak of ranks on ``device``."""
     elem = ACTIVATION_BYTES[precision]
     loads = ex.loads()
     b = [ld.bytes(width, elem) for ld in loads]
@@ -171,11 +177,11 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
                        + elem * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
                        for ld in loads], dtype=np.int64)
     return Layout(strategy, ex.replication, loads, sent, received, memory,
-                  aware_peaks(ex, [width] * (layers + 1), precision=precision))
+                  aware_peaks(ex, [width] * (layers + 1), precision, device))
 
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
-                  precision: str = "fp32") -> int:
+                  precision: str = "fp32", device: str = "cpu") -> int:
     """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the
     module doc.
 
@@ -184,36 +190,46 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
         rows: owned rows; halo, send: rows received and sent per SpMM.
         widths: the model's widths, the input features first.
         precision: ``--precision``: the activations' and buffers' bytes per element (:data:`ACTIVATION_BYTES`).
+        device: ``"cpu"`` (resident bytes: the interpreter, MKL's copies, dropout masks) or ``"cuda"`` (bytes
+            the CUDA allocator hands out: :data:`CUDA_BASE_BYTES` instead of the interpreter, no MKL copy, and
+            no mask: the GPU's hash dropout recomputes it).
     """
     feat = widths[0]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
-    spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
-    held = INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes
-    return int(held + max(activation_phases(rows, halo, send, widths, precision)))
+    if device == "cuda":
+        held = CUDA_BASE_BYTES + index + ELEM * feat * rows + nodes
+    else:
+        spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
+        held = INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes
+    return int(held + max(activation_phases(rows, halo, send, widths, precision, device)))
 
 
-def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], precision: str = "fp32") -> list[int]:
+def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], precision: str = "fp32",
+                      device: str = "cpu") -> list[int]:
     """Bytes a GCN's step adds at each moment that can be its peak (see the module doc), in order: the features'
-    dropout, each layer's forward SpMM, each layer past the first's linear map in the backward."""
+    dropout, each layer's forward SpMM, each layer past the first's linear map in the backward. On ``"cuda"`` no
+    dropout mask is kept and half rows are multiplied as they are (no fp32 column chunk)."""
     act = ACTIVATION_BYTES[precision]
+    mask = 0 if device == "cuda" else MASK_BYTES
+    cpu = device != "cuda"
     feat = widths[0]
-    phases = [(ELEM + MASK_BYTES + (act if act != ELEM else 0)) * feat * rows]
+    phases = [(ELEM + mask + (act if act != ELEM else 0)) * feat * rows]
     kept = 0  # bytes the forward keeps for the backward so far
     for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
         agg = i == 0 and cost.aggregate_first(f_in, f_out)
         width = f_in if agg else f_out
         dropped = 0 if agg else act * f_in * rows  # the layer's dropped input, alive while it runs
         # half rows are multiplied in fp32 a column chunk at a time on the CPU: the chunk of the input and the output
-        chunk = ELEM * min(width, HALF_COLUMNS) * 2 * rows if act != ELEM else 0
+        chunk = ELEM * min(width, HALF_COLUMNS) * 2 * rows if act != ELEM and cpu else 0
         phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send) + chunk)
         kept += act * f_in * rows if agg else 0  # the aggregate, the linear map's saved input
         kept += act * f_out * rows if i < len(widths) - 2 else 0  # the ReLU's output
-    phases += [kept + (2 * act + MASK_BYTES) * w * rows for w in widths[1:-1]]
+    phases += [kept + (2 * act + mask) * w * rows for w in widths[1:-1]]
     return phases
 
 
-def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32") -> np.ndarray:
+def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32", device: str = "cpu") -> np.ndarray:
     """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
 
     1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
@@ -223,7 +239,7 @@ def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32"
     loads = ex.loads()
     own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
     return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
-                                   ld.expand_send + ld.fold_send, widths, precision)
+                                   ld.expand_send + ld.fold_send, widths, precision, device)
                      for k, ld in enumerate(loads)], dtype=np.int64)
 
 
@@ -306,19 +322,19 @@ def square_root(P: int) -> int | None:
 
 
 def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8),
-            layers: int = 2, precision: str = "fp32") -> list[Layout]:
+            layers: int = 2, precision: str = "fp32", device: str = "cpu") -> list[Layout]:
     """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
     2d (square P), and their oblivious baselines (``layers``: the training peak's model depth; ``precision``:
-    the rows' dtype, :data:`ACTIVATION_BYTES`)."""
+    the rows' dtype, :data:`ACTIVATION_BYTES`; ``device``: the ranks', for the training peak)."""
     P = len(offsets) - 1
     s = square_root(P)
     cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
     exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
     elem = ACTIVATION_BYTES[precision]
-    out = [aware_layout("1d", exchanges[1], width, layers, precision)]
-    out += [aware_layout("1.5d", exchanges[c], width, layers, precision) for c in cs]
+    out = [aware_layout("1d", exchanges[1], width, layers, precision, device)]
+    out += [aware_layout("1.5d", exchanges[c], width, layers, precision, device) for c in cs]
     if s:
-        out.append(aware_layout("2d", exchanges[s], width, layers, precision))
+        out.append(aware_layout("2d", exchanges[s], width, layers, precision, device))
     out.append(oblivious_1d(exchanges[1], width, elem))
     out += [oblivious_15d(exchanges[c], width, elem) for c in cs]
     if s:
@@ -334,7 +350,8 @@ def max_bytes_per_rank(layout: Layout, layers: int) -> int:
     return int(np.maximum(layout.sent, layout.received).max()) * layers
 
 
-def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: int, precision: str = "fp32") -> dict:
+def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: int, precision: str = "fp32",
+           device: str = "cpu") -> dict:
     """One JSON-able record of a layout over one epoch (``layers`` SpMMs of width ``width``, rows in ``precision``).
 
     ``base_bytes`` is the 1d layout's ``max_bytes_per_rank`` at the same P (for ``vs_1d``,
@@ -364,12 +381,13 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
         "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
         "peak_memory_per_rank": [int(b) for b in layout.peak] if layout.peak is not None else None,
         "precision": precision,
+        "device": device,
     }
 
 
 def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 128, layers: int = 2,
                        replication: Iterable[int] = (2, 4, 8), net: Network | None = None,
-                       precision: str = "fp32") -> list[dict]:
+                       precision: str = "fp32", device: str = "cpu") -> list[dict]:
     """Records of every layout on one partition (see :func:`layouts`), 1d first.
 
     Args:
@@ -380,23 +398,24 @@ def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 1
         replication: candidate c of the 1.5D layouts.
         net: cost-model constants (default ``cost.NETWORKS["ib"]``).
         precision: ``--precision``: the dtype of the activations and exchanged rows (:data:`ACTIVATION_BYTES`).
+        device: the ranks' device, for the training peak (:func:`training_peak`).
     """
     net = net or cost.NETWORKS["ib"]
-    found = layouts(csr, offsets, feature_dim, replication, layers, precision)
+    found = layouts(csr, offsets, feature_dim, replication, layers, precision, device)
     base = max_bytes_per_rank(found[0], layers)
-    return [record(lay, feature_dim, layers, net, base, precision) for lay in found]
+    return [record(lay, feature_dim, layers, net, base, precision, device) for lay in found]
 
 
 def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2,
              replication: Iterable[int] = (2, 4, 8), net: Network | None = None, method: str = "metis",
              objective: str = "vol", seed: int = 0, balance: tuple[str, ...] = ("nodes", "edges", "train"),
-             progress: bool = True, precision: str = "fp32") -> list[dict]:
+             progress: bool = True, precision: str = "fp32", device: str = "cpu") -> list[dict]:
     """Partition ``data`` into each P of ``parts`` and return the records of every layout.
 
     Args:
         data: a ``torch_geometric.data.Data`` (``gnndist.datasets.load``).
         parts: part counts P, each ``1 <= P <= N``.
-        feature_dim, layers, replication, net, precision: see :func:`simulate_partition`.
+        feature_dim, layers, replication, net, precision, device: see :func:`simulate_partition`.
         method, objective, seed, balance: the partitioner's (``gnndist.partition.partition``).
         progress: a progress bar over P on a terminal.
     """
@@ -405,7 +424,8 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
     out = []
     for P in tqdm(parts, desc="simulate", unit="P", disable=None if progress else True):
         p = partition(data, P, method, objective, seed, balance, progress=progress)
-        for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net, precision):
+        for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net, precision,
+                                      device):
             out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
                         "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
     return out
