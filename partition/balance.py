@@ -213,12 +213,23 @@ def estimate_bytes(backend: str, nnz: int, metis_index_bytes: int = 8) -> float:
 
     METIS: ~16 ``idx_t`` per entry (its copies of the graph, its coarser levels and their refinement data;
     pymetis's 64-bit build took 131 B per entry on a 20M-entry SBM at P = 4, with ``vol`` and ``cut``
-    alike, and 45-57 B on Cornell5's 1.6M at P = 8); KaMinPar: ~20 B per entry (16.6 B on the SBM, 17.5 B on
-    Cornell5; its pip build has 64-bit ids); Mt-KaHyPar: ~100 B per entry (85 B on Cornell5, with the nets
-    handed over as Python lists).
+    alike, and 45-57 B on Cornell5's 1.6M at P = 8); KaMinPar: by the preset and compression
+    ``backends.kaminpar_preset`` picks for this size (:data:`KAMINPAR_BYTES`); Mt-KaHyPar: ~100 B per entry (85 B
+    on Cornell5, with the nets handed over as Python lists).
     """
-    per_entry = {"metis": 16.0 * metis_index_bytes, "kaminpar": 20.0, "hypergraph": 100.0}.get(backend, 0.0)
+    if backend == "kaminpar":
+        from gnndist.partition.backends import kaminpar_preset
+
+        kp = kaminpar_preset(nnz)
+        return KAMINPAR_BYTES["terapart" if kp.preset == "terapart" else kp.compress] * nnz
+    per_entry = {"metis": 16.0 * metis_index_bytes, "hypergraph": 100.0}.get(backend, 0.0)
     return per_entry * nnz
+
+
+# KaMinPar's peak per entry by preset / compression (docs/partitioning.md, its table from
+# benchmarks/kaminpar_presets.py; 64-bit ids): default uncompressed 16.3-17.0 B (16.6 on an SBM and 17.5 on Cornell5
+# before), compressed 11.7-13.2; terapart (always compressed) 10.5-10.7 at 19.9M-49.7M entries
+KAMINPAR_BYTES = {False: 17.5, True: 13.0, "terapart": 11.0}
 
 
 def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: int, parts: int, refine_s: float,

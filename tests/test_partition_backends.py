@@ -185,6 +185,8 @@ def test_auto_memory_budget_runs_one_lean_backend_on_a_large_graph():
     assert all("memory budget" in why and "--auto-budget 0" in why for why in info["skipped"].values())
     assert budget_plan(plan, forced or "vol", 19_878_754, 1_000_000, 4, 70.0, 0)[0] == plan  # no budget at all
     assert estimate_bytes("metis", 10**7, 4) == estimate_bytes("metis", 10**7, 8) / 2  # a 32-bit METIS: half
+    # KaMinPar by the preset it would run: default uncompressed below 2^23 entries, terapart (compressed) above
+    assert estimate_bytes("kaminpar", 10**6) == 17.5 * 10**6 and estimate_bytes("kaminpar", 2**24) == 11.0 * 2**24
     for nnz, n in ((1_581_554, 18_660), (238_162, 7_650)):  # Cornell5, Amazon Photo: under the floor
         plan, _ = auto_plan(nnz, "auto")
         _, info = budget_plan(plan, "vol", nnz, n, 8, 5.0, 4.0)
