@@ -140,3 +140,38 @@ def test_a_gpu_probe_times_layer_sized_products_and_is_stored_apart():
     assert probe_shapes("meta") == probe_shapes("cpu")
     me = host_identity()
     assert "|cuda|probe 2|P=2" in cache_key([me] * 2, "cuda") and "probe" not in cache_key([me] * 2, "cpu")
+
+
+def test_a_stored_probe_is_measured_again_when_its_check_exchange_changed(tmp_path, fake_probe, monkeypatch):
+    """The key names hosts and addresses, not the link's state (issue 47: a link shaped anew kept its key): a
+    stored probe is reused while its check exchange times within CHECK_RATIO of the stored seconds."""
+    grid = ProcessGrid()
+    grid.world_size, grid.hosts = 2, ("vm/a", "vm/a")  # a 2-rank job's view; its collectives faked below
+    monkeypatch.setattr(grid, "share", lambda obj: obj)
+    timings = iter([0.010, 0.012, 0.050, 0.049])
+    checked = []
+    monkeypatch.setattr(probe_mod, "check_time", lambda g: checked.append(1) or next(timings))
+    cache, said = tmp_path / "probe.json", []
+    assert probed(grid, cache, say=said.append) == FAKE and fake_probe == [2]
+    assert json.loads(cache.read_text())[cache_key(grid.hosts, "cpu")]["check_s"] == 0.010
+    assert probed(grid, cache, say=said.append) == FAKE and fake_probe == [2] and "reused" in said[-1]  # 1.2x
+    assert probed(grid, cache, say=said.append) == FAKE and fake_probe == [2, 2]  # 5x: measured again
+    assert "no longer holds" in said[-2] and "50.00 ms" in said[-2] and "10.00 ms" in said[-2]
+    assert json.loads(cache.read_text())[cache_key(grid.hosts, "cpu")]["check_s"] == 0.049
+    write_cached(cache, cache_key(grid.hosts, "cpu"), FAKE, 0.01)  # an older entry, without a check: reused
+    n = len(checked)
+    assert probed(grid, cache) == FAKE and fake_probe == [2, 2] and len(checked) == n
+
+
+def _check_job(grid):
+    from gnndist.dist.probe import check_time
+
+    return check_time(grid, repeats=1)
+
+
+def test_the_check_exchange_is_timed_alike_on_every_rank():
+    """Collective, the slowest rank's: every rank takes the same reuse-or-probe branch."""
+    from gnndist.testing import run_distributed
+
+    a, b = run_distributed(_check_job, 2)
+    assert a == b > 0

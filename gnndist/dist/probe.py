@@ -66,10 +66,16 @@ def machine_key(world_size: int, device: torch.device | str) -> str:
 
 def read_cached(path: Path, key: str) -> Network | None:
     """The constants stored under ``key`` in ``path``, or ``None`` (no file, no entry, or an unreadable one)."""
+    return (_read_entry(path, key) or (None, None))[0]
+
+
+def _read_entry(path: Path, key: str) -> tuple[Network, float | None] | None:
+    """``(constants, check seconds or None)`` stored under ``key`` (see :func:`probed`), or ``None``."""
     try:
         entry = json.loads(Path(path).read_text())[key]
-        return Network.from_values("probe", entry)
-    except (OSError, ValueError, KeyError, TypeError):
+        check = entry.get("check_s")
+        return Network.from_values("probe", entry), (float(check) if check is not None else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -96,9 +102,11 @@ def _store(path: Path, key: str, entry: dict) -> None:
                     f"the next run measures them again")
 
 
-def write_cached(path: Path, key: str, net: Network, spread: float) -> None:
-    """Store ``net`` under ``key`` in ``path``, with the date, the torch version and the probe's spread."""
-    _store(path, key, {**{k: v for k, v in asdict(net).items() if k != "name"}, "spread": spread})
+def write_cached(path: Path, key: str, net: Network, spread: float, check_s: float | None = None) -> None:
+    """Store ``net`` under ``key`` in ``path``, with the date, the torch version, the probe's spread and the
+    seconds of its check exchange (:func:`probed`)."""
+    extra = {"check_s": check_s} if check_s is not None else {}
+    _store(path, key, {**{k: v for k, v in asdict(net).items() if k != "name"}, "spread": spread, **extra})
 
 
 def read_decision(path: Path | None, key: str | None) -> dict | None:
@@ -119,21 +127,34 @@ def probed(grid, cache: Path | None, reprobe: bool = False, csr=None, kernel=Non
     """The probe's constants for this machine and world size: from ``cache`` when it holds them
     (and not ``reprobe``), else measured (:func:`probe`, collective) and stored there by rank 0.
 
-    Rank 0 alone reads the file and its values go to every rank (:meth:`~gnndist.dist.grid.ProcessGrid.share`):
-    hosts sharing a home directory may see it at different moments, so no other rank's reading of it steers
-    anything. ``cache`` ``None``: measure, store nothing. ``say``: called with one line on rank 0.
+    The key names the hosts and their addresses, not the network's state: a link shaped anew between the same
+    hosts keeps its key. So with several ranks the probe also times one check exchange (an all-to-all of
+    256 KiB per peer) and stores its seconds; a stored entry is reused only while the same exchange, timed
+    again, takes between 1 / :data:`CHECK_RATIO` and :data:`CHECK_RATIO` times that (else measured again, said
+    in one line). Rank 0 alone reads the file and its values go to every rank
+    (:meth:`~gnndist.dist.grid.ProcessGrid.share`): hosts sharing a home directory may see it at different
+    moments, so no other rank's reading of it steers anything. ``cache`` ``None``: measure, store nothing.
+    ``say``: called with one line on rank 0.
     """
     key = cache_key(grid.hosts, grid.device)
-    found = grid.share(read_cached(cache, key) if cache is not None and not reprobe and grid.is_main else None)
-    if found is not None and grid.num_hosts > 1 and not found.beta_host:
+    found = grid.share(_read_entry(cache, key) if cache is not None and not reprobe and grid.is_main else None)
+    if found is not None and grid.num_hosts > 1 and not found[0].beta_host:
         found = None  # measured before the probe told the hosts' links apart: measure again
+    if found is not None and found[1] is not None and grid.world_size > 1:
+        now = check_time(grid)  # collective: every rank took the same branch (the shared entry)
+        if not found[1] / CHECK_RATIO <= now <= found[1] * CHECK_RATIO:
+            if say and grid.is_main:
+                say(f"cost model: the stored probe of {key} no longer holds (its check exchange took "
+                    f"{1e3 * now:.2f} ms, {1e3 * found[1]:.2f} ms when probed): measuring again")
+            found = None
     if found is not None:
         if say and grid.is_main:
             say(f"cost model: probe constants of {key} reused from {cache} (--reprobe measures them again)")
-        return found
+        return found[0]
     net, spread = probe(grid, csr, kernel=kernel)
+    check = check_time(grid) if grid.world_size > 1 else None
     if cache is not None and grid.is_main:
-        write_cached(cache, key, net, spread)
+        write_cached(cache, key, net, spread, check)
     if say and grid.is_main:
         say(f"cost model: probed {key}: rounds agree within {100 * spread:.1f} %"
             + (f"; stored in {cache}" if cache is not None else ""))
@@ -202,6 +223,21 @@ def probe_shapes(device: torch.device | str) -> tuple[tuple[int, int, int], int]
     ``device``'s type (a CPU's for any other)."""
     kind = torch.device(device).type
     return _DENSE.get(kind, _DENSE["cpu"]), _ELEM.get(kind, _ELEM["cpu"])
+
+
+# a stored probe is reused while its check exchange takes within this factor of the stored time
+CHECK_RATIO = 2.0
+
+
+def check_time(grid, repeats: int = 5) -> float:
+    """Seconds of the probe's check exchange on every rank (collective; the slowest rank's median): an
+    all-to-all of :data:`_BIG_PER_PEER` elements to every peer."""
+    n = _BIG_PER_PEER * grid.world_size
+    inp, out = torch.zeros(n, device=grid.device), torch.empty(n, device=grid.device)
+    t = _timer(grid, repeats)(lambda: grid.all_to_all_single(out, inp))
+    vals = torch.tensor([t], dtype=torch.float64, device=grid.device)
+    grid.all_reduce_(vals, op="max")
+    return float(vals.item())
 
 
 def _round(grid, csr, kernel, repeats: int):
@@ -317,5 +353,6 @@ def with_overrides(net: Network, alpha: float | None = None, beta: float | None 
     return replace(net, **{k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
 
 
-__all__ = ["ROUNDS", "TOLERANCE", "cache_key", "default_cache", "machine_key", "probe", "probe_shapes", "probed",
-           "read_cached", "read_decision", "with_overrides", "write_cached", "write_decision"]
+__all__ = ["CHECK_RATIO", "ROUNDS", "TOLERANCE", "cache_key", "check_time", "default_cache", "machine_key", "probe",
+           "probe_shapes", "probed", "read_cached", "read_decision", "with_overrides", "write_cached",
+           "write_decision"]
