@@ -451,17 +451,19 @@ def check_inputs(parts: Sequence[int], replication: Iterable[int], feature_dim: 
 
 
 def format_table(records: list[dict]) -> str:
-    """One line per record: parts, strategy, c, max MiB/rank, vs 1d, total MiB, memory MiB, model ms and its
-    band, messages; then what the band means."""
+    """One line per record: parts, strategy, c, max MiB/rank, vs 1d, total MiB, memory MiB (the SpMM's), the
+    training peak per rank (the largest rank's, on the records' device), model ms and its band, messages; then
+    what the band means."""
     mib = 1 << 20
     head = f"{'parts':>6} {'strategy':<15} {'c':>3} {'max MiB/rank':>13} {'vs 1d':>7} {'total MiB':>11} " \
-           f"{'memory MiB':>11} {'model ms':>10} {'band ms':>19} {'messages':>9}"
+           f"{'memory MiB':>11} {'peak MiB':>9} {'model ms':>10} {'band ms':>19} {'messages':>9}"
     lines = [head, "-" * len(head)]
     for r in records:
         vs = f"{r['vs_1d']:.3f}" if r["vs_1d"] is not None else "-"
         band = f"{r['model_time_low_s'] * 1e3:.3f}-{r['model_time_high_s'] * 1e3:.3f}"
+        peak = f"{max(r['peak_memory_per_rank']) / mib:.0f}" if r.get("peak_memory_per_rank") else "-"
         lines += [f"{r['parts']:>6} {r['strategy']:<15} {r['replication']:>3} {r['max_bytes_per_rank'] / mib:>13.2f} "
-                  f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} "
+                  f"{vs:>7} {r['total_bytes'] / mib:>11.1f} {r['memory_per_rank'] / mib:>11.2f} {peak:>9} "
                   f"{r['model_time_s'] * 1e3:>10.3f} {band:>19} {r['max_messages']:>9}"]
     lines.append("band: where the measured epoch falls at the cost model's median error, "
                  f"{100 * cost.MODEL_ERROR:.0f} % (worst {100 * cost.MODEL_ERROR_WORST:.0f} %), measured with "
