@@ -102,8 +102,15 @@ def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
     dcfg = build_section(DataConfig, args)
     if cfg.eval.splits == "random":
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
-    if cfg.task.task == "link" and dcfg.edge_split is None and not Path(args.dataset).name.startswith("ogbl"):
-        dcfg = dataclasses.replace(dcfg, edge_split=DEFAULT_EDGE_SPLIT)  # ogbl-* have their own
+    return link_data(dcfg, cfg, args.dataset)
+
+
+def link_data(dcfg: DataConfig, cfg, dataset: str) -> DataConfig:
+    """``dcfg``, with GAE's edge split (:data:`DEFAULT_EDGE_SPLIT`) when ``cfg`` is a link task on a graph that
+    ships none (ogbl-* have their own) and no ``--edge-split`` was given: what ``run`` partitions and ``predict``
+    finds cached."""
+    if cfg.task.task == "link" and dcfg.edge_split is None and not Path(dataset).name.startswith("ogbl"):
+        dcfg = dataclasses.replace(dcfg, edge_split=DEFAULT_EDGE_SPLIT)
     return dcfg
 
 
@@ -171,7 +178,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     d = build_section(DistConfig, args)
     req = PredictRequest(args.checkpoint, args.out, args.what, args.layer, args.force, d.strategy, args.progress,
-                         args.type, args.pairs)
+                         args.type, args.pairs, args.use_valedges_as_input)
     here = place()
     if here.rank == 0:  # one rank alone, rank 0 of torchrun: one line, before any rank starts
         req.check()
@@ -181,9 +188,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if here.launched:
             raise UserError(f"{partdir} is not a partition directory: under torchrun, predict on one "
                             "(gnndist partition)")
-        model = TrainConfig.from_dict(load_model_file(args.checkpoint)[1]).model  # the model it is partitioned for
-        partdir = ensure_partition(args.partdir, PartitionConfig(parts=world), build_section(DataConfig, args), model,
-                                   say=lambda msg: print(f"gnndist: {msg}", file=sys.stderr, flush=True))
+        cfg = TrainConfig.from_dict(load_model_file(args.checkpoint)[1])  # the model it is partitioned for
+        task = TaskConfig(use_valedges_as_input=True) if args.use_valedges_as_input else None  # its second graph
+        partdir = ensure_partition(args.partdir, PartitionConfig(parts=world),
+                                   link_data(build_section(DataConfig, args), cfg, args.partdir), cfg.model,
+                                   say=lambda msg: print(f"gnndist: {msg}", file=sys.stderr, flush=True), task=task)
     parts = read_meta(partdir)["parts"]
     if parts != world:
         raise UserError(f"{partdir} has {parts} parts but there are {world} ranks: use --ranks {parts}")
@@ -194,7 +203,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         else:
             n, c = summary["shape"]
             scores = " ".join(f"{k} {v:.4f}" for k, v in summary.items() if k.split("_")[0] in ("train", "val", "test"))
-            print(f"wrote {summary['what']} of {n:,} nodes x {c} to {summary['out']}"
+            rows = "pairs" if summary["what"] == "scores" else "nodes"
+            print(f"wrote {summary['what']} of {n:,} {rows} x {c} to {summary['out']}"
                   + (f"; {scores}" if scores else ""))
     return 0
 
@@ -342,6 +352,9 @@ def _add_predict(sub) -> None:
                     "the probability of each pair, in their order")
     sq.add_argument("--layer", type=int, default=None, help="with --what embedding: the layer whose output to write")
     sq.add_argument("--force", action="store_true", help="replace an existing --out")
+    sq.add_argument("--use-valedges-as-input", action="store_true",
+                    help="a link model: run its encoder over training + validation edges (OGB collab's test-time "
+                         "input; the partition stores that graph: gnndist partition --use-valedges-as-input)")
     sq.add_argument("--type", default=None, help="a heterogeneous graph: the node type whose rows to write, in its "
                     "dataset order (default: the target type)")
     _add_json(sq, "print the summary (with the metric recomputed from the written rows) as one JSON object")

@@ -87,3 +87,55 @@ def test_run_ogbl_collab_layout_on_two_ranks(tmp_path, capsys, monkeypatch):
     assert out["metric"] == "hits@50" and {"test_hits@50", "val_hits@50"} <= set(out)
     assert "OGB's full-batch ogbl-collab baseline" in captured.err + captured.out  # its recipe, said
     assert out["model"] == "gcn" and 0.0 <= out["test_hits@50"] <= 1.0
+
+
+def test_predict_over_training_and_validation_edges(graph_file, tmp_path, capsys):
+    """``predict --use-valedges-as-input``: the encoder over training + validation edges (OGB collab's test-time
+    input), the same on 2 ranks as on 1 and as the PyG twin on that graph; refused in one line where it cannot be."""
+    from gnndist.datasets import load
+    from gnndist.datasets.edge_split import random_edge_split
+
+    ck, pairs = tmp_path / "ck", tmp_path / "pairs.npy"
+    for p in (1, 2):
+        assert main(["partition", str(graph_file), "--parts", str(p), "--edge-split", "80,10,10",
+                     "--use-valedges-as-input", "--out", str(tmp_path / f"p{p}")]) == 0
+    assert main(["train", str(tmp_path / "p2"), "--ranks", "2", "--epochs", "3", "--hidden", "8", "--checkpoint",
+                 str(ck), "--no-progress"]) == 0
+    np.save(pairs, np.array([[0, 1], [5, 140], [3, 3], [149, 0], [7, 20]]))
+
+    def predict(p: int, what: str, *flags: str) -> np.ndarray:
+        out = tmp_path / f"{what}-p{p}{'-v' if flags else ''}.npy"
+        extra = ["--pairs", str(pairs)] if what == "scores" else []
+        assert main(["predict", str(tmp_path / f"p{p}"), "--ranks", str(p), "--checkpoint", str(ck), "--what", what,
+                     *extra, "--out", str(out), "--no-progress", *flags]) == 0
+        return np.load(out)
+
+    rows2, rows1 = (predict(p, "embedding", "--use-valedges-as-input") for p in (2, 1))
+    np.testing.assert_allclose(rows2, rows1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(predict(2, "scores", "--use-valedges-as-input"),
+                               predict(1, "scores", "--use-valedges-as-input"), rtol=1e-5, atol=1e-7)
+    assert not np.allclose(rows2, predict(2, "embedding"))  # the training graph's rows differ
+
+    # the PyG twin on the training + validation edges
+    assert main(["export", "--checkpoint", str(ck), "--format", "pyg", "--out", str(tmp_path / "pyg.pt")]) == 0
+    f = torch.load(tmp_path / "pyg.pt", weights_only=False)
+    model = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
+    model.load_state_dict(f["state_dict"])
+    model.eval()
+    data = load(str(graph_file))
+    split, message = random_edge_split(data.edge_index, data.num_nodes, (0.8, 0.1, 0.1), seed=0)
+    both = torch.cat([message, split.valid.T, split.valid.flip(1).T], dim=1)  # [2, 2 (E_train + E_val)]
+    x = data.x / data.x.sum(dim=1, keepdim=True) if f["normalize_features"] else data.x
+    with torch.no_grad():
+        np.testing.assert_allclose(rows2, model(x, both).numpy(), rtol=1e-4, atol=1e-5)
+
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "p1"), "--checkpoint", str(ck), "--what", "embedding", "--out",
+                 str(tmp_path / "x.npy"), "--use-valedges-as-input", "--no-progress"]) == 0  # p1 has it: fine
+    plain = tmp_path / "plain"
+    assert main(["partition", str(graph_file), "--parts", "1", "--edge-split", "80,10,10", "--out", str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(plain), "--checkpoint", str(ck), "--what", "embedding", "--out",
+                 str(tmp_path / "y.npy"), "--use-valedges-as-input", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stores no message graph" in err[0] and not (tmp_path / "y.npy").exists()

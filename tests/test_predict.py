@@ -98,7 +98,7 @@ def small_ck(trained, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["exists", "layer-beyond", "layer-without-embedding", "corrupt", "other-model",
-                                  "missing", "suffix", "unwritable", "a-folder"])
+                                  "missing", "suffix", "unwritable", "a-folder", "valedges-of-a-node-model"])
 def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp_path, capsys, case):
     d, _ = trained
     out = tmp_path / "out.npy"
@@ -121,6 +121,8 @@ def test_bad_predict_input_is_one_line_and_writes_nothing(trained, small_ck, tmp
     elif case == "unwritable":  # the tests run as root: a folder that is a regular file is what cannot be written
         (tmp_path / "afile").write_bytes(b"")
         out, words = tmp_path / "afile" / "out.npy", "afile is not a writable folder"
+    elif case == "valedges-of-a-node-model":
+        extra, words = ["--use-valedges-as-input"], "the checkpoint is a node model"
     elif case == "a-folder":  # with --force too: a folder is never replaced
         (tmp_path / "out.npy").mkdir()
         extra, words = ["--force"], "out.npy is a folder: give the file to write"

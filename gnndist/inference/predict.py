@@ -40,6 +40,7 @@ class PredictRequest:
     progress: bool = True  # rank 0: a bar naming the stage on a terminal, else one line per slow stage
     type: str | None = None  # a typed graph: the node type whose rows are written (default: the target type)
     pairs: str | None = None  # --what scores: a .npy of [n, 2] dataset node ids
+    use_valedges_as_input: bool = False  # a link model: its encoder over training + validation edges (OGB collab's)
 
     def check(self) -> None:
         """One line for a request that cannot be (before any rank starts)."""
@@ -143,6 +144,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
     from gnndist.tasks import task_for
+    from gnndist.tasks.link import valedges_graph
     from gnndist.tasks.node import split_metrics
     from gnndist.training.checkpoint import load_model_file
 
@@ -152,14 +154,15 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         stages.set_postfix_str("read the checkpoint")
         state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
                                        "another rank could not read the checkpoint")
-        # the model over the partition's (training) message graph: --use-valedges-as-input is the test metric's
+        # the task over the partition's (training) message graph; --use-valedges-as-input below: the encoder's input
         cfg = with_fields(TrainConfig.from_dict(config), task={"use_valedges_as_input": False})
         stages.set_postfix_str("read the part")
         arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
         graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=DistConfig(strategy=req.strategy),
-                                      comm_dtype="fp32")  # the forward runs in fp32: its rows travel as they are
+                                      comm_dtype="fp32", root=partdir)  # the forward in fp32: rows travel as they are
         task = task_for(graph, cfg)
-        check_what(req.what, task.name, req.layer)
+        check_what(req.what, task.name, req.layer, req.use_valedges_as_input)
+        encoded = valedges_graph(graph, DistConfig(strategy=req.strategy)) if req.use_valedges_as_input else graph
         model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
         layers = model_spec(cfg.model.model).layers(task.encoder(model), cfg.model.arch)  # its representation layers
         if req.layer is not None:
@@ -167,7 +170,7 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
         stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
                    f"{grid.world_size} rank(s)")
         stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
-        out = forward_at(model.to(grid.device), graph, req.layer, layers, stages if grid.is_main else None)
+        out = forward_at(model.to(grid.device), encoded, req.layer, layers, stages if grid.is_main else None)
         if req.what == "scores":  # each rank scores its slice of the pairs, written at their positions
             stages.set_postfix_str("score the pairs")
             rows, ids, n = pair_scores(task, model, out, req.pairs)
@@ -191,8 +194,11 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     return summary
 
 
-def check_what(what: str, task: str, layer: int | None = None) -> None:
-    """One line when ``--what`` is not an output of the checkpoint's task."""
+def check_what(what: str, task: str, layer: int | None = None, valedges: bool = False) -> None:
+    """One line when ``--what`` (or ``--use-valedges-as-input``) is not an output of the checkpoint's task."""
+    if valedges and task != "link":
+        raise UserError("--use-valedges-as-input: the checkpoint is a node model; the flag runs a link predictor's "
+                        "encoder over training + validation edges")
     if task == "node" and what == "embedding" and layer is None:
         raise UserError("--what embedding needs --layer K (the representation after layer K)")
     if task == "link" and what in ("probs", "logits", "class"):

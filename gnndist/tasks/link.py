@@ -44,6 +44,15 @@ BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positiv
 TRAIN_EVAL_KEY = 0x54524E45  # the hash stream of the train metric's per-positive negatives (fixed: every epoch alike)
 LINK_FIX = "gnndist partition DATASET --edge-split 85,5,10 stores a seeded random edge split (gnndist run DATASET " \
            "--task link makes one)"
+def valedges_graph(graph, dist):
+    """``graph``'s rows over its partition's message graph of training + validation edges (OGB collab's test-time
+    input), aggregated by ``dist``'s ``--strategy``; a partition without it: one line."""
+    if VALEDGES not in graph.meta.get("inner", {}):
+        raise UserError(f"--use-valedges-as-input: the partition of {graph.meta.get('dataset')} stores no message "
+                        f"graph of training + validation edges; {VALEDGES_FIX}")
+    return graph.sub_partition(VALEDGES, strategy_from_config(dist))
+
+
 VALEDGES_FIX = "gnndist partition DATASET --use-valedges-as-input stores it (gnndist run DATASET " \
                "--use-valedges-as-input makes it)"
 
@@ -100,14 +109,8 @@ class LinkTask:
 
     @staticmethod
     def _test_graph(graph, cfg):
-        """``graph``, or with ``--use-valedges-as-input`` the same rows over training + validation edges, aggregated
-        by the run's ``--strategy`` (a partition without that message graph: one line)."""
-        if not cfg.task.use_valedges_as_input:
-            return graph
-        if VALEDGES not in graph.meta.get("inner", {}):
-            raise UserError(f"--use-valedges-as-input: the partition of {graph.meta.get('dataset')} stores no message "
-                            f"graph of training + validation edges; {VALEDGES_FIX}")
-        return graph.sub_partition(VALEDGES, strategy_from_config(cfg.dist))
+        """``graph``, or with ``--use-valedges-as-input`` :func:`valedges_graph`."""
+        return valedges_graph(graph, cfg.dist) if cfg.task.use_valedges_as_input else graph
 
     # ------------------------------------------------------------------ the model
     def resolved(self, cfg):
