@@ -178,7 +178,8 @@ def symmetric_csr(edge_index, num_nodes: int, chunk: int = CHUNK, threads: int =
                           "int64)" if lo < 0 and ei.dtype == np.int32 else ""
                 raise UserError(f"edge ids must lie in [0, {n}), found [{lo}, {hi}]{wrapped}")
         keep = src != dst
-        count += np.bincount(src[keep], minlength=n) + np.bincount(dst[keep], minlength=n)
+        count += np.bincount(src[keep], minlength=n)  # one [n] count alive at a time, not three (their sum)
+        count += np.bincount(dst[keep], minlength=n)
     rowptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(count, out=rowptr[1:])
     del count
