@@ -62,6 +62,8 @@ class Network:
             Python dispatch); a step's fixed cost is :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer of these.
         beta_host: bytes per second one host's link carries each way between hosts, all its ranks together (a job
             on several hosts; ``beta`` is then a rank's rate within its host); 0: one level, ``beta`` for every byte.
+        alpha_host: seconds per message to a rank of another host (a job on several hosts; ``alpha`` is then a
+            message's within its host); 0: ``alpha`` for every message.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Network:
     gamma_elem: float = 0.0
     step_overhead: float = 0.0
     beta_host: float = 0.0
+    alpha_host: float = 0.0
 
     def as_dict(self) -> dict:
         """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
@@ -86,8 +89,9 @@ class Network:
     @classmethod
     def from_values(cls, name: str, values, prefix: str = "") -> Network:
         """The network ``name`` with each constant ``c`` read as ``float(values[prefix + c])`` (a probe file's
-        entry; a bench row's ``net_*`` columns); ``beta_host``, which older ones lack, is 0 where missing."""
-        optional = {"beta_host": 0.0}
+        entry; a bench row's ``net_*`` columns); ``beta_host`` and ``alpha_host``, which older ones lack, are 0 where
+        missing."""
+        optional = {"beta_host": 0.0, "alpha_host": 0.0}
         return cls(name, **{c: float(values[prefix + c] if prefix + c in values or c not in optional
                                      else optional[c]) for c in cls.constants()})
 
@@ -143,6 +147,7 @@ class RankLoad:
             (the larger of sent and received).
         expand_host, fold_host: rows this rank's host exchanges with other hosts in the expand / the fold, all its
             ranks together over the link they share (the larger of sent and received; the same on each of its ranks).
+        messages_far: of ``messages``, the peers on other hosts (counted as ``messages`` is).
     """
 
     expand_send: int = 0
@@ -158,6 +163,7 @@ class RankLoad:
     fold_near: int = 0
     expand_host: int = 0
     fold_host: int = 0
+    messages_far: int = 0
 
     STORED = 8  # the fields a partition stores (META.json ``layouts``): the counts up to ``exchanges``
 
@@ -220,9 +226,14 @@ def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_o
                 np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64))
 
     (e_near, e_host), (f_near, f_host) = split(expand), split(fold)
+    # peers on other hosts, counted as RankLoad.messages is: the larger of the send and receive peers, per exchange
+    far_peers = lambda m, a, b: np.maximum(np.count_nonzero(np.where(same, 0, m), axis=a),  # noqa: E731
+                                           np.count_nonzero(np.where(same, 0, m), axis=b))
+    far = far_peers(np.asarray(expand), 0, 1) + far_peers(np.asarray(fold), 1, 0)
     hosts = len(np.unique(host))
     return [replace(ld, hosts=hosts, expand_near=int(e_near[k]), fold_near=int(f_near[k]),
-                    expand_host=int(e_host[k]), fold_host=int(f_host[k])) for k, ld in enumerate(loads)]
+                    expand_host=int(e_host[k]), fold_host=int(f_host[k]), messages_far=int(far[k]))
+            for k, ld in enumerate(loads)]
 
 
 def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
@@ -231,8 +242,10 @@ def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> fl
     On several hosts (a load split by :func:`on_hosts`, a network with ``beta_host``) each exchange lasts the
     longer of this rank's rows within its host at ``beta`` and its host's rows to and from the other hosts at
     ``beta_host`` (an all-to-all posts both at once, over two different links); otherwise all its rows at ``beta``.
+    Its messages to ranks of other hosts cost ``alpha_host`` each where the network has one, the rest ``alpha``.
     """
-    fixed = net.overhead * load.exchanges + net.alpha * load.messages
+    far = load.messages_far if load.hosts > 1 and net.alpha_host > 0 else 0
+    fixed = net.overhead * load.exchanges + net.alpha * (load.messages - far) + net.alpha_host * far
     if load.hosts > 1 and net.beta_host > 0:
         return fixed + elem * width * (max(load.expand_near / net.beta, load.expand_host / net.beta_host)
                                        + max(load.fold_near / net.beta, load.fold_host / net.beta_host))

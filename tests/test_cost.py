@@ -165,3 +165,10 @@ def test_two_levels_split_rows_by_host_and_price_the_hosts_link():
     assert exchange_time(got[0], 10, replace(net, beta_host=0.0)) == one_level
     assert allreduce_time(100, 4, net, hosts=2) == pytest.approx(2 * 3 / 4 * 400 / 1e6)
     assert allreduce_time(100, 4, net) == pytest.approx(2 * 3 / 4 * 400 / 1e9)
+    # messages (issue 47 item 3): rank 0's expand peers elsewhere: sends to 2 and 3, receives from 2 and 3 -> 2;
+    # its fold: receives from rank 3 -> 1; rank 2's: 2 in the expand, none in the fold
+    assert [ld.messages_far for ld in got] == [3, 2, 2, 3]
+    msgs = replace(got[0], messages=5, expand_near=0, expand_host=0, fold_near=0, fold_host=0)
+    priced = Network("m", alpha=1e-6, beta=1e9, gamma_sparse=0.0, gamma_dense=0.0, beta_host=1e6, alpha_host=1e-4)
+    assert exchange_time(msgs, 10, priced) == pytest.approx(2 * 1e-6 + 3 * 1e-4)  # 2 near, 3 far
+    assert exchange_time(msgs, 10, replace(priced, alpha_host=0.0)) == pytest.approx(5 * 1e-6)  # one alpha

@@ -105,14 +105,19 @@ def test_constants_on_several_hosts_tell_the_links_apart():
     from gnndist.dist.probe import _BIG_PER_PEER, _constants
 
     peer = _BIG_PER_PEER * 4
-    t = [1e-3, 0.0, 1e-3 + peer / 2e9, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 4 * peer / 1e8]
+    # the world's tiny all-to-all: overhead 0.5 ms + 3 peers x alpha; the pair's: overhead + 1 alpha (alpha 0.25 ms);
+    # the tiny one to the other host's 2 ranks: overhead + 2 x alpha_host (alpha_host 2 ms)
+    t = [1.25e-3, 0.75e-3, 1.25e-3 + peer / 2e9, 1e-9, 1e-3, 1e-3, 1e-3, 1.25e-3 + 4 * peer / 1e8, 4.5e-3]
     net = _constants(t, 4, host_index(["a", "a", "b", "b"]))
     assert net.beta == pytest.approx(2e9) and net.beta_host == pytest.approx(1e8)
-    t = [1e-3, 0.0, 0.0, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 3 * peer / 1e8]
+    assert net.alpha == pytest.approx(0.25e-3) and net.overhead == pytest.approx(0.5e-3)
+    assert net.alpha_host == pytest.approx(2e-3)
+    t = [1e-3, 0.0, 0.0, 1e-9, 1e-3, 1e-3, 1e-3, 1e-3 + 3 * peer / 1e8, 1e-3]
     net = _constants(t, 4, host_index(["a", "b", "c", "d"]))
     assert net.beta == pytest.approx(1e8) and net.beta_host == pytest.approx(1e8)
-    one = _constants(t[:2] + [1e-3 + 3 * peer / 5e8] + t[3:], 4, host_index(["a"] * 4))
-    assert one.beta == pytest.approx(5e8) and one.beta_host == 0.0
+    assert net.alpha_host == pytest.approx(net.alpha) == pytest.approx(1e-3 / 3)  # every peer elsewhere
+    one = _constants(t[:2] + [1e-3 + 3 * peer / 5e8] + t[3:8] + [0.0], 4, host_index(["a"] * 4))
+    assert one.beta == pytest.approx(5e8) and one.beta_host == 0.0 and one.alpha_host == 0.0
 
 
 def test_a_one_level_probe_is_measured_again_on_several_hosts(tmp_path, fake_probe):
@@ -175,3 +180,19 @@ def test_the_check_exchange_is_timed_alike_on_every_rank():
 
     a, b = run_distributed(_check_job, 2)
     assert a == b > 0
+
+
+def _probe_on_two_hosts(grid):
+    from gnndist.dist.probe import probe
+
+    grid.hosts = ("vm/a", "vm/b")  # as two hosts of one rank each would see the job
+    return probe(grid, tiny_csr(), repeats=3, rounds=2)[0]
+
+
+def test_a_probe_on_two_hosts_times_the_other_hosts_messages_and_link():
+    """The collective rounds of several hosts (issue 47 item 3): ``alpha_host`` and ``beta_host`` measured, the
+    same on every rank."""
+    from gnndist.testing import run_distributed
+
+    a, b = run_distributed(_probe_on_two_hosts, 2)
+    assert a == b and a.alpha_host > 0 and a.beta_host > 0

@@ -167,7 +167,8 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
     beta: one of 256 KiB per peer (on several hosts, per peer on the rank's own host; and ``beta_host``:
-    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries);
+    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries; ``alpha_host``: one
+    of one element per peer on the other hosts);
     gamma_sparse: this rank's SpMM (``csr``, width 32, with the run's ``kernel`` settings); gamma_dense:
     a ``[2048, 256] @ [256, 64]`` product (the skinny shape of a layer's ``X @ W``; on a GPU
     ``[65536, 512] @ [512, 128]``, :func:`probe_shapes`); gamma_elem: a multiply of 2^20 elements (on a
@@ -207,7 +208,7 @@ def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | No
 # a round's timings, in this order (seconds): tiny all-to-all on the world, on a 2-rank axis (0 when there is
 # none), big all-to-all (on several hosts: to the peers of the rank's own host only, 0 when it has none), SpMM at
 # width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step, and on several hosts the big
-# all-to-all to the peers of the other hosts only (else 0)
+# all-to-all to the peers of the other hosts only and a tiny one (one element each) to them (else 0, 0)
 _BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
 # X @ W and the elementwise multiply per device type: on a GPU the CPU's shapes take a few microseconds, the launch
 # and not the work (an H200 timed 2.4 TFLOP/s and 80 G elements/s on them: ~5x and ~4x short of what a layer's
@@ -257,6 +258,9 @@ def _round(grid, csr, kernel, repeats: int):
 
     big = big_exchange(splits[0] if splits else None)
     far = big_exchange(splits[1]) if splits else None
+    if splits:  # one element to each rank of the other hosts: their messages' cost
+        far_sizes = [int(v > 0) for v in splits[1]]
+        tiny_in, tiny_out = torch.zeros(sum(far_sizes), device=dev), torch.empty(sum(far_sizes), device=dev)
     near_any = splits is not None and grid.all_reduce_(torch.tensor([float(any(splits[0]))], device=dev),
                                                        op="max").item() > 0
     pair = grid.axes(2)["row"] if P > 2 and P % 2 == 0 else None
@@ -275,7 +279,8 @@ def _round(grid, csr, kernel, repeats: int):
              # slowest rank's rate (the slowest time over each rank's own nonzeros differs per rank, issue 51)
              median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None else 0.0,
              median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True),
-             far() if far is not None else 0.0]
+             far() if far is not None else 0.0,
+             median_time(lambda: grid.all_to_all_single(tiny_out, tiny_in, far_sizes, far_sizes)) if splits else 0.0]
         vals = torch.tensor(t, dtype=torch.float64, device=dev)
         grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
         return vals.cpu().numpy()
@@ -311,16 +316,18 @@ def _timer(grid, repeats: int):
 def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None, device: torch.device | str = "cpu") -> Network:
     """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks on the hosts ``host`` (``[P]``,
     :func:`gnndist.cost.host_index`; None: one host)."""
-    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far = (float(v) for v in t)
+    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far, t_far_tiny = (float(v) for v in t)
     if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
         overhead = max(t_pair - alpha, 0.0)
     else:
         alpha, overhead = t_world / max(P - 1, 1), 0.0
     peer = _BIG_PER_PEER * 4  # bytes per peer of a big all-to-all
-    beta_host = 0.0
+    beta_host = alpha_host = 0.0
     if host is not None and len(set(host.tolist())) > 1:
         size = np.bincount(host, minlength=P)[host]  # [P] ranks on each rank's host
+        if t_far_tiny:  # the slowest rank's: the one with the most peers elsewhere, at most
+            alpha_host = max(t_far_tiny - overhead, 0.0) / float(np.max(P - size))
         beta_host = float(np.max(size * (P - size))) * peer / max(t_far - t_world, 1e-9)  # the busiest host's link
         big_bytes = float(np.max(size - 1)) * peer  # to every other rank of the largest host
         if not t_big:  # one rank per host: nothing within a host; a rank's rate is its host's
@@ -331,7 +338,7 @@ def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None, device: to
     gamma_s = spmm_rate if spmm_rate else NETWORKS["ethernet"].gamma_sparse
     (m, kk, n), elems = probe_shapes(device)
     return Network("probe", alpha, 1.0 / inv_beta if inv_beta > 0 else float("inf"), gamma_s,
-                   t_dense / (2 * m * kk * n), overhead, t_elem / elems, t_step, beta_host)
+                   t_dense / (2 * m * kk * n), overhead, t_elem / elems, t_step, beta_host, alpha_host)
 
 
 def _tiny_step(dev: torch.device):
