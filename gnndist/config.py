@@ -23,6 +23,7 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
+DEVICES = ("cpu", "cuda")  # simulate --device: the ranks' device, as the memory model knows them
 METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric of a node task (gnndist.training.metrics computes them)
 DEFAULT_EDGE_SPLIT = "85,5,10"  # --edge-split of gnndist run --task link on a graph without one (GAE's)
 LINK_METRICS = ("auc", "mrr")  # --metric of a link task, besides hits@K
@@ -123,7 +124,7 @@ class SimulateConfig:
     precision: str = opt("fp32", "arithmetic modelled: fp32, or bf16 / fp16 (activations, halo and send buffers and "
                          "exchanged rows at 2 bytes an element; features, index and weights as in fp32)", PRECISIONS)
     device: str = opt("cpu", "the ranks' device, for the training peak per rank: cpu (resident bytes) or cuda "
-                      "(bytes the CUDA allocator hands out)", ("cpu", "cuda"))
+                      "(bytes the CUDA allocator hands out)", DEVICES)
 
     def __post_init__(self) -> None:
         from gnndist.cost import network
@@ -132,7 +133,7 @@ class SimulateConfig:
         self.replications = parse_ints(self.replication, "--replication", 2)
         _need(self.precision in PRECISIONS,
               f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        _need(self.device in ("cpu", "cuda"), f"--device must be cpu or cuda, got {self.device!r}")
+        _need(self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         _need(self.feature_dim >= 1, f"--feature-dim must be >= 1, got {self.feature_dim}")
         _need(self.layers >= 1, f"--layers must be >= 1, got {self.layers}")
         self.net = network(self.network, self.alpha, self.beta)  # an unknown preset: one line naming --network

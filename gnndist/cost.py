@@ -218,18 +218,18 @@ def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_o
     host = host_index(host_of)
     same = host[:, None] == host[None, :]  # [P, P]
 
-    def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows within the host, the host's rows across hosts, and the peers on other hosts (counted as
+        ``RankLoad.messages`` is: the larger of the send and receive peers), per rank."""
         m = np.asarray(m, dtype=np.int64)
         near, far = np.where(same, m, 0), np.where(same, 0, m)
         per_host = lambda v: np.bincount(host, weights=v, minlength=len(host))[host]  # noqa: E731
         return (np.maximum(near.sum(0), near.sum(1)),
-                np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64))
+                np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64),
+                np.maximum(np.count_nonzero(far, axis=0), np.count_nonzero(far, axis=1)))
 
-    (e_near, e_host), (f_near, f_host) = split(expand), split(fold)
-    # peers on other hosts, counted as RankLoad.messages is: the larger of the send and receive peers, per exchange
-    far_peers = lambda m, a, b: np.maximum(np.count_nonzero(np.where(same, 0, m), axis=a),  # noqa: E731
-                                           np.count_nonzero(np.where(same, 0, m), axis=b))
-    far = far_peers(np.asarray(expand), 0, 1) + far_peers(np.asarray(fold), 1, 0)
+    (e_near, e_host, e_far), (f_near, f_host, f_far) = split(expand), split(fold)
+    far = e_far + f_far
     hosts = len(np.unique(host))
     return [replace(ld, hosts=hosts, expand_near=int(e_near[k]), fold_near=int(f_near[k]),
                     expand_host=int(e_host[k]), fold_host=int(f_host[k]), messages_far=int(far[k]))

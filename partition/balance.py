@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from gnndist.partition.backends import kaminpar_preset
 from gnndist.partition.book import GlobalCSR, each, exchange_pairs, row_chunks
 
 from gnndist.cost import MODEL_ERROR, NETWORKS, Network, RankLoad
@@ -218,10 +219,9 @@ def estimate_bytes(backend: str, nnz: int, metis_index_bytes: int = 8) -> float:
     on Cornell5, with the nets handed over as Python lists).
     """
     if backend == "kaminpar":
-        from gnndist.partition.backends import kaminpar_preset
-
         kp = kaminpar_preset(nnz)
-        return KAMINPAR_BYTES["terapart" if kp.preset == "terapart" else kp.compress] * nnz
+        form = "terapart" if kp.preset == "terapart" else "compressed" if kp.compress else "default"
+        return KAMINPAR_BYTES[form] * nnz
     per_entry = {"metis": 16.0 * metis_index_bytes, "hypergraph": 100.0}.get(backend, 0.0)
     return per_entry * nnz
 
@@ -229,7 +229,7 @@ def estimate_bytes(backend: str, nnz: int, metis_index_bytes: int = 8) -> float:
 # KaMinPar's peak per entry by preset / compression (docs/partitioning.md, its table from
 # benchmarks/kaminpar_presets.py; 64-bit ids): default uncompressed 16.3-17.0 B (16.6 on an SBM and 17.5 on Cornell5
 # before), compressed 11.7-13.2; terapart (always compressed) 10.5-10.7 at 19.9M-49.7M entries
-KAMINPAR_BYTES = {False: 17.5, True: 13.0, "terapart": 11.0}
+KAMINPAR_BYTES = {"default": 17.5, "compressed": 13.0, "terapart": 11.0}
 
 
 def budget_plan(plan: list[tuple[str, Setting]], objective: str, nnz: int, n: int, parts: int, refine_s: float,

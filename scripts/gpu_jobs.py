@@ -104,17 +104,16 @@ def run_job(job: dict, timeout: float, scratch: str) -> dict:
 
 def judge(records: list[dict]) -> list[dict]:
     """One verdict per equality group: every P = 4 run's loss against the P = 1 run's."""
-    import torch
+    from gnndist.kernels import DTYPES
 
     from gnndist.training.precision import p_bound
 
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     out = []
     for group in sorted({r["group"] for r in records if r["group"] != "memory"}):
         rs = [r for r in records if r["group"] == group]
         ref = next((r for r in rs if r["name"].endswith("-p1")), None)
         prec = group.split("-")[1] if group.startswith("gcn-") else "fp32"
-        tol = 1e-5 if prec == "fp32" else p_bound(dtypes[prec], 2).step
+        tol = 1e-5 if prec == "fp32" else p_bound(DTYPES[prec], 2).step
         for r in rs:
             if r is ref:
                 continue

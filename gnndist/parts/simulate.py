@@ -121,7 +121,6 @@ INTERPRETER_BYTES = 390 * 2**20
 # (issue 50: synthetic-200k-d20, 1 and 2 ranks, hidden 16/64/256; 273 MiB, every point within 15 %); most of it is
 # likely Triton's do_bench L2-flush buffer (256 MB) while dispatch times its paths on the first step, not separated
 CUDA_BASE_BYTES = 273 * 2**20
-DEVICES = ("cpu", "cuda")  # the ranks' device, as the memory model knows them
 INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
 SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
 # [rows, w] tensors an SpMM of width w holds at once: its input, the input scaled by D^-1/2, the interior and the
@@ -197,11 +196,9 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
     feat = widths[0]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
     nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
-    if device == "cuda":
-        held = CUDA_BASE_BYTES + index + ELEM * feat * rows + nodes
-    else:
-        spmm = SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)  # one call's transient copies, of one block of rows
-        held = INTERPRETER_BYTES + index + spmm + ELEM * feat * rows + nodes
+    # the CPU's floor, and an SpMM call's transient copies (MKL's, of one block of rows); the CUDA allocator's floor
+    base = CUDA_BASE_BYTES if device == "cuda" else INTERPRETER_BYTES + SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)
+    held = base + index + ELEM * feat * rows + nodes
     return int(held + max(activation_phases(rows, halo, send, widths, precision, device)))
 
 
@@ -211,8 +208,8 @@ def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], pr
     dropout, each layer's forward SpMM, each layer past the first's linear map in the backward. On ``"cuda"`` no
     dropout mask is kept and half rows are multiplied as they are (no fp32 column chunk)."""
     act = ACTIVATION_BYTES[precision]
-    mask = 0 if device == "cuda" else MASK_BYTES
     cpu = device != "cuda"
+    mask = MASK_BYTES if cpu else 0
     feat = widths[0]
     phases = [(ELEM + mask + (act if act != ELEM else 0)) * feat * rows]
     kept = 0  # bytes the forward keeps for the backward so far
