@@ -133,9 +133,10 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions, on_stuck: Callable[[
     """
     import torch.distributed as dist
 
-    grid = join_group(place(), opts.backend, opts.timeout, opts.device, opts.check_collectives, on_stuck)
-    logging.basicConfig(level=logging.INFO if grid.is_main else logging.WARNING, format="gnndist: %(message)s",
+    here = place()
+    logging.basicConfig(level=logging.INFO if here.rank == 0 else logging.WARNING, format="gnndist: %(message)s",
                         stream=sys.stderr)
+    grid = join_group(here, opts.backend, opts.timeout, opts.device, opts.check_collectives, on_stuck)
     try:
         return fn(grid, *args)
     except (RuntimeError, dist.DistError) as e:

@@ -6,8 +6,10 @@ import subprocess
 
 import pytest
 
+from gnndist import machine
 from gnndist.bench.cluster import EmulatedCluster, _burst, dilation, leftovers, why_not
 from gnndist.errors import UserError
+from gnndist.machine import gloo_interface, interface_addresses, route_source
 
 needs_hosts = pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
 
@@ -21,11 +23,51 @@ def test_rates_dilation_and_refusals():
         EmulatedCluster(0)
 
 
+def fake_host(monkeypatch, named: list[str], routes_from: str = "10.0.0.2"):
+    """This host as ``vm`` (resolving to ``named``) with ``lo`` and ``eth0`` 10.0.0.2; routes leave from
+    ``routes_from``."""
+    monkeypatch.setattr(machine.socket, "gethostname", lambda: "vm")
+    monkeypatch.setattr(machine, "interface_addresses", lambda: {"lo": "127.0.0.1", "eth0": "10.0.0.2"})
+    monkeypatch.setattr(machine, "route_source", lambda addr: routes_from)
+    monkeypatch.setattr(machine, "_ipv4", lambda name: {"vm": named, "head": ["10.0.0.1"]}.get(name, [name]))
+
+
+def test_gloo_is_given_the_interface_toward_the_master_where_the_name_is_loopback(monkeypatch):
+    fake_host(monkeypatch, ["127.0.0.1"])
+    choice = gloo_interface("head", env={})
+    assert (choice.name, choice.address) == ("eth0", "10.0.0.2")
+    assert choice.line() == ("gloo binds eth0 (10.0.0.2), this host's way to MASTER_ADDR head: its name 'vm' "
+                             "resolves to 127.0.0.1, which other hosts cannot reach (GLOO_SOCKET_IFNAME overrides)")
+    fake_host(monkeypatch, [])  # a name that does not resolve at all
+    assert gloo_interface("head", env={}).line().count("resolves to no address") == 1
+    fake_host(monkeypatch, ["10.9.9.9"])  # resolves to an address that is not this host's (stale DNS)
+    assert gloo_interface("head", env={}).name == "eth0"
+
+
+def test_gloo_keeps_its_own_choice_where_it_works(monkeypatch):
+    fake_host(monkeypatch, ["127.0.0.1", "10.0.0.2"])  # the name reaches eth0: gloo's choice works
+    assert gloo_interface("head", env={}) is None
+    fake_host(monkeypatch, ["127.0.0.1"])
+    assert gloo_interface("head", env={"GLOO_SOCKET_IFNAME": "ib0"}) is None  # the user's
+    assert gloo_interface("127.0.0.1", env={}) is None  # one machine
+    assert gloo_interface(None, env={}) is None
+    fake_host(monkeypatch, ["127.0.0.1"], routes_from="127.0.0.1")  # the master is reached over loopback
+    assert gloo_interface("head", env={}) is None
+    fake_host(monkeypatch, ["127.0.0.1"], routes_from=None)  # no route
+    assert gloo_interface("head", env={}) is None
+
+
+def test_this_machines_interfaces_and_routes_are_read():
+    assert interface_addresses().get("lo") == "127.0.0.1"
+    assert route_source("127.0.0.1") == "127.0.0.1"
+    assert route_source("not an address") is None
+
+
 @needs_hosts
 def test_two_hosts_train_and_leave_nothing_behind(part2, tmp_path):
     with EmulatedCluster(2, 1, "1gbit") as c:
         tag = c.tag
-        assert set(leftovers(tag)) == {*c.names, c.switch}
+        assert set(leftovers(tag)) == {*c.names, c.switch, *(f"/etc/netns/{n}" for n in c.names)}
         shaped = subprocess.run(["ip", "netns", "exec", c.names[1], "tc", "qdisc", "show", "dev", "eth0"],
                                 capture_output=True, text=True).stdout
         assert "tbf" in shaped and "rate 1Gbit" in shaped
@@ -35,6 +77,9 @@ def test_two_hosts_train_and_leave_nothing_behind(part2, tmp_path):
         logs = list(c._logs)
     assert [r.returncode for r in ok] == [0, 0], [r.stderr[-2000:] for r in ok]
     assert "toy: gcn on 2 rank(s)" in ok[0].stdout
+    # the hosts' name is this machine's, which resolves to loopback here: the product chose the link, in one line
+    assert ok[0].stderr.count("gnndist: gloo binds eth0 (") == 1 and "gloo binds" not in ok[1].stderr
+    assert not [r for r in ok if "hostname of the client socket" in r.stderr]  # names for every address
     assert all(r.returncode not in (0, None) for r in failed)
     assert "is not a gnndist partition directory" in failed[0].stderr
     assert leftovers(tag) == []

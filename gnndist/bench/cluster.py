@@ -8,8 +8,12 @@ namespaces made here). Host ``k`` is the namespace ``gdc<tag>-h<k>`` with link `
 its traffic is shaped both ways by ``tc tbf`` (the host's egress on ``eth0``, its ingress on the switch's port),
 at ``rate`` (``tc``'s units: ``100mbit``, ``1gbit``; ``None``: unshaped). Latency needs netem, which this kernel
 lacks: the link has the bridge's own (tens of microseconds). :meth:`EmulatedCluster.run` starts one ``torchrun``
-agent per host (``--nnodes H --nproc-per-node G``, c10d rendezvous on host 0's address; ``GLOO_SOCKET_IFNAME``
-the host's link) running ``gnndist <args>``: the product's own command, as on a cluster. Everything is torn
+agent per host (``--nnodes H --nproc-per-node G``, c10d rendezvous on host 0's address) running ``gnndist <args>``: the
+product's own command, as on a cluster. As on many images, the hosts' shared name (this machine's) resolves to a
+loopback address, so gloo's interface is the product's choice (:func:`gnndist.machine.gloo_interface`), not
+set here; each namespace has an ``/etc/hosts`` of its own (``/etc/netns/<namespace>/hosts``, which ``ip netns
+exec`` puts in place) naming every host's address ``gdc<tag>-h<k>`` (also IPv6-mapped), so the c10d store's
+reverse lookups of its clients succeed as on a cluster with DNS. Everything is torn
 down on exit, Ctrl-C, SIGTERM or failure: every process left in a namespace is killed and the namespaces (with
 their links) deleted.
 
@@ -119,6 +123,7 @@ class EmulatedCluster:
         self.switch = f"gdc{self.tag}-sw"
         self.names = [f"gdc{self.tag}-h{k}" for k in range(hosts)]
         self._made: list[str] = []
+        self._etc: list[Path] = []  # /etc/netns/<namespace> folders made here
         self._procs: list[subprocess.Popen] = []
         self._logs: list[str] = []  # the agents' output files, removed once read or at close
         self._old_term = None
@@ -157,10 +162,25 @@ class EmulatedCluster:
             _sh("ip", "addr", "add", f"{self.address(k)}/16", "dev", "eth0", ns=ns)
             _sh("ip", "link", "set", "eth0", "up", ns=ns)
             _sh("ip", "link", "set", "lo", "up", ns=ns)
+            self._hosts_file(ns)
             if self.rate:
                 shape = ["rate", self.rate, "burst", _burst(self.rate), "latency", "100ms"]
                 _sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", *shape, ns=ns)  # the host's egress
                 _sh("tc", "qdisc", "add", "dev", port, "root", "tbf", *shape, ns=self.switch)  # its ingress
+
+    def _hosts_file(self, ns: str) -> None:
+        """``/etc/netns/<ns>/hosts``: this machine's ``/etc/hosts`` and every emulated host's name and address."""
+        folder = Path("/etc/netns") / ns
+        folder.mkdir(parents=True, exist_ok=True)
+        self._etc.append(folder)
+        try:
+            base = Path("/etc/hosts").read_text()
+        except OSError:
+            base = "127.0.0.1 localhost\n"
+        # each address also as IPv6-mapped: the c10d store's dual-stack socket sees its clients that way
+        names = "".join(f"{a} {name}\n::ffff:{a} {name}\n" for a, name in
+                        [(self.address(k), name) for k, name in enumerate(self.names)] + [("127.0.0.1", "localhost")])
+        (folder / "hosts").write_text(base.rstrip("\n") + "\n::1 localhost\n" + names)
 
     def close(self) -> None:
         """Kill every process of the run and in the namespaces, delete the namespaces and the agents' output files
@@ -183,6 +203,9 @@ class EmulatedCluster:
                     break
                 time.sleep(0.1)
         self._made.clear()
+        for folder in self._etc:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._etc.clear()
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None
@@ -212,7 +235,8 @@ class EmulatedCluster:
         """
         pending = sorted(at, key=lambda a: a[0])
         rdzv = f"gdc{self.tag}-{time.monotonic_ns()}"
-        base = {**os.environ, **(env or {}), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
+        base = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        base.pop("GLOO_SOCKET_IFNAME", None)  # the product chooses, as on a cluster whose users set nothing
         logs = []
         for k, ns in enumerate(self.names):
             out, err = _tempfile(f"host{k}.out"), _tempfile(f"host{k}.err")
@@ -254,10 +278,13 @@ class EmulatedCluster:
 
 
 def leftovers(tag: str = "") -> list[str]:
-    """Network namespaces this harness made (``gdc<tag>*``) that still exist: none after a clean exit."""
+    """Network namespaces this harness made (``gdc<tag>*``) that still exist, and their ``/etc/netns`` folders:
+    none after a clean exit."""
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     names = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
-    return [n for n in names if n.startswith(f"gdc{tag}")]
+    etc = Path("/etc/netns")
+    folders = [str(f) for f in etc.glob(f"gdc{tag}*")] if etc.is_dir() else []
+    return [n for n in names if n.startswith(f"gdc{tag}")] + folders
 
 
 def _raise_interrupt(signum, frame):

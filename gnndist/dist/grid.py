@@ -30,7 +30,7 @@ from torch import Tensor
 from gnndist.dist.guards import CollectiveCheck, Watchdog
 from gnndist.dist.staging import StagedWork, to_host
 from gnndist.errors import PeerFailed, UserError, first_line
-from gnndist.machine import cores, host_identity, pin_mmap_threshold
+from gnndist.machine import cores, gloo_interface, host_identity, pin_mmap_threshold
 
 log = logging.getLogger("gnndist")
 
@@ -478,6 +478,12 @@ def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, devi
         for var, value in (("MASTER_ADDR", place.master_addr), ("MASTER_PORT", place.master_port)):
             if value is None:
                 raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --ranks")
+        if backend == "gloo" and local_world < world:  # several hosts: the address gloo publishes must reach them
+            choice = gloo_interface(place.master_addr)
+            if choice is not None:
+                os.environ["GLOO_SOCKET_IFNAME"] = choice.name
+                if rank == 0:
+                    log.info(choice.line())
         try:
             store = None
             if place.agent_store:
