@@ -381,3 +381,38 @@ def test_auto_splits_each_layout_by_host(tmp_path, stored):
         assert exchange_time(got[0], 8, net) == pytest.approx(
             32 * (max(got[0].expand_near / 1e9, got[0].expand_host / 1e6)
                   + max(got[0].fold_near / 1e9, got[0].fold_host / 1e6)))
+
+
+def _placed_exchange(csr, offsets, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The expand and fold ``[P, P]`` (as :class:`GridExchange`'s) of the q x c grid placed the other way: rank
+    ``k`` at ``(i, j) = (k % q, k // q)``, so a replica group (ranks ``i, i + q, ...``) spans the hosts and the
+    expand's axis (ranks ``jq .. jq + q - 1``) is consecutive. Counted entry by entry."""
+    off = np.asarray(offsets)
+    P = len(off) - 1
+    q = P // c
+    owner = np.repeat(np.arange(P), np.diff(off))
+    rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.rowptr))
+    cols = np.asarray(csr.col, dtype=np.int64)
+    blk = (owner[cols] // q) * q + owner[rows] % q  # the rank at (row group of the row, column slab of the col)
+    expand, fold = np.zeros((P, P), np.int64), np.zeros((P, P), np.int64)
+    for rank, col in {(int(b), int(x)) for b, x in zip(blk, cols)}:
+        if owner[col] != rank:
+            expand[rank, owner[col]] += 1  # [dst, src]
+    for rank, row in {(int(b), int(r)) for b, r in zip(blk, rows)}:
+        if owner[row] != rank:
+            fold[rank, owner[row]] += 1  # [src, dst]
+    return expand, fold
+
+
+@pytest.mark.parametrize("world, c", [(4, 2), (8, 2), (8, 4)])
+def test_the_replica_group_across_hosts_is_the_other_replication(world, c):
+    """Why ``auto`` offers no second placement: on the symmetric adjacency, ``c``'s grid placed with its replica
+    group across consecutive ranks (hosts) holds, on every rank, the transpose of the block of the usual placement
+    of ``P / c``, so its expand is that layout's fold and its fold that layout's expand, rank by rank and peer by
+    peer: the same rows on the same links (one direction for the other). ``auto`` considers every ``c``."""
+    p = partition(_data(), world, progress=False, **QUICK_PARTITION)
+    expand, fold = _placed_exchange(p.csr, p.book.offsets, c)
+    other = grid_exchange(p.csr, p.book.offsets, world // c)
+    assert expand.sum() > 0 and fold.sum() > 0
+    assert np.array_equal(expand, other.fold) and np.array_equal(fold, other.expand)
+    assert not np.array_equal(expand, grid_exchange(p.csr, p.book.offsets, c).expand) or world == c * c
