@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gnndist.bench.cluster import EmulatedCluster, dilation, leftovers
+from gnndist.bench.cluster import EmulatedCluster, bits_per_second, dilation, leftovers, rate_for
+from gnndist.errors import UserError
 
 
 def dump_stacks(cluster: EmulatedCluster) -> None:
@@ -41,7 +42,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--ranks-per-host", type=int, default=1)
-    p.add_argument("--rate", default="100mbit", help="each link's rate in tc's units; 'none': unshaped")
+    p.add_argument("--rate", default=None, help="each link's rate in tc's units; 'none': unshaped (default 100mbit)")
+    p.add_argument("--stands-for", default=None, metavar="RATE[xSPEEDUP]",
+                   help="shape the links for a real cluster instead: its link rate, and how many times faster its "
+                        "ranks compute than a core here (default 1; e.g. 25gbitx40 for GPUs 40x a core on 25 GbE)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--limit", type=float, default=900.0, help="seconds after which a run counts as hung")
     p.add_argument("--fresh-root", action="store_true", help="an empty $GNNDIST_DATA for every run")
@@ -58,11 +62,26 @@ def main() -> int:
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the gnndist command line")
     a = p.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
-    rate = None if a.rate == "none" else a.rate
+    dil = dilation(a.hosts, a.ranks_per_host)
+    if a.stands_for and a.rate:
+        p.error("--rate or --stands-for, not both")
+    if a.stands_for:
+        link, _, speedup = a.stands_for.partition("x")
+        try:
+            rate = rate_for(link, a.hosts, a.ranks_per_host, float(speedup or 1))
+        except ValueError:
+            p.error(f"--stands-for {a.stands_for}: RATE or RATExSPEEDUP, e.g. 25gbitx40")
+        except UserError as e:
+            p.error(str(e))
+        stands = f"stands for {link} links, ranks {float(speedup or 1):g}x a core here"
+    else:
+        rate = None if a.rate == "none" else (a.rate or "100mbit")
+        stands = (f"stands for {bits_per_second(rate) * dil / 1e6:,.0f} Mbit/s links of one core per rank"
+                  if rate else "unshaped")
     if a.script:
         args = ["--script", os.path.abspath(a.script), *args]
     print(f"{a.hosts} hosts x {a.ranks_per_host} ranks, links {rate or 'unshaped'}; compute dilated "
-          f"{dilation(a.hosts, a.ranks_per_host):.1f}x on {os.cpu_count()} cores: gnndist {' '.join(args)}")
+          f"{dil:.1f}x on {os.cpu_count()} cores ({stands}): gnndist {' '.join(args)}")
     hangs = failures = 0
     tags = []
     for i in range(a.repeat):

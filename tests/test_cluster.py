@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from gnndist import machine
-from gnndist.bench.cluster import EmulatedCluster, _burst, dilation, leftovers, why_not
+from gnndist.bench.cluster import EmulatedCluster, _burst, dilation, leftovers, rate_for, why_not
 from gnndist.errors import UserError
 from gnndist.machine import gloo_interface, interface_addresses, route_source
 
@@ -19,6 +19,15 @@ def test_rates_dilation_and_refusals():
     with pytest.raises(UserError, match="tc's units"):
         _burst("fast")
     assert dilation(16, 1, cores=2) == 8.0 and dilation(1, 1, cores=2) == 1.0
+    # from a named cluster to the rate shaped here: its links over (dilation x its ranks' speed-up over a core)
+    assert rate_for("800mbit", 16, 1, cores=2) == "100000kbit"
+    assert rate_for("25gbit", 4, 4, speedup=40, cores=2) == "78125kbit"  # 4 x 4 GPUs, 40x a core, on 25 GbE
+    assert rate_for("100mbit", 1, 1, cores=2) == "100000kbit"  # no dilation with a core per rank
+    for bad in ("fast", "mbit", "-5mbit"):
+        with pytest.raises(UserError, match="tc's units"):
+            rate_for(bad, 4, 1)
+    with pytest.raises(UserError, match="positive multiple"):
+        rate_for("1gbit", 4, 1, speedup=0)
     with pytest.raises(UserError, match="1-250 hosts"):
         EmulatedCluster(0)
 

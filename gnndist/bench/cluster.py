@@ -22,7 +22,8 @@ when there are more hosts than cores), so its ranks start as many threads as a h
 Time dilation: the H x G ranks share this machine's cores, so compute runs H x G / cores times slower than on a
 host of its own, while each link keeps its rate. A run at ``rate`` R therefore stands for a cluster whose links
 carry R x H x G / cores per unit of its compute: 16 hosts x 1 rank on 2 cores at 100 Mbit/s is a cluster of one
-core per host on 800 Mbit/s links (:func:`dilation`).
+core per host on 800 Mbit/s links (:func:`dilation`); :func:`rate_for` goes the other way, from a named cluster
+(its links, and how much faster its ranks compute than a core here) to the rate to shape.
 """
 
 from __future__ import annotations
@@ -44,6 +45,34 @@ PORT = 29531  # c10d rendezvous on host 0
 def dilation(hosts: int, ranks_per_host: int, cores: int | None = None) -> float:
     """How many times slower each rank computes here than on cores of its own (ranks over this machine's cores)."""
     return max(1.0, hosts * ranks_per_host / (cores or os.cpu_count() or 1))
+
+
+def bits_per_second(rate: str) -> float:
+    """A link rate in tc's units (``100mbit``, ``25gbit``, ``12500kbit``) in bits per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
+    r = rate.lower().strip()
+    unit = next((u for u in units if r.endswith(u)), None)
+    try:
+        value = float(r[: -len(unit)]) if unit else -1.0
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise UserError(f"link rate {rate!r}: give it in tc's units, e.g. 100mbit or 10gbit")
+    return value * units[unit]
+
+
+def rate_for(cluster_rate: str, hosts: int, ranks_per_host: int, speedup: float = 1.0,
+             cores: int | None = None) -> str:
+    """The link rate (tc's units, whole kbit/s) at which an emulated run keeps a real cluster's ratio of compute to
+    network: the cluster's links carry ``cluster_rate`` while each of its ranks computes ``speedup`` times as fast
+    as one core here (1: a CPU core like these; a GPU: the ratio of its step time to a core's, e.g. from ``gnndist
+    bench model`` on both). Here compute runs :func:`dilation` times slower than on a core of its own, so the links
+    are shaped to ``cluster_rate / (dilation x speedup)``: 16 x 1 ranks on 2 cores standing for 800 Mbit/s links
+    of one core per host is 100 Mbit/s; 4 hosts x 4 GPUs 40x a core each on 25 GbE, 78 Mbit/s."""
+    if speedup <= 0:
+        raise UserError(f"speed-up {speedup:g}: a rank of the cluster computes a positive multiple of a core here")
+    bits = bits_per_second(cluster_rate) / (dilation(hosts, ranks_per_host, cores) * speedup)
+    return f"{max(1, round(bits / 1e3))}kbit"
 
 
 def host_cores(host: int, hosts: int, available: list[int] | None = None) -> list[int]:
@@ -81,13 +110,7 @@ def _sh(*cmd: str, ns: str | None = None, check: bool = True) -> subprocess.Comp
 
 def _burst(rate: str) -> str:
     """A tbf bucket of about 10 ms of traffic at ``rate`` (at least 64 KiB: one large segment train)."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
-    r = rate.lower()
-    unit = next((u for u in units if r.endswith(u)), None)
-    if unit is None:
-        raise UserError(f"link rate {rate!r}: give it in tc's units, e.g. 100mbit or 10gbit")
-    bits = float(r[: -len(unit)]) * units[unit]
-    return f"{max(64 * 1024, int(bits / 8 / 100))}b"
+    return f"{max(64 * 1024, int(bits_per_second(rate) / 8 / 100))}b"
 
 
 @dataclass
