@@ -187,7 +187,7 @@ def test_probe_cache_is_keyed_by_the_hosts_and_written_atomically(tmp_path):
     two = cache_key([me] * 2 + ["other/10.0.0.2"] * 2, "cpu")
     wider = cache_key([me] * 2 + ["other/10.0.0.3"] * 2, "cpu")  # another network between the same counts
     assert one.startswith(me + "|") and one.endswith("|cpu|P=4")
-    assert two.startswith("2 hosts x 2 (") and two != wider and two.endswith("|cpu|P=4")
+    assert two.startswith("2 hosts x 2 (") and two != wider and two.endswith("|cpu|links 2|P=4")  # its probe's form
     path = tmp_path / "home" / "probe.json"
     write_decision(path, one, "1d", {"1d": 1.0})
     write_decision(path, two, "2d(2x2)", {"2d(2x2)": 0.5})

@@ -196,3 +196,48 @@ def test_a_probe_on_two_hosts_times_the_other_hosts_messages_and_link():
 
     a, b = run_distributed(_probe_on_two_hosts, 2)
     assert a == b and a.alpha_host > 0 and a.beta_host > 0
+
+
+class _Link:
+    """A stand-in grid on a link of ``rate`` bytes/s and 1 ms latency: its all-to-all records the elements sent."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, rate: float):
+        self.rate, self.sent = rate, 0
+
+    def all_reduce_(self, t, op="sum"):
+        return t
+
+    def all_to_all_single(self, out, inp, out_sizes=None, in_sizes=None, axis=None):
+        self.sent = sum(in_sizes)
+
+    def seconds(self) -> float:
+        return 1e-3 + self.sent * 4 / self.rate
+
+
+def test_the_exchange_across_hosts_grows_until_it_lasts(monkeypatch):
+    """A link's buffers pass a short exchange faster than its rate, so the probe's exchange across hosts grows
+    from 256 KiB per peer until it lasts ``_FAR_SECONDS`` (or reaches its cap); ``beta_host`` is then computed
+    over the bytes it sent."""
+    from gnndist.cost import host_index
+    from gnndist.dist.probe import _BIG_PER_PEER, _FAR_MAX_ELEMS, _FAR_SECONDS, _constants, far_per_peer
+
+    def fake_timer(grid, repeats):
+        return lambda fn, local=False: (fn(), grid.seconds())[1]
+
+    monkeypatch.setattr(probe_mod, "_timer", fake_timer)
+    far = [0, 1, 1, 1]  # this rank's three peers on other hosts
+    slow = _Link(1e8)
+    per = far_per_peer(slow, far)
+    assert per > _BIG_PER_PEER and slow.seconds() >= _FAR_SECONDS  # the last one timed lasted
+    assert 1e-3 + per // 2 * 3 * 4 / 1e8 < _FAR_SECONDS  # half of it would not have
+    fast = _Link(1e12)
+    assert far_per_peer(fast, far) == _FAR_MAX_ELEMS // 3  # capped: 64 MiB from the busiest rank
+    crawl = _Link(1e6)
+    assert far_per_peer(crawl, far) == _BIG_PER_PEER  # 256 KiB already lasts: nothing grows on a slow link
+    # beta_host over the bytes sent: 4 hosts x 1 rank, each link 3 peers x per x 4 B in the time past the world's
+    t_world = 1e-3
+    t = [t_world, 0.0, 0.0, 1e-9, 1e-3, 1e-3, 1e-3, t_world + 3 * per * 4 / 1e8, 1e-3, float(per)]
+    net = _constants(t, 4, host_index(["a", "b", "c", "d"]))
+    assert net.beta_host == pytest.approx(1e8) and net.beta == pytest.approx(1e8)

@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -55,6 +56,7 @@ def cache_key(hosts: Sequence[str], device: torch.device | str) -> str:
         where = f"{len(count)} hosts x {'/'.join(map(str, per))} ({min(count)}, ...; {digest})"
     kind = torch.device(device).type
     form = f"|probe {_PROBE_FORM[kind]}" if kind in _PROBE_FORM else ""
+    form += f"|links {_HOSTS_FORM}" if len(count) > 1 else ""
     return f"{where}|torch {torch.__version__}|{kind}{form}|P={len(hosts)}"
 
 
@@ -167,8 +169,9 @@ def probe(grid, csr=None, repeats: int = 11, kernel=None, rounds: int = ROUNDS,
 
     overhead and alpha: all-to-alls of one element per peer on the world and on a 2-rank axis;
     beta: one of 256 KiB per peer (on several hosts, per peer on the rank's own host; and ``beta_host``:
-    one of 256 KiB per peer on the other hosts, over the bytes the busiest host's link carries; ``alpha_host``: one
-    of one element per peer on the other hosts);
+    one to every rank of the other hosts, over the bytes the busiest host's link carries, from 256 KiB per peer
+    grown until it lasts :data:`_FAR_SECONDS` (:func:`far_per_peer`); ``alpha_host``: one of one element per peer
+    on the other hosts);
     gamma_sparse: this rank's SpMM (``csr``, width 32, with the run's ``kernel`` settings); gamma_dense:
     a ``[2048, 256] @ [256, 64]`` product (the skinny shape of a layer's ``X @ W``; on a GPU
     ``[65536, 512] @ [512, 128]``, :func:`probe_shapes`); gamma_elem: a multiply of 2^20 elements (on a
@@ -210,6 +213,12 @@ def _big_splits(host: np.ndarray, rank: int) -> tuple[list[int], list[int]] | No
 # width 32 (per nonzero and column), X @ W, elementwise multiply, tiny training step, and on several hosts the big
 # all-to-all to the peers of the other hosts only and a tiny one (one element each) to them (else 0, 0)
 _BIG_PER_PEER = 1 << 16  # elements per peer of the big all-to-all (256 KiB)
+# on several hosts the exchange across them starts there and grows until it lasts _FAR_SECONDS: what a link's
+# buffers pass at once (a switch's, a NIC's ring, tc's shaping bucket of 10 ms of traffic) reaches a short
+# exchange faster than the link's rate, which a layer's exchange of megabytes does not see (4 emulated hosts at
+# 1 Gbit/s: 256 KiB per peer measured 354 MB/s on a 125 MB/s link)
+_FAR_SECONDS = 0.05
+_FAR_MAX_ELEMS = 1 << 24  # the busiest rank's elements of that exchange at most (64 MiB)
 # X @ W and the elementwise multiply per device type: on a GPU the CPU's shapes take a few microseconds, the launch
 # and not the work (an H200 timed 2.4 TFLOP/s and 80 G elements/s on them: ~5x and ~4x short of what a layer's
 # products reach there, issue 50), so a GPU times shapes of a big layer's size, as skinny (N = 128)
@@ -217,6 +226,7 @@ _DENSE = {"cpu": (2048, 256, 64), "cuda": (1 << 16, 512, 128)}
 _ELEM = {"cpu": 1 << 20, "cuda": 1 << 26}
 # bumped when what the probe measures changes, so a stored result of the old probe is measured again
 _PROBE_FORM = {"cuda": 2}
+_HOSTS_FORM = 2  # on several hosts: 2 = the exchange across hosts sized by _FAR_SECONDS
 
 
 def probe_shapes(device: torch.device | str) -> tuple[tuple[int, int, int], int]:
@@ -257,7 +267,8 @@ def _round(grid, csr, kernel, repeats: int):
         return lambda: median_time(lambda: grid.all_to_all_single(out, inp, sizes, sizes))
 
     big = big_exchange(splits[0] if splits else None)
-    far = big_exchange(splits[1]) if splits else None
+    far_peer = far_per_peer(grid, splits[1]) if splits else _BIG_PER_PEER
+    far = big_exchange([far_peer if v else 0 for v in splits[1]]) if splits else None
     if splits:  # one element to each rank of the other hosts: their messages' cost
         far_sizes = [int(v > 0) for v in splits[1]]
         tiny_in, tiny_out = torch.zeros(sum(far_sizes), device=dev), torch.empty(sum(far_sizes), device=dev)
@@ -280,12 +291,39 @@ def _round(grid, csr, kernel, repeats: int):
              median_time(lambda: spmm(csr, x, **k), True) / (csr.nnz * 32) if x is not None else 0.0,
              median_time(lambda: a @ w, True), median_time(lambda: torch.mul(e1, e2), True), median_time(step, True),
              far() if far is not None else 0.0,
-             median_time(lambda: grid.all_to_all_single(tiny_out, tiny_in, far_sizes, far_sizes)) if splits else 0.0]
+             median_time(lambda: grid.all_to_all_single(tiny_out, tiny_in, far_sizes, far_sizes)) if splits else 0.0,
+             float(far_peer)]
         vals = torch.tensor(t, dtype=torch.float64, device=dev)
         grid.all_reduce_(vals, op="max")  # the slowest rank's; identical on every rank from here
         return vals.cpu().numpy()
 
     return one_round
+
+
+def far_per_peer(grid, far: list[int]) -> int:
+    """Elements per peer of the probe's exchange across hosts (collective; the same on every rank): from
+    :data:`_BIG_PER_PEER`, grown (x2 to x16, toward the target) while the slowest rank's exchange lasts under
+    :data:`_FAR_SECONDS` and the busiest rank sends at most :data:`_FAR_MAX_ELEMS`.
+
+    Args:
+        far: per rank, nonzero where that rank is on another host (:func:`_big_splits`'s second list).
+    """
+    peers = torch.tensor([float(sum(1 for v in far if v))], dtype=torch.float64, device=grid.device)
+    grid.all_reduce_(peers, op="max")
+    cap = max(_BIG_PER_PEER, _FAR_MAX_ELEMS // max(int(peers.item()), 1))
+    timer = _timer(grid, 3)
+    per = _BIG_PER_PEER
+    while per < cap:
+        sizes = [per if v else 0 for v in far]
+        inp = torch.zeros(sum(sizes), device=grid.device)
+        out = torch.empty_like(inp)
+        t = torch.tensor([timer(lambda: grid.all_to_all_single(out, inp, sizes, sizes))], dtype=torch.float64,
+                         device=grid.device)
+        grid.all_reduce_(t, op="max")  # the slowest rank's: every rank grows alike
+        if t.item() >= _FAR_SECONDS:
+            break
+        per = min(cap, per * min(16, max(2, math.ceil(_FAR_SECONDS / max(t.item(), 1e-6)))))
+    return per
 
 
 def _timer(grid, repeats: int):
@@ -316,7 +354,8 @@ def _timer(grid, repeats: int):
 def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None, device: torch.device | str = "cpu") -> Network:
     """The constants of a round's timings ``t`` (see :func:`_round`) at ``P`` ranks on the hosts ``host`` (``[P]``,
     :func:`gnndist.cost.host_index`; None: one host)."""
-    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far, t_far_tiny = (float(v) for v in t)
+    t_world, t_pair, t_big, spmm_rate, t_dense, t_elem, t_step, t_far, t_far_tiny, *rest = (float(v) for v in t)
+    far_peer = (rest[0] if rest else _BIG_PER_PEER) * 4  # bytes per peer of the exchange across hosts
     if P > 2 and t_pair:  # the 2-rank axis gives the second point: overhead + alpha
         alpha = max(t_world - t_pair, 0.0) / (P - 2)
         overhead = max(t_pair - alpha, 0.0)
@@ -328,10 +367,10 @@ def _constants(t: np.ndarray, P: int, host: np.ndarray | None = None, device: to
         size = np.bincount(host, minlength=P)[host]  # [P] ranks on each rank's host
         if t_far_tiny:  # the slowest rank's: the one with the most peers elsewhere, at most
             alpha_host = max(t_far_tiny - overhead, 0.0) / float(np.max(P - size))
-        beta_host = float(np.max(size * (P - size))) * peer / max(t_far - t_world, 1e-9)  # the busiest host's link
+        beta_host = float(np.max(size * (P - size))) * far_peer / max(t_far - t_world, 1e-9)  # the busiest link
         big_bytes = float(np.max(size - 1)) * peer  # to every other rank of the largest host
         if not t_big:  # one rank per host: nothing within a host; a rank's rate is its host's
-            t_big, big_bytes = t_far, (P - 1) * peer
+            t_big, big_bytes = t_far, (P - 1) * far_peer
     else:
         big_bytes = peer * (P - 1)
     inv_beta = max(t_big - t_world, 1e-9) / big_bytes if P > 1 else 0.0
