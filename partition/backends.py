@@ -28,7 +28,8 @@ both): the threaded backends take ``--threads`` (default: every core of the proc
 deterministic preset gives the same parts at any thread count (the same sha256 of the parts of
 Amazon Photo at 1 and 2 threads). KaMinPar's Python binding has no deterministic mode: above one
 thread its parts may vary run to run (they did here at 2), so ``--threads 1`` is the way to repeat
-them. pymetis runs METIS on one thread, deterministic; ``random`` is seeded.
+them, except under its ``terapart`` preset (above 2^23 entries), whose parts varied at one thread too.
+pymetis runs METIS on one thread, deterministic; ``random`` is seeded.
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ class Backend:
         """The report's fields of how this backend runs on a graph of ``nnz`` adjacency entries (none by default)."""
         return {}
 
-    def determinism(self, threads: int) -> tuple[bool, str]:
-        """Whether the same input and seed give the same parts at ``threads`` threads, and why."""
+    def determinism(self, threads: int, nnz: int = 0) -> tuple[bool, str]:
+        """Whether the same input and seed give the same parts at ``threads`` threads on a graph of ``nnz``
+        adjacency entries, and why."""
         return True, f"{self.name}: single-threaded and seeded"
 
     def _check(self, csr: GlobalCSR, req: Request) -> None:
@@ -257,9 +259,15 @@ class KaMinPar(OneWeight):
     def threads_used(self, threads: int) -> int:
         return max(threads, 1)
 
-    def determinism(self, threads: int) -> tuple[bool, str]:
-        if threads <= 1:  # (kaminpar 3.7.3: a process's first terapart call gives other parts than its later ones,
-            return True, "kaminpar: one thread, seeded"  # the same in every process; a partition run makes one)
+    def determinism(self, threads: int, nnz: int = 0) -> tuple[bool, str]:
+        if self.choice(nnz).preset == "terapart":
+            # kaminpar 3.7.3: the same seeded one-thread terapart call gave two different parts, by the process's
+            # earlier calls and, under load, from run to run (a fresh process's calls: d10f.. 6bd2.. 6bd2.., and
+            # after a default call 6bd2.. then d10f.. or 6bd2..): no setting repeats them
+            return False, ("kaminpar's terapart preset: the parts may vary run to run, at any thread count "
+                           "(kaminpar 3.7.3); --method metis or hypergraph repeat theirs")
+        if threads <= 1:
+            return True, "kaminpar: one thread, seeded"
         return False, (f"kaminpar on {threads} threads: the parts may vary run to run (its Python binding has no "
                        "deterministic mode); --threads 1 repeats them")
 
@@ -327,7 +335,7 @@ class Hypergraph(OneWeight):
     def threads_used(self, threads: int) -> int:
         return max(threads, 1)
 
-    def determinism(self, threads: int) -> tuple[bool, str]:
+    def determinism(self, threads: int, nnz: int = 0) -> tuple[bool, str]:
         return True, f"hypergraph: Mt-KaHyPar's {HYPERGRAPH_PRESET} preset, the same parts at any thread count"
 
     def assign(self, csr: GlobalCSR, req: Request) -> np.ndarray:

@@ -54,7 +54,7 @@ def quality(req: PartitionRequest, csr: GlobalCSR, made: Assigned, book: Partiti
             "train": imbalance(np.bincount(made.assign, weights=made.train, minlength=parts)),
         },
         "assign_seconds": round(made.seconds, 3),
-        **_determinism(made.backend, req.threads),
+        **_determinism(made.backend, req.threads, csr.nnz),
         "metis_lib": metis_library(csr.nnz) if made.backend == "metis" else None,
         "cost_model": {"network": req.net.name, "widths": list(req.widths)},
         **made.fields,
@@ -75,10 +75,10 @@ def _backend_fields(req: PartitionRequest, made: Assigned, nnz: int) -> dict:
     }
 
 
-def _determinism(chosen: str, threads: int) -> dict:
+def _determinism(chosen: str, threads: int, nnz: int) -> dict:
     """The report's ``threads`` (of the backend that made the parts), ``deterministic`` and why."""
     b = backend(chosen)
-    repeat, why = b.determinism(b.threads_used(threads))
+    repeat, why = b.determinism(b.threads_used(threads), nnz)
     return {"threads": b.threads_used(threads), "threads_given": threads, "deterministic": repeat, "determinism": why}
 
 
