@@ -383,25 +383,17 @@ def test_auto_splits_each_layout_by_host(tmp_path, stored):
                   + max(got[0].fold_near / 1e9, got[0].fold_host / 1e6)))
 
 
-def _placed_exchange(csr, offsets, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """The expand and fold ``[P, P]`` (as :class:`GridExchange`'s) of the q x c grid placed the other way: rank
-    ``k`` at ``(i, j) = (k % q, k // q)``, so a replica group (ranks ``i, i + q, ...``) spans the hosts and the
-    expand's axis (ranks ``jq .. jq + q - 1``) is consecutive. Counted entry by entry."""
-    off = np.asarray(offsets)
-    P = len(off) - 1
-    q = P // c
-    owner = np.repeat(np.arange(P), np.diff(off))
-    rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.rowptr))
-    cols = np.asarray(csr.col, dtype=np.int64)
-    blk = (owner[cols] // q) * q + owner[rows] % q  # the rank at (row group of the row, column slab of the col)
-    expand, fold = np.zeros((P, P), np.int64), np.zeros((P, P), np.int64)
-    for rank, col in {(int(b), int(x)) for b, x in zip(blk, cols)}:
-        if owner[col] != rank:
-            expand[rank, owner[col]] += 1  # [dst, src]
-    for rank, row in {(int(b), int(r)) for b, r in zip(blk, rows)}:
-        if owner[row] != rank:
-            fold[rank, owner[row]] += 1  # [src, dst]
-    return expand, fold
+def _placement_counter():
+    """``benchmarks/placement.py``'s :func:`exchange`: a layout's expand and fold counted from the entries of ``A``,
+    either placement."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "placement.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_placement", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.exchange
 
 
 @pytest.mark.parametrize("world, c", [(4, 2), (8, 2), (8, 4)])
@@ -411,8 +403,13 @@ def test_the_replica_group_across_hosts_is_the_other_replication(world, c):
     of ``P / c``, so its expand is that layout's fold and its fold that layout's expand, rank by rank and peer by
     peer: the same rows on the same links (one direction for the other). ``auto`` considers every ``c``."""
     p = partition(_data(), world, progress=False, **QUICK_PARTITION)
-    expand, fold = _placed_exchange(p.csr, p.book.offsets, c)
+    exchange = _placement_counter()
+    rows = np.repeat(np.arange(p.csr.num_nodes, dtype=np.int64), np.diff(p.csr.rowptr))
+    cols, off = np.asarray(p.csr.col, dtype=np.int64), np.asarray(p.book.offsets, dtype=np.int64)
+    usual = grid_exchange(p.csr, p.book.offsets, c)  # the counter agrees with the partition's own counts
+    assert all(np.array_equal(a, b) for a, b in zip(exchange(rows, cols, off, c, False), (usual.expand, usual.fold)))
+    expand, fold = exchange(rows, cols, off, c, True)
     other = grid_exchange(p.csr, p.book.offsets, world // c)
     assert expand.sum() > 0 and fold.sum() > 0
     assert np.array_equal(expand, other.fold) and np.array_equal(fold, other.expand)
-    assert not np.array_equal(expand, grid_exchange(p.csr, p.book.offsets, c).expand) or world == c * c
+    assert not np.array_equal(expand, usual.expand) or world == c * c
