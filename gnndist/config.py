@@ -200,6 +200,9 @@ class ModelConfig:
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
+    sparse_features: str = opt("auto", "auto: mostly-zero input features (under 5 %% of the cells nonzero) go to a first "
+                               "linear map as a sparse matrix, O(nnz x hidden); on: always; off: always dense",
+                               ("auto", "on", "off"))
     recompute: bool = opt(False, "activation checkpointing: recompute every block in backward, halo exchanges "
                           "included (gcn2, resgcn)")
 
@@ -208,6 +211,8 @@ class ModelConfig:
         _need(self.hidden >= 1, f"--hidden must be >= 1, got {self.hidden}")
         _need(0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}")
         _need(self.arch in ("plain", "residual"), f"--arch must be plain or residual, got {self.arch!r}")
+        _need(self.sparse_features in ("auto", "on", "off"),
+              f"--sparse-features must be auto, on or off, got {self.sparse_features!r}")
         _need(self.num_bases >= 0, f"--num-bases must be >= 0, got {self.num_bases}")
         _need(self.embedding in ("zero", "learn"), f"--embedding must be zero or learn, got {self.embedding!r}")
 

@@ -39,20 +39,27 @@ from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
 from gnndist.partition.format import drop_pages
 from gnndist.partition.link import LINK_PREFIX
+from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, rows_of
 from gnndist.strategies import Halo1D, Strategy, Structure, strategy_from_config
 
 SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
-SPARSE_INPUT = 16  # input features whose nonzeros are under 1/16 of the cells drop out at the nonzeros alone
 ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
 
 
-def _sparse_dropout(x: Tensor, nonzero: tuple[Tensor, Tensor, Tensor], keys: Tensor, p: float) -> Tensor:
-    """Dropout of the mostly-zero ``x`` from its nonzero cells ``(rows, cols, vals)``: the mask at those cells only."""
-    rows, cols, vals = nonzero
-    drop = cell_bits(keys[rows], cols) < int(p * 2**31)  # [nnz]: the dense mask's cells
-    out = torch.zeros_like(x)
-    out[rows, cols] = apply_dropout(vals, drop, p)
-    return out
+def _sparse_dropout(rows: SparseRows, keys: Tensor, p: float) -> SparseRows:
+    """Dropout of mostly-zero rows at their nonzero cells alone: the dense mask's cells, ``O(nnz)``."""
+    drop = cell_bits(keys[rows.csr.row.long()], rows.csr.col) < int(p * 2**31)  # [nnz]
+    return rows.with_values(apply_dropout(rows.values, drop, p))
+
+
+def _sparse_features(choice: str, x: Tensor, grid: ProcessGrid) -> bool:
+    """Whether the features are taken as sparse (``--sparse-features``): ``auto`` measures the share of nonzero cells
+    over every rank (collective: one all-reduce, the same decision on all) against :data:`SPARSE_FEATURES`."""
+    if choice != "auto":
+        return choice == "on"
+    counts = torch.tensor([float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64, device=x.device)
+    nonzero, cells = grid.all_reduce_(counts).tolist()
+    return cells > 0 and nonzero < SPARSE_FEATURES * cells
 
 
 def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
@@ -143,6 +150,9 @@ class DistGraph:
         kernel: the kernels of every aggregation, a :class:`~gnndist.kernels.KernelSettings`
             (default: chosen per input by the dispatcher, SpMM tiles tuned).
         normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
+        sparse_features: ``"auto"`` (default): the features are taken as sparse where under
+            :data:`~gnndist.sparse_rows.SPARSE_FEATURES` of their cells are nonzero over every rank (collective);
+            ``"on"``: always; ``"off"``: never (:attr:`sparse_features`, :meth:`input_rows`).
         context: the run's :class:`~gnndist.context.RunContext` (a fresh one by default).
         root: the partition directory the part was read from, where :meth:`sub_partition` finds the other
             structures it stores (None: arrays handed in, no sub-partitions).
@@ -150,7 +160,8 @@ class DistGraph:
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
                  strategy: Strategy | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
-                 normalize_features: bool = False, context: RunContext | None = None, root: str | Path | None = None):
+                 normalize_features: bool = False, context: RunContext | None = None, root: str | Path | None = None,
+                 sparse_features: str = "auto"):
         grid = grid or ProcessGrid()
         dev = grid.device
         # the part's rows of A stay as stored (mapped): the strategy reads them into its own block
@@ -183,6 +194,9 @@ class DistGraph:
             edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
             x=x,  # [n_owned, F]: the part's own pages unless normalised
             features_normalized=normalize_features,
+            # under SPARSE_FEATURES of the cells nonzero over every rank: dropout at the nonzeros, and a first linear
+            # map that asks for it takes SparseRows (input_rows)
+            sparse_features=_sparse_features(sparse_features, x, grid),
             y=t["y"],  # [n_owned] (or [n_owned, T] multi-label)
             train_mask=t["train_mask"], val_mask=t["val_mask"], test_mask=t["test_mask"],  # [n_owned] each
             num_train=int(meta.get("num_train", 0)),
@@ -248,7 +262,8 @@ class DistGraph:
         """
         strategy = strategy_from_config(dist or cfg.dist)
         return cls(arrays, meta, grid, strategy=strategy, comm_dtype=comm_dtype or cfg.wire_dtype,
-                   kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features, root=root)
+                   kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features, root=root,
+                   sparse_features=cfg.model.sparse_features)
 
     def with_split(self, k: int) -> DistGraph:
         """The same graph training, validating and testing on split ``k`` of the partition's splits.
@@ -443,43 +458,44 @@ class DistGraph:
         return self.comm_dtype.itemsize if self.comm_dtype else itemsize
 
     # ------------------------------------------------------------------ randomness
-    def dropout(self, x: Tensor, p: float, key: int, training: bool = True) -> Tensor:
+    def dropout(self, x: Tensor | SparseRows, p: float, key: int, training: bool = True,
+                sparse: bool = False) -> Tensor | SparseRows:
         """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
 
-        The seed and epoch are the step's (``graph.context``). On the input features
-        (``x is graph.x``) with mostly zero entries, the mask is only evaluated at the cached
-        nonzeros: the result is the same, the cost is ``O(nnz)``. Under autocast the input features come out
-        in the autocast dtype (:func:`compute_dtype`), as the first layer would cast them: the backward
-        then rebuilds the dropped half rows instead of keeping autocast's copy of them.
+        The seed and epoch are the step's (``graph.context``). On the input features (``x is graph.x``) with
+        mostly zero entries (:attr:`sparse_features`), the mask is only evaluated at their nonzeros (the same
+        result at ``O(nnz)``), and with ``sparse`` they stay sparse: :class:`~gnndist.sparse_rows.SparseRows`,
+        in training and in evaluation, for a first layer that only maps them linearly (``nn.Linear``, ``@``).
+        Dense features under autocast come out in the autocast dtype (:func:`compute_dtype`), as the first
+        layer would cast them: the backward then rebuilds the dropped half rows instead of keeping autocast's
+        copy of them.
 
         Shapes:
             x ``[n_owned, F]``
         """
+        rows = self.input_rows(x) if sparse else x
         if not training or p == 0.0:
-            return x
+            return rows
         step = self.context.current
-        ids = self.orig_id[: x.shape[0]]
-        keys = node_keys(ids, step.seed, step.epoch, key)  # [n_owned]
-        features = x is self.x
-        nonzero = self.derived("x_nonzero", self._x_nonzero) if features else None
-        # the features (fp32 as stored) leave in the compute dtype: the next layer saves this rebuildable tensor,
-        # not autocast's half copy of it (n x F half cells fewer under bf16 | fp16; the same values)
-        dtype = compute_dtype(x[:0]).dtype if features else x.dtype
+        keys = node_keys(self.orig_id[: x.shape[0]], step.seed, step.epoch, key)  # [n_owned]
+        if isinstance(rows, SparseRows):
+            return _sparse_dropout(rows, keys, p)
+        features = x is self.x and self.sparse_features
+        dtype = compute_dtype(x[:0]).dtype if x is self.x else x.dtype
         version = x._version
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
-            out = _sparse_dropout(x, nonzero, keys, p) if nonzero is not None else dropout(x, keys, p)
+            out = _sparse_dropout(self.input_rows(x), keys, p).to_dense() if features else dropout(x, keys, p)
             return out.to(dtype)  # the dispatcher's dropout: one fused Triton pass on CUDA
         return self.context.rebuildable(build(), build)
 
-    def _x_nonzero(self) -> tuple[Tensor, Tensor, Tensor] | None:
-        """The nonzero cells of the input features (int32 rows and columns, values) where they are under
-        1/:data:`SPARSE_INPUT` of the cells: kept for the run at 12 B per nonzero, at most 0.75 B per cell,
-        below the dense mask's 1 B (a bag-of-words: Cora's are 1.3 % of the cells)."""
-        if not self.x.numel() or self.x.shape[0] >= 2**31:
-            return None
-        if int(torch.count_nonzero(self.x)) * SPARSE_INPUT >= self.x.numel():
-            return None
-        rows, cols = self.x.nonzero(as_tuple=True)
-        rows, cols = rows.int(), cols.int()
-        return rows, cols, self.x[rows, cols]
+    def input_rows(self, x: Tensor) -> Tensor | SparseRows:
+        """The input features as :class:`~gnndist.sparse_rows.SparseRows` where ``x`` is them and they are mostly
+        zeros (:attr:`sparse_features`; kept for the run at 8 B per nonzero), else ``x`` itself.
+
+        For a first linear map that takes ``x`` with no dropout before it; :meth:`dropout` with ``sparse``
+        calls it. Shapes: x ``[n_owned, F]``.
+        """
+        if x is not self.x or not self.sparse_features:
+            return x
+        return self.derived("input_rows", lambda: rows_of(self.x, self.kernel))

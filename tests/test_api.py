@@ -80,8 +80,8 @@ def test_half_dropped_features_are_rebuilt_in_the_compute_dtype(part1, monkeypat
     them: the layer saves that rebuildable tensor (nothing of it lives between forward and backward) instead of
     autocast's copy, and the gradients are bit for bit those of dropping in fp32 and letting autocast cast."""
     graph = DistGraph.load(part1, ProcessGrid())
-    if dense:  # Cora's x is mostly zero: without its nonzeros cached, the dense dropout runs on it
-        monkeypatch.setattr(DistGraph, "_x_nonzero", lambda self: None)
+    if dense:  # Cora's x is mostly zero: taken as dense features, the dense dropout runs on it
+        graph._set(sparse_features=False)
     lin = torch.nn.Linear(graph.x.shape[1], 7)
     grads = []
     for x in (graph.x, graph.x.clone()):  # the features themselves; a copy of them, not the graph's features

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.nn.conv.message_passing import add_bias
+from gnndist.sparse_rows import SparseRows
 
 
 class GCNConv(nn.Module):
@@ -16,7 +17,8 @@ class GCNConv(nn.Module):
     aggregated first and then mapped: ``(A X) W`` equals ``A (X W)``, and when ``X`` needs no
     gradient that SpMM has no backward (no ``A^T`` product, no reverse exchange), so it costs
     ``in_channels`` per row instead of ``2 * out_channels`` (:func:`gnndist.cost.aggregate_first`
-    decides). Parameter names and initialisation follow ``torch_geometric.nn.GCNConv``
+    decides); mostly-zero features (:class:`~gnndist.sparse_rows.SparseRows`) are always mapped first, in
+    ``O(nnz x out_channels)``. Parameter names and initialisation follow ``torch_geometric.nn.GCNConv``
     (``lin.weight`` ``[out, in]``, ``bias`` ``[out]``).
 
     Args:
@@ -38,7 +40,7 @@ class GCNConv(nn.Module):
         nn.init.xavier_uniform_(self.lin.weight)
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        if self.aggregate_first:
+        if self.aggregate_first and not isinstance(x, SparseRows):  # sparse features: mapping is O(nnz x out)
             out = self.lin(graph.spmm(x, weight="gcn", tag=self.tag))  # [n_owned, out]
         else:
             out = graph.spmm(self.lin(x), weight="gcn", tag=self.tag)  # [n_owned, out]

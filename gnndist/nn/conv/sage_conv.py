@@ -5,13 +5,15 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from gnndist.nn.conv.message_passing import add_bias
+from gnndist.sparse_rows import SparseRows
 
 
 class SAGEConv(nn.Module):
     r"""SAGE layer: :math:`x'_i = W_l \,\mathrm{mean}_{j \in N(i)} x_j + W_r x_i + b`.
 
     When ``out_channels < in_channels`` the neighbour transform runs before the mean
-    (mean is linear), so the halo exchange moves the narrower rows. Parameter names follow
+    (mean is linear), so the halo exchange moves the narrower rows; so it does for mostly-zero features
+    (:class:`~gnndist.sparse_rows.SparseRows`), whose map costs ``O(nnz x out_channels)``. Parameter names follow
     ``torch_geometric.nn.SAGEConv`` (``lin_l`` with bias, ``lin_r`` without).
 
     Args:
@@ -30,7 +32,7 @@ class SAGEConv(nn.Module):
         self.tag = "sage"
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        if self.lin_l.out_features < self.lin_l.in_features:
+        if self.lin_l.out_features < self.lin_l.in_features or isinstance(x, SparseRows):
             agg = graph.spmm(x @ self.lin_l.weight.t(), reduce="mean", tag=self.tag)  # [n_owned, out]
             if self.lin_l.bias is not None:
                 agg = add_bias(agg, self.lin_l.bias)

@@ -68,7 +68,7 @@ class GCNII(nn.Module):
         return block
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        x = graph.dropout(x, self.dropout, key=0, training=self.training)
+        x = graph.dropout(x, self.dropout, key=0, training=self.training, sparse=True)
         x = x_0 = F.relu(self.lin_in(x))  # [n_owned, hidden]
         for i in range(len(self.convs)):
             x = checkpointed(self._block(i), graph, x, x_0, enabled=self.recompute and self.training)
@@ -120,7 +120,7 @@ class ResGCN(nn.Module):
 
     def forward(self, graph, x: Tensor) -> Tensor:
         on = self.recompute and self.training
-        x = graph.dropout(x, self.dropout, key=len(self.convs) + 1, training=self.training)
+        x = graph.dropout(x, self.dropout, key=len(self.convs) + 1, training=self.training, sparse=True)
         h = checkpointed(lambda g, v: self.convs[0](g, self.lin_in(v)), graph, x, enabled=on)  # [n_owned, hidden]
         for i in range(1, len(self.convs)):
             h = h + checkpointed(self._block(i), graph, h, enabled=on)

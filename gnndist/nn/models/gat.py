@@ -43,7 +43,7 @@ class GAT(nn.Module):
 
     def forward(self, graph, x: Tensor) -> Tensor:
         for i, conv in enumerate(self.convs):
-            x = graph.dropout(x, self.dropout, key=i, training=self.training)
+            x = graph.dropout(x, self.dropout, key=i, training=self.training, sparse=i == 0)  # features: SparseRows
             x = conv(graph, x)  # [n_owned, H*C]
             if i < len(self.convs) - 1:
                 x = F.elu(apply_norm(self.norms[i], graph, x))

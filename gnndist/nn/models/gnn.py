@@ -8,9 +8,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.cost import aggregate_first
+from gnndist.nn.conv.gat_conv import GATConv
 from gnndist.nn.conv.gcn_conv import GCNConv
+from gnndist.nn.conv.sage_conv import SAGEConv
 from gnndist.nn.norm import apply_norm, make_norm
 
+LINEAR_FIRST = (GCNConv, SAGEConv, GATConv)  # layers whose input meets only linear maps (SparseRows: nn.Linear, @)
 ConvFactory = Callable[[int, int], nn.Module]  # (in_channels, out_channels) -> a layer taking (graph, x)
 
 
@@ -39,12 +42,14 @@ class GNN(nn.Module):
             c.tag = f"layer{i}"
         if isinstance(self.convs[0], GCNConv):  # its input, the features, needs no gradient
             self.convs[0].aggregate_first = aggregate_first(in_channels, widths[1])
+        # a first layer whose input only meets linear maps takes mostly-zero features as SparseRows
+        self.sparse_input = isinstance(self.convs[0], LINEAR_FIRST)
         self.norms = nn.ModuleList(make_norm(norm, hidden) for _ in range(layers - 1))
         self.dropout = dropout
 
     def forward(self, graph, x: Tensor) -> Tensor:
         for i, conv in enumerate(self.convs):
-            x = graph.dropout(x, self.dropout, key=i, training=self.training)
+            x = graph.dropout(x, self.dropout, key=i, training=self.training, sparse=i == 0 and self.sparse_input)
             x = conv(graph, x)
             if i < len(self.convs) - 1:
                 x = F.relu(apply_norm(self.norms[i], graph, x))

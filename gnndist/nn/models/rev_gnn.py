@@ -282,7 +282,8 @@ class RevGNN(nn.Module):
             raise UserError("--recompute is for non-reversible models: --model revgnn recomputes its blocks already")
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        x = graph.dropout(x, self.dropout, key=1 + len(self.blocks) * self.groups, training=self.training)
+        x = graph.dropout(x, self.dropout, key=1 + len(self.blocks) * self.groups, training=self.training,
+                          sparse=True)
         x = self.lin_in(x)  # [n_owned, hidden]
         if self.reversible and self.training and torch.is_grad_enabled():
             x, bound = _Reversible.apply(x, self, graph, *self.blocks.parameters())
