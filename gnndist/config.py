@@ -200,8 +200,8 @@ class ModelConfig:
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
-    sparse_features: str = opt("auto", "auto: mostly-zero input features (under 5 %% of the cells nonzero) go to a first "
-                               "linear map as a sparse matrix, O(nnz x hidden); on: always; off: always dense",
+    sparse_features: str = opt("auto", "auto: mostly-zero input features (under 5 %% of the cells nonzero) go to "
+                               "a first linear map as a sparse matrix, O(nnz x hidden); on: always; off: dense",
                                ("auto", "on", "off"))
     recompute: bool = opt(False, "activation checkpointing: recompute every block in backward, halo exchanges "
                           "included (gcn2, resgcn)")

@@ -156,8 +156,9 @@ def test_sparse_first_layer_equals_dense_one_process(runs, case, world, precisio
 
 def test_auto_takes_sparse_features_by_density(tmp_path):
     """``auto``: the bag of words (3 %) is sparse; dense features (synthetic, ~100 %) are not; F.linear is exact."""
-    from gnndist.dist.grid import ProcessGrid
     from gnndist.partition import load
+
+    from gnndist.dist.grid import ProcessGrid
 
     data = _data()
     partition(data, 1, progress=False, **QUICK_PARTITION).save(tmp_path / "bow", dataset="bow", progress=False)

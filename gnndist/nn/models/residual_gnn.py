@@ -62,7 +62,8 @@ class ResidualGNN(nn.Module):
         return block
 
     def forward(self, graph, x: Tensor) -> Tensor:
-        x = F.gelu(graph.dropout(self.lin_in(graph.input_rows(x)), self.dropout, key=0, training=self.training))  # [n_owned, hidden]
+        x = self.lin_in(graph.input_rows(x))  # [n_owned, hidden]: mostly-zero features as SparseRows
+        x = F.gelu(graph.dropout(x, self.dropout, key=0, training=self.training))  # [n_owned, hidden]
         for i in range(len(self.convs)):
             x = x + checkpointed(self._block(i), graph, x, enabled=self.recompute and self.training)
         return self.lin_out(apply_norm(self.norm_out, graph, x))  # [n_owned, out_channels]
