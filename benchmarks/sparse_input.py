@@ -17,9 +17,9 @@ import statistics
 import time
 
 import torch
+from gnndist.kernels import KernelSettings
 
 from gnndist.bench.common import loadavg
-from gnndist.kernels import KernelSettings
 from gnndist.sparse_rows import rows_of
 
 
