@@ -1,12 +1,15 @@
 """``gnndist bench``: scaling benchmarks users run to pick P, the layout and the partitioner.
 
     gnndist bench strong|weak|partition|peer|kernels|model|all [--quick] [--out DIR] [--device cpu|cuda]
+    gnndist bench tta [--quick] [--datasets a,b] [--depths 2,4,8,16] [--sides ...] [--seeds 5] [--budget-s 60]
+                      [--trials K] [--threads 2] [--peers-venv DIR]
     gnndist bench report RESULTS [--readme benchmarks/README.md]
 
 Each suite writes ``DIR/<suite>.csv`` (one row per measurement, with the machine, torch /
 gnndist versions, git commit and the 1-minute load average) and ``DIR/<suite>_*.png``;
 ``DIR/run.json`` records the command. Timings: ``--warmup`` epochs, then the median over
-the rest (>= 5), the device synchronised before every clock reading. Suites:
+the rest (>= 5), the device synchronised before every clock reading. ``tta`` (time to accuracy against
+mini-batch peers, :mod:`gnndist.bench.tta`) has its own protocol and files. Suites:
 :mod:`gnndist.bench.suites`; figures: :mod:`gnndist.bench.plots`; the results page:
 :mod:`gnndist.bench.page`. On a cluster, ``--launcher`` runs every training job through
 ``torchrun``/``srun`` (see ``docs/benchmarks.md``).
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from gnndist.errors import UserError
 
-SUITE_NAMES = ("strong", "weak", "partition", "peer", "kernels", "model")
+SUITE_NAMES = ("strong", "weak", "partition", "peer", "kernels", "model", "tta")
 QUICK_ORDER = ("peer", "strong", "weak", "partition", "kernels")
 
 
@@ -36,7 +39,8 @@ def _ints(text: str | None, flag: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", choices=(*SUITE_NAMES, "all", "report"),
                    help="strong | weak | partition | peer | kernels | model (the cost model beside measured "
-                   "epochs) | all (peer, strong, weak, partition, kernels) | report")
+                   "epochs) | tta (time to accuracy against mini-batch peers) | all (peer, strong, weak, partition, "
+                   "kernels) | report")
     p.add_argument("results", nargs="?", default=None, help="report only: a results folder, or a folder of them")
     p.add_argument("--quick", action="store_true",
                    help="small graphs and P <= 4: all suites in < 10 minutes on 2 cores")
@@ -53,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=None, help="epochs per run, warm-up included (default: 7 quick, 12)")
     p.add_argument("--warmup", type=int, default=2, help="untimed first epochs (default: %(default)s)")
     p.add_argument("--model", default="gcn", help="model of strong/weak/partition (default: %(default)s)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden width (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden width (default: 64; tta: 256, gnndist's side)")
     p.add_argument("--layers", type=int, default=2, help="layers (default: %(default)s)")
     p.add_argument("--launcher", default=None,
                    help="run each training job as `LAUNCHER -m gnndist.cli train ...`, with {nproc} (P), {nnodes} and "
@@ -70,6 +74,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-parts", default=None,
                    help="partition: train on the parts at these P (default: 4 quick; 4,8)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="CSV only")
+    t = p.add_argument_group("tta (gnndist.bench.tta)")
+    t.add_argument("--datasets", default=None, help="comma list of graphs (default: cora with --quick, else "
+                   "amazon-photo, coauthor-cs, flickr-ane, blogcatalog, facebook-page-page, synthetic-1m)")
+    t.add_argument("--depths", default=None, help="comma list of layer counts (default: 2 quick; 2,4,8,16)")
+    t.add_argument("--sides", default=None, help="comma list of gnndist, pyg-neighbor, pyg-cluster, dgl-neighbor "
+                   "(default: all)")
+    t.add_argument("--seeds", type=int, default=None, help="seeds of each final config (default: 2 quick; 5)")
+    t.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default: 5 quick; 60)")
+    t.add_argument("--trials", type=int, default=0, help="random-search trials per side, the same for every side "
+                   "(default: %(default)s, the defaults only)")
+    t.add_argument("--threads", type=int, default=2, help="torch threads of every side (default: %(default)s)")
+    t.add_argument("--eval-every-s", type=float, default=None, help="a mini-batch side's evaluations, this many "
+                   "training seconds apart (default: --budget-s / 100): time to T is known to one such interval "
+                   "(gnndist's: one epoch)")
+    t.add_argument("--deep-model", default="gcn2", help="gnndist's model from 4 layers on (default: %(default)s; "
+                   "below: sage, as the peers at every depth)")
+    t.add_argument("--peers-venv", default=None, help="the peers' venv, installed on first use (default: "
+                   "$GNNDIST_PEERS_VENV, else ~/.cache/gnndist/peers-venv)")
     p.add_argument("--readme", default=None, help="report only: write the tables between the markers of this file")
 
 
@@ -88,11 +110,11 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     s = Settings(out=out, quick=args.quick, device=args.device, dataset=args.dataset,
                  parts=_ints(args.parts, "--parts"), epochs=epochs, warmup=args.warmup, model=args.model,
-                 hidden=args.hidden, layers=args.layers, root=args.root, launcher=args.launcher, plots=args.plots,
+                 hidden=args.hidden or 64, layers=args.layers, root=args.root, launcher=args.launcher, plots=args.plots,
                  per_node=args.per_node, work=Path(args.work) if args.work else None,
                  strategies=args.strategies.split(",") if args.strategies else [],
                  train_parts=_ints(args.train_parts, "--train-parts") if args.train_parts is not None else None,
-                 grid=args.grid.split(",") if args.grid else [])
+                 grid=args.grid.split(",") if args.grid else [], tta=_tta(args) if args.suite == "tta" else None)
     suites = QUICK_ORDER if args.suite == "all" else (args.suite,)
     env = environment(args.device)
     run = {"command": "gnndist bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:] if "bench" in sys.argv
@@ -120,6 +142,19 @@ def main(args: argparse.Namespace) -> int:
     (out / "run.json").write_text(json.dumps(run, indent=1) + "\n")
     print(f"bench: done in {run['wall_s']:.0f} s; {out}", flush=True)
     return 0
+
+
+def _tta(args: argparse.Namespace):
+    """``gnndist bench tta``'s settings from its flags (those not given: :class:`TTASettings`' or its quick ones)."""
+    from gnndist.bench.tta_protocol import TTASettings
+
+    given = {"datasets": args.datasets.split(",") if args.datasets else [args.dataset] if args.dataset else None,
+             "depths": _ints(args.depths, "--depths") or None, "sides": args.sides.split(",") if args.sides else None,
+             "seeds": args.seeds, "budget_s": args.budget_s, "trials": args.trials, "threads": args.threads,
+             "hidden": args.hidden, "deep_model": args.deep_model, "eval_every_s": args.eval_every_s,
+             "peers_venv": args.peers_venv}
+    given = {k: v for k, v in given.items() if v is not None}
+    return TTASettings.quick(**given) if args.quick else TTASettings(**given)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -14,11 +14,15 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gnndist.errors import UserError
 from gnndist.files import atomic_file
+
+if TYPE_CHECKING:
+    from gnndist.bench.tta_protocol import TTASettings
 
 # every row starts with these; a suite's own columns follow in the order it first writes them
 ENV_COLUMNS = ("suite", "time", "machine", "cpu", "cores", "memory_gb", "device", "torch", "gnndist", "git",
@@ -48,6 +52,7 @@ class Settings:
     strategies: list[str] = field(default_factory=list)  # strong: only these (default: every layout that fits)
     train_parts: list[int] | None = None  # partition: train at these P (default: 4 quick, 4 and 8)
     grid: list[str] = field(default_factory=list)  # model: DATASET:MODEL:HIDDEN cases (default: its MODEL_GRID)
+    tta: TTASettings | None = None  # tta: its own choices (default: TTASettings(), or its quick() with --quick)
 
 
 def loadavg() -> float:

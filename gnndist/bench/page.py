@@ -30,8 +30,8 @@ def _f(v, fmt: str = ".2f") -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    align = ["---" if h in ("strategy", "method", "provider", "layers chosen", "case", "fastest fixed") else "---:"
-             for h in head]
+    text = ("strategy", "method", "provider", "layers chosen", "case", "fastest fixed", "dataset", "side", "config")
+    align = ["---" if h in text else "---:" for h in head]
     return ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
@@ -128,7 +128,52 @@ def model(rows: list[dict]) -> list[str]:
     return lines
 
 
-TABLES = {"peer": peer, "strong": strong, "weak": weak, "partition": partition, "kernels": kernels, "model": model}
+def _secs(v) -> str:
+    return "never" if v is None or v == "" else f"{v:.3g}" if isinstance(v, (int, float)) else str(v)
+
+
+def tta(rows: list[dict]) -> list[str]:
+    """``tta_summary.csv`` as the "Full-graph or mini-batch?" table: per dataset, depth, side and config, the time
+    to the target (median [min-max] over seeds; "never" where a seed did not reach it), epochs to it, s/epoch, the
+    test accuracy at the best validation, the seeds that reached it, and the load; a side that could not run, why."""
+    out = []
+    for r in rows:
+        if r.get("status") not in (None, "ok"):
+            out.append([r["dataset"], str(r["depth"]), r["side"], r.get("config", ""), str(r["status"]), "", "", "",
+                        "", ""])
+            continue
+        time_to = _secs(r.get("time_to_target_s"))
+        if r.get("reached"):
+            time_to += f" [{_secs(r.get('time_to_target_s_min'))}-{_secs(r.get('time_to_target_s_max'))}]"
+        test = _f(r.get("test_at_best_val"), ".3f")
+        if isinstance(r.get("test_at_best_val_min"), (int, float)):
+            test += f" [{r['test_at_best_val_min']:.3f}-{r['test_at_best_val_max']:.3f}]"
+        out.append([r["dataset"], str(r["depth"]), r["side"], r.get("config", ""), time_to,
+                    _f(r.get("epochs_to_target"), ".1f"), _f(r.get("s_per_epoch"), ".3g"), test,
+                    f"{r.get('reached', 0)}/{r.get('seeds', 0)}", f"{_f(r.get('load_min'))}-{_f(r.get('load_max'))}"])
+    return _table(["dataset", "L", "side", "config", "time to T, s: median [min-max]", "epochs to T", "s/epoch",
+                   "test at best val", "seeds at T", "load"], out)
+
+
+def tta_page(folder: Path, base: Path | None = None) -> str:
+    """The "Full-graph or mini-batch?" section of a ``gnndist bench tta`` results folder: the protocol in two
+    lines, the table of ``tta_summary.csv`` and the anytime plots (linked relative to ``base``)."""
+    rows = read_csv(folder / "tta_summary.csv")
+    rel = folder.resolve().relative_to(base) if base else folder
+    targets = {(r["dataset"], r["depth"]): r.get("target") for r in rows}
+    lines = ["## Full-graph or mini-batch?", "",
+             "Time to accuracy (`gnndist bench tta`): the same graph, split, features, model family and threads "
+             "on every side; training seconds from the first optimiser step, sampling included, evaluation and "
+             "set-up outside the clock; one full-graph evaluator for every side; model selection on validation; "
+             "T = 0.98 x the best median over seeds of the best validation accuracy.", "",
+             "Targets: " + ", ".join(f"{d} L={L}: {_f(T, '.3f')}" for (d, L), T in targets.items()) + ".", ""]
+    lines += tta(rows) + [""]
+    lines += [f"![{p.stem}]({rel}/{p.name})" for p in sorted(folder.glob("tta_*_L*.png"))]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+TABLES = {"peer": peer, "strong": strong, "weak": weak, "partition": partition, "kernels": kernels, "model": model,
+          "tta_summary": tta}
 CAPTIONS = {
     "peer": "gnndist on one rank vs single-process PyG (same GCN, data, Adam); > 1 in the fourth column: gnndist "
             "faster",
@@ -139,7 +184,10 @@ CAPTIONS = {
     "partition": "METIS settings vs random: volume = halo rows summed over parts; epoch time at the trained P",
     "kernels": "aggregation kernels (sum SpMM), power-law graph",
     "model": "the cost model (gnndist.cost.step_time, probed constants) beside the measured median epoch",
+    "tta_summary": "time to accuracy against mini-batch peers (gnndist bench tta): time to T = 0.98 x the best "
+                   "median validation accuracy, over seeds",
 }
+FIGURES_OF = {"tta_summary": "tta"}  # a table whose figures are named after another prefix
 
 
 def section(folder: Path, base: Path | None = None) -> list[str]:
@@ -165,7 +213,8 @@ def section(folder: Path, base: Path | None = None) -> list[str]:
         lines += [f"**{suite}** ({CAPTIONS[suite]}; {rows[0].get('dataset', '')}, load {_loads(rows)}; "
                   f"[`{suite}.csv`]({rel}/{suite}.csv))", ""]
         lines += TABLES[suite](rows) + [""]
-        lines += [f"![{p.stem}]({rel}/{p.name})" for p in sorted(folder.glob(f"{suite}_*.png"))] + [""]
+        prefix = FIGURES_OF.get(suite, suite)
+        lines += [f"![{p.stem}]({rel}/{p.name})" for p in sorted(folder.glob(f"{prefix}_*.png"))] + [""]
     return lines
 
 

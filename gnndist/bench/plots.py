@@ -234,3 +234,90 @@ def draw(suite: str, rows: list[dict], out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+# ---------------------------------------------------------------------- tta
+SIDE_COLORS = {"gnndist": "#4c72b0", "pyg-neighbor": "#dd8452", "pyg-cluster": "#55a868", "dgl-neighbor": "#c44e52"}
+
+
+def _anytime(points: list[dict]) -> tuple[list[float], list[float]]:
+    """(training seconds, best validation accuracy so far) of one run's evaluations in order."""
+    ts, best, b = [], [], float("-inf")
+    for p in sorted(points, key=lambda p: p["train_s"]):
+        b = max(b, p["val"])
+        ts.append(p["train_s"])
+        best.append(b)
+    return ts, best
+
+
+def median_anytime(runs: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float]]:
+    """The median over runs of their anytime curves (step functions), at every time any run was evaluated from
+    the first time every run has a value."""
+    import bisect
+    import statistics
+
+    runs = [r for r in runs if r[0]]
+    if not runs:
+        return [], []
+    start = max(ts[0] for ts, _ in runs)
+    grid = sorted({t for ts, _ in runs for t in ts if t >= start})
+    return grid, [statistics.median(b[bisect.bisect_right(ts, t) - 1] for ts, b in runs) for t in grid]
+
+
+def tta_anytime(points: list[dict], summary: list[dict]):
+    """The anytime curves of one dataset and depth: best validation accuracy so far vs training seconds, every
+    seed faint, the median over seeds bold, per side (tuned solid, default dashed); the target dotted."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    runs = defaultdict(list)
+    for p in points:
+        runs[(p["side"], p["config"], p["seed"])].append(p)
+    by = defaultdict(list)
+    for (side, config, _), pts in sorted(runs.items()):
+        by[(side, config)].append(_anytime(pts))
+    for (side, config), curves in sorted(by.items()):
+        color, ls = SIDE_COLORS.get(side, "k"), "--" if config == "default" else "-"
+        for ts, best in curves:
+            ax.step(ts, best, where="post", color=color, ls=ls, lw=0.7, alpha=0.3)
+        ts, med = median_anytime(curves)
+        ax.step(ts, med, where="post", color=color, ls=ls, lw=2, label=f"{side} {config} ({len(curves)} seeds)")
+    T = next((r["target"] for r in summary if isinstance(r.get("target"), float)), None)
+    if T is not None:
+        ax.axhline(T, color="k", ls=":", lw=1, label=f"target {T:.3f}")
+    times = [p["train_s"] for p in points if p["train_s"] > 0]
+    if times and max(times) > 20 * min(times):  # sides an order of magnitude apart: seconds on a log axis
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("training seconds (evaluation and set-up excluded)")
+    ax.set_ylabel("best validation accuracy so far")
+    ax.legend(fontsize=7)
+    loads = [v for r in summary for v in (r.get("load_min"), r.get("load_max")) if isinstance(v, (int, float))]
+    r0 = (summary or points)[0]
+    load = f", load {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    ax.set_title(f"time to accuracy: {r0['dataset']}, {r0['depth']} layers\n{r0.get('cores', '?')} cores{load} "
+                 f"(1-min avg)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def tta_figures(curves: Path, summary: Path, out: Path) -> list[Path]:
+    """``out/tta_<dataset>_L<depth>.png`` for every dataset and depth of ``tta_curves.jsonl`` (the targets and
+    loads from ``tta_summary.csv``); returns the paths."""
+    import json
+
+    from gnndist.bench.common import read_csv
+
+    plt = _pyplot()
+    points = [json.loads(ln) for ln in Path(curves).read_text().splitlines() if ln.strip()]
+    rows = read_csv(summary) if Path(summary).exists() else []
+    paths = []
+    for dataset, depth in sorted({(p["dataset"], p["depth"]) for p in points}):
+        fig = tta_anytime([p for p in points if (p["dataset"], p["depth"]) == (dataset, depth)],
+                          [r for r in rows if (r["dataset"], r["depth"]) == (dataset, depth)])
+        path = out / f"tta_{dataset}_L{depth}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -11,6 +11,7 @@
                edge_index), same model, data and optimiser, on --device: step time and (CUDA) memory
     kernels    the aggregation kernels vs torch.sparse.mm and PyG's SimpleConv (gnndist.bench.kernels)
     model      the cost model beside measured epochs over a grid of graphs, models, widths, P and layouts
+    tta        time to accuracy of gnndist's full-graph training against mini-batch peers (gnndist.bench.tta)
 
 Every row with a measured epoch time also has the cost model's (``model_epoch_s`` and its parts,
 :func:`gnndist.cost.step_time`) from the constants of the run (``auto``'s probe, else the probe
@@ -383,8 +384,16 @@ def _case(text: str) -> tuple[str, str, int]:
         raise UserError(f"--grid entries are DATASET:MODEL:HIDDEN, got {text!r}") from None
 
 
+# ---------------------------------------------------------------------- tta
+def tta_suite(s: Settings, rows: Rows, work: Path) -> None:
+    """Time to accuracy, gnndist against the mini-batch peers (:mod:`gnndist.bench.tta`)."""
+    from gnndist.bench.tta import tta
+
+    tta(s, rows, work)
+
+
 SUITES = {"strong": strong, "weak": weak, "partition": partition_suite, "peer": peer, "kernels": kernels,
-          "model": model_suite}
+          "model": model_suite, "tta": tta_suite}
 
 
 def run_suite(name: str, s: Settings, rows: Rows) -> None:
