@@ -409,6 +409,8 @@ def check_peers(b: Block, t: TTASettings) -> dict[str, str]:
             out[side] = f"check failed: {e}"
             continue
         err = float((ours - theirs).abs().max() / (1 + ours.abs().max())) if ours.shape == theirs.shape else math.inf
+        _say(f"{side}: its model on the full graph, gnndist's weights: max |logit difference| / (1 + max |logit|) "
+             f"{err:.2g} (tolerance {CHECK_TOLERANCE:g})")
         if err > CHECK_TOLERANCE:
             out[side] = (f"check failed: its model's logits {tuple(theirs.shape)} differ from gnndist's "
                          f"{tuple(ours.shape)} on the same weights (error {err:.2g} > {CHECK_TOLERANCE:g})")
