@@ -6,8 +6,6 @@ on P = 1, 2, 3 ranks against one process with ``off`` (dense): logits, first los
 contract, or the half precisions' derived bound.
 """
 
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -137,7 +135,6 @@ def runs(tmp_path_factory):
         d = tmp_path_factory.mktemp(f"p{world}")
         partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="bow", progress=False)
         results[world] = run_distributed(_rank_job, world, str(d))
-        results[world, "meta"] = json.loads((d / "META.json").read_text())
     return data, results
 
 
