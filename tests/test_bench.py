@@ -166,3 +166,18 @@ def test_model_table_errors_and_auto_margins():
     assert a["fastest"] == "2d" and a["margin"] == pytest.approx(0.1)
     text = "\n".join(model(rows))
     assert "median 10 %, worst 50 %" in text and "| g gcn h=16 | 4 | 2d/2,1d | 2d | +10.0 % |" in text
+
+
+def test_missing_matplotlib_is_refused_before_any_run(tmp_path, capsys, monkeypatch):
+    """Without matplotlib a suite stops at once in one line (not after its runs, when it draws), writing nothing."""
+    import importlib.util
+
+    from gnndist.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    out = tmp_path / "out"
+    assert main(["bench", "tta", "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib" in err[0] and "--no-plots" in err[0], err
+    assert not out.exists()

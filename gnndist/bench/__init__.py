@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import sys
 import time
@@ -105,6 +106,8 @@ def main(args: argparse.Namespace) -> int:
     if epochs - args.warmup < 5:
         raise UserError(f"--epochs {epochs} leaves {epochs - args.warmup} timed epochs after --warmup {args.warmup}; "
                         "the medians need >= 5")
+    if args.plots and importlib.util.find_spec("matplotlib") is None:  # at the start, not after an hour of runs
+        raise UserError("the suites' figures need matplotlib: pip install 'gnndist[bench]', or pass --no-plots")
     date = datetime.date.today().isoformat()
     out = Path(args.out or f"bench-results/{date}-{args.machine or machine_label(args.device)}")
     out.mkdir(parents=True, exist_ok=True)
