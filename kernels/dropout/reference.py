@@ -105,5 +105,42 @@ def dropout(x: Tensor, keys: Tensor, p: float) -> Tensor:
 
 
 def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:
-    """``x`` with the cells of ``drop`` zeroed and the rest scaled by ``1 / (1 - p)``."""
-    return (x * (1.0 / (1.0 - p))).masked_fill_(drop, 0.0)
+    """``x`` with the cells of ``drop`` zeroed and the rest scaled by ``1 / (1 - p)``; the backward keeps ``drop``
+    (1 B per cell) and scales the gradient the same way.
+
+    One multiply by fp32 factors (0 or the scale) in place of a scale and a ``masked_fill_``: a byte mask fill is
+    a slow pass on the CPU (17 ms against 5 ms on a ``[18333, 256]`` fp32 tensor, 2 threads). The kept cells are
+    bit-identical (``x`` times the fp32 scale, rounded once to ``x``'s dtype); a dropped cell is a zero of either
+    sign.
+    """
+    return _KeepScale.apply(x, drop, 1.0 / (1.0 - p))
+
+
+def _factors(drop: Tensor, scale: float) -> Tensor:
+    """fp32 ``0`` where ``drop``, else ``scale``. ``[n, F]``."""
+    return torch.logical_not(drop).to(torch.float32).mul_(scale)
+
+
+def _scaled(x: Tensor, drop: Tensor, scale: float) -> Tensor:
+    """``x`` times :func:`_factors` in fp32 arithmetic (as ``x * scale`` is for a half ``x``), rounded once to
+    ``x``'s dtype; the factors are made :data:`MASK_CHUNK` cells at a time, so the only temporary is 4 MiB."""
+    out = torch.empty_like(x)
+    step = max(1, MASK_CHUNK // max(x.shape[-1] if x.dim() > 1 else 1, 1))
+    for a in range(0, x.shape[0], step):
+        torch.mul(x[a : a + step], _factors(drop[a : a + step], scale), out=out[a : a + step])
+    return out
+
+
+class _KeepScale(torch.autograd.Function):
+    """``x`` times :func:`_factors`, saving the byte mask (not the fp32 factors) for the backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, drop: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return _scaled(x, drop, scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (drop,) = ctx.saved_tensors
+        return _scaled(grad, drop, ctx.scale), None, None
