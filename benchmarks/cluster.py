@@ -3,7 +3,7 @@
     sudo python benchmarks/cluster.py --hosts 16 --rate 100mbit --repeat 10 --fresh-root -- \
         train parts/cornell5-p16 --strategy auto --hidden 128 --epochs 1 --no-progress
 
-Each run starts one torchrun agent per host (:class:`gnndist.bench.cluster.EmulatedCluster`) and waits at
+Each run starts one torchrun agent per host (:class:`emulated_cluster.EmulatedCluster`) and waits at
 most ``--limit`` seconds; a run still going then is a hang: every rank's Python stack is printed (py-spy, where
 installed) and the run killed. ``--fresh-root``: each run gets an empty ``$GNNDIST_DATA`` (no probe cached, as
 on a new shared home directory) in which the partition's dataset folder, if named by ``--link``, is linked.
@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gnndist.bench.cluster import EmulatedCluster, bits_per_second, dilation, leftovers, rate_for
+from emulated_cluster import EmulatedCluster, bits_per_second, dilation, leftovers, rate_for
+
 from gnndist.errors import UserError
 
 

@@ -2,7 +2,7 @@
 
 For each rate: ``--strategy auto --reprobe`` first (it probes the links and stores the constants), then each fixed
 layout (whose summaries carry the stored probe's ``model_epoch_time_s``), each one run of ``gnndist train PARTS``
-on ``--hosts`` x ``--ranks-per-host`` emulated hosts (:class:`gnndist.bench.cluster.EmulatedCluster`, the same
+on ``--hosts`` x ``--ranks-per-host`` emulated hosts (:class:`emulated_cluster.EmulatedCluster`, the same
 namespaces and addresses every run). Prints a table row per rate: epoch (model error) per layout, ``auto``'s
 layers and its epoch over the best fixed layout's; then the median |model / measured - 1|. Each run's summary
 is appended to ``--out`` (JSON lines).
@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 
-from gnndist.bench.cluster import EmulatedCluster
+from emulated_cluster import EmulatedCluster
 
 
 def strategy_args(layout: str) -> list[str]:

@@ -34,7 +34,7 @@ The README's deep-model figures (GCNII, ResGCN+, RevGNN; ``--layers 16``, 20 epo
       .venv/bin/python benchmarks/revgnn_drift.py --logs $M-1p2t.jsonl $M-1p1t.jsonl $M-p2.jsonl $M-p3.jsonl
     done
 
-(a rank's threads are its share of the cores it may run on, ``gnndist.dist.grid.split_threads``:
+(a rank's threads are its share of the cores it may run on, ``gnndist.dist.join.split_threads``:
 ``taskset -c 0`` gives one process one thread; P ranks on 2 cores have one each.)
 """
 

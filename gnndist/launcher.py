@@ -17,9 +17,10 @@ training code path is the one ``torchrun`` gives, and:
 Failures reach the caller as exceptions: a :class:`~gnndist.errors.UserError` (one line), or
 :class:`RanksFailed` / :class:`RanksStopped` with the line and exit code the CLI prints.
 
-The rank environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) is read here alone,
-:func:`place`, and ``GNNDIST_CHECK_COLLECTIVES`` by :func:`collectives_checked`; what starts the
-local ranks can be swapped for a while (:func:`ranks_started_by`: the test pool does).
+The rank environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``TORCHELASTIC_*``, ``GLOO_SOCKET_IFNAME``, ...)
+is read here alone, into a :class:`~gnndist.dist.grid.Place` by :func:`place`, and ``GNNDIST_CHECK_COLLECTIVES``
+by :func:`collectives_checked`; what starts the local ranks can be swapped for a while (:func:`ranks_started_by`:
+the test pool does).
 """
 
 from __future__ import annotations
@@ -45,18 +46,23 @@ from pathlib import Path
 
 import torch
 
-from gnndist.dist.grid import Place, ProcessGrid, join_group
+from gnndist.dist.grid import Place, ProcessGrid
+from gnndist.dist.guards import roll_call
+from gnndist.dist.join import choose_backend, join_group
 from gnndist.errors import PeerFailed, RanksFailed, RanksStopped, UserError, first_line
 
 
 def place(env: Mapping[str, str] = os.environ) -> Place:
     """Where this process stands in its job, from the rank environment torchrun (or ``--ranks``) sets: the one
-    reader of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_*`` and ``TORCHELASTIC_*``."""
+    reader of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_*``, ``TORCHELASTIC_*`` and
+    ``GLOO_SOCKET_IFNAME`` (the user's choice, which :func:`~gnndist.dist.join.join_group` keeps)."""
     world = int(env.get("WORLD_SIZE", "1"))
-    return Place(int(env.get("RANK", "0")), world, int(env.get("LOCAL_RANK", "0")),
-                 int(env.get("LOCAL_WORLD_SIZE", str(world))), env.get("MASTER_ADDR"), env.get("MASTER_PORT"),
-                 env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                 int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0), "RANK" in env and "WORLD_SIZE" in env)
+    return Place(rank=int(env.get("RANK", "0")), world=world, local_rank=int(env.get("LOCAL_RANK", "0")),
+                 local_world=int(env.get("LOCAL_WORLD_SIZE", str(world))), master_addr=env.get("MASTER_ADDR"),
+                 master_port=env.get("MASTER_PORT"), agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                 restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+                 launched="RANK" in env and "WORLD_SIZE" in env, run_id=env.get("TORCHELASTIC_RUN_ID", ""),
+                 gloo_ifname=env.get("GLOO_SOCKET_IFNAME") or None)
 
 
 def collectives_checked(env: Mapping[str, str] = os.environ) -> bool:
@@ -78,8 +84,8 @@ def restart_count() -> int:
 def init(backend: str = "auto", timeout: float = 600.0, device: str = "auto",
          check_collectives: bool = False) -> ProcessGrid:
     """This process's :class:`~gnndist.dist.grid.ProcessGrid`, from the environment (torchrun or ``--ranks``;
-    none: one rank): :func:`~gnndist.dist.grid.join_group` of :func:`place`, checking collectives also when
-    ``GNNDIST_CHECK_COLLECTIVES=1``. The arguments are :func:`~gnndist.dist.grid.join_group`'s."""
+    none: one rank): :func:`~gnndist.dist.join.join_group` of :func:`place`, checking collectives also when
+    ``GNNDIST_CHECK_COLLECTIVES=1``. The arguments are :func:`~gnndist.dist.join.join_group`'s."""
     return join_group(place(), backend, timeout, device, check_collectives or collectives_checked())
 
 
@@ -129,7 +135,7 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions, on_stuck: Callable[[
 
     A failed collective becomes a one-line :class:`~gnndist.errors.PeerFailed` naming it; the group is
     destroyed however ``fn`` ends. ``on_stuck``: hears the rank's last line if a wait outlives ``--timeout``
-    (:class:`~gnndist.dist.grid.Watchdog`), just before the rank exits.
+    (:class:`~gnndist.dist.guards.Watchdog`), just before the rank exits.
     """
     import torch.distributed as dist
 
@@ -143,7 +149,7 @@ def run_here(fn: Callable, args: tuple, opts: GroupOptions, on_stuck: Callable[[
         peer = collective_error(e, grid.rank, opts.timeout)
         if peer is None:
             raise
-        heard = grid.roll_call()  # which peers can still be heard: names the host whose link was cut
+        heard = roll_call(grid, here)  # which peers can still be heard: names the host whose link was cut
         raise (PeerFailed(f"{peer}; {heard}") if heard else peer) from None
     finally:
         grid.destroy()
@@ -162,7 +168,7 @@ def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: 
         fn: the rank's body, ``fn(grid: ProcessGrid, *args)``.
         ranks: local ranks to start (``--ranks``); ignored under ``torchrun``.
         max_restarts: restarts of the whole group after a rank fails (``--max-restarts``).
-        backend: ``"auto"``, ``"gloo"`` or ``"nccl"`` (:func:`gnndist.dist.grid.join_group`, as the next three).
+        backend: ``"auto"``, ``"gloo"`` or ``"nccl"`` (:func:`gnndist.dist.join.join_group`, as the next three).
         timeout: seconds a rank waits for missing peers or a collective before failing (``--timeout``).
         check_collectives: compare every collective across ranks before it runs (``--check-collectives``).
         device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
@@ -174,8 +180,6 @@ def launch(fn: Callable, *args, ranks: int = 1, max_restarts: int = 0, backend: 
     opts = GroupOptions(backend, timeout, check_collectives or collectives_checked(), device)
     if under_torchrun() or ranks == 1:
         return run_here(fn, args, opts)
-    from gnndist.dist.grid import choose_backend
-
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     choose_backend(backend, 0, ranks, gpus)  # --backend nccl without a GPU per rank: one line, now
     return (_STARTER.get() or elastic_start)(fn, args, ranks, max_restarts, opts)

@@ -1,11 +1,11 @@
-"""This process on its machine: the cores it may use, its peak resident memory, how peers reach its host (and
-the interface gloo binds there), a free port, how much one pass over a large array takes at once, where gnndist
-keeps its files (bottom layer, standard library only).
+"""This process on its machine: the cores it may use, its peak resident memory, how peers reach its host (its
+interfaces' addresses, what a name resolves to, the route to an address), a free port, how much one pass over a
+large array takes at once, where gnndist keeps its files (bottom layer, standard library only).
 
 Read by the partitioner (threads, the report's stage peaks, the chunk size), the dataset generators and
-converters (the chunk size), the process grid (threads per rank, the hosts of a job), the timers (a CPU rank's
-peak memory), the launcher (a local rendezvous port), and the datasets, the partition cache and the probe's
-cache (the data root).
+converters (the chunk size), the joining of a job's group (threads per rank, the hosts of a job, the interface
+gloo binds: :mod:`gnndist.dist.join`), the timers (a CPU rank's peak memory), the launcher (a local rendezvous
+port), and the datasets, the partition cache and the probe's cache (the data root).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
-from dataclasses import dataclass
 
 # Entries (edges, adjacency entries, table cells, feature values) one pass over a large array handles at once:
 # it bounds every temporary array of the partitioner and the dataset generators to ~2^22 elements (32 MiB of
@@ -104,7 +103,7 @@ def host_identity() -> str:
     return socket.gethostname() + ("/" + ",".join(addrs) if addrs else "")
 
 
-def _ipv4(name: str) -> list[str]:
+def resolve_ipv4(name: str) -> list[str]:
     """The IPv4 addresses ``name`` resolves to here (none where it does not resolve)."""
     try:
         return sorted({info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)})
@@ -120,49 +119,6 @@ def route_source(addr: str) -> str | None:
             return s.getsockname()[0]
     except OSError:
         return None
-
-
-@dataclass(frozen=True)
-class InterfaceChoice:
-    """The interface gloo is told to bind (``GLOO_SOCKET_IFNAME``), and why: :func:`gloo_interface`."""
-
-    name: str
-    address: str
-    master: str
-    hostname: str
-    resolves_to: tuple[str, ...]
-
-    def line(self) -> str:
-        said = ", ".join(self.resolves_to) or "no address"
-        return (f"gloo binds {self.name} ({self.address}), this host's way to MASTER_ADDR {self.master}: its name "
-                f"{self.hostname!r} resolves to {said}, which other hosts cannot reach (GLOO_SOCKET_IFNAME overrides)")
-
-
-def gloo_interface(master_addr: str | None, env=os.environ) -> InterfaceChoice | None:
-    """The interface a rank of a job spanning hosts should give gloo, where gloo's own choice would fail; else None.
-
-    Gloo binds the address this host's name resolves to. Where that is a loopback address (Debian's
-    ``127.0.1.1``, many images' ``127.0.0.1``) or none of this host's, every rank publishes an address no other
-    host can reach and the group fails (``Connection refused`` to ``127.0.0.1``) or hangs. Then the interface the
-    route to ``MASTER_ADDR`` leaves by is the one the other hosts reach. ``None`` where ``GLOO_SOCKET_IFNAME`` is
-    set (the user's), the name resolves to an address of this host's own, or ``MASTER_ADDR`` is a loopback
-    address or unroutable.
-    """
-    if env.get("GLOO_SOCKET_IFNAME") or not master_addr:
-        return None
-    hostname = socket.gethostname()
-    named = _ipv4(hostname)
-    own = interface_addresses()
-    if any(a in own.values() and not a.startswith("127.") for a in named):
-        return None
-    master = next(iter(_ipv4(master_addr)), None)
-    if master is None or master.startswith("127."):
-        return None
-    source = route_source(master)
-    name = next((n for n, a in own.items() if a == source), None)
-    if name is None or source is None or source.startswith("127."):
-        return None
-    return InterfaceChoice(name, source, master_addr, hostname, tuple(named))
 
 
 def pin_mmap_threshold(threshold: int = 1 << 20) -> bool:

@@ -14,10 +14,11 @@ import torch
 from gnndist.config import TrainConfig
 from gnndist.cost import Network
 from gnndist.dist.grid import ProcessGrid
-from gnndist.dist.guards import Watchdog
+from gnndist.dist.guards import Watchdog, roll_call
 from gnndist.dist.probe import cache_key, write_decision
 from gnndist.errors import CollectiveDesync, PeerFailed, UserError
 from gnndist.graph import DistGraph, meta_digest
+from gnndist.launcher import place
 from gnndist.machine import host_identity
 from gnndist.strategies import Auto
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
@@ -231,11 +232,11 @@ def _roll_call_job(grid, silent: int):
     if grid.rank == silent:
         time.sleep(3.0)
         return None
-    return grid.roll_call(wait=1.5)
+    return roll_call(grid, place(), wait=1.5)
 
 
 def _roll_call_all(grid):
-    return grid.roll_call(wait=5.0)
+    return roll_call(grid, place(), wait=5.0)
 
 
 def test_roll_call_names_the_ranks_not_heard():

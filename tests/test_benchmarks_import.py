@@ -15,5 +15,7 @@ def test_benchmark_script_imports(script, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(BENCH))  # the scripts import their siblings (pyg_reference) as they do when run
     monkeypatch.setattr(sys, "argv", [script])
     spec = importlib.util.spec_from_file_location(f"benchmarks_{Path(script).stem}", BENCH / script)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # their work runs under __main__ only
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # a dataclass looks its module up there
+    spec.loader.exec_module(module)  # their work runs under __main__ only
     assert capsys.readouterr().out == "", f"{script} does work at import"

@@ -1,35 +1,53 @@
-"""The emulated cluster (``gnndist.bench.cluster``): hosts as network namespaces with shaped links, one torchrun
-agent each, running the product's own command; nothing left behind, whether the job succeeds or fails."""
+"""The emulated cluster (``benchmarks/emulated_cluster.py``): hosts as network namespaces with shaped links, one
+torchrun agent each, running the product's own command; nothing left behind, whether the job succeeds or fails.
+And the interface gloo is given in a job spanning hosts (:func:`gnndist.dist.join.gloo_interface`)."""
 
+import importlib.util
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from gnndist import machine
-from gnndist.bench.cluster import EmulatedCluster, _burst, dilation, leftovers, rate_for, why_not
+from gnndist.dist.join import gloo_interface
 from gnndist.errors import UserError
-from gnndist.machine import gloo_interface, interface_addresses, route_source
+from gnndist.machine import interface_addresses, route_source
 
-needs_hosts = pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _benchmark_module(name: str):
+    """A module of ``benchmarks/`` (not installed: the emulated cluster needs root, ``ip`` and ``tc``)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its dataclasses look up their own module
+    spec.loader.exec_module(module)
+    return module
+
+
+cluster = _benchmark_module("emulated_cluster")
+
+needs_hosts = pytest.mark.skipif(cluster.why_not() is not None, reason=str(cluster.why_not()))
 
 
 def test_rates_dilation_and_refusals():
-    assert _burst("1mbit") == f"{64 * 1024}b" and _burst("100mbit") == "125000b"  # 10 ms of traffic
+    assert cluster._burst("1mbit") == f"{64 * 1024}b" and cluster._burst("100mbit") == "125000b"  # 10 ms of traffic
     with pytest.raises(UserError, match="tc's units"):
-        _burst("fast")
-    assert dilation(16, 1, cores=2) == 8.0 and dilation(1, 1, cores=2) == 1.0
+        cluster._burst("fast")
+    assert cluster.dilation(16, 1, cores=2) == 8.0 and cluster.dilation(1, 1, cores=2) == 1.0
     # from a named cluster to the rate shaped here: its links over (dilation x its ranks' speed-up over a core)
-    assert rate_for("800mbit", 16, 1, cores=2) == "100000kbit"
-    assert rate_for("25gbit", 4, 4, speedup=40, cores=2) == "78125kbit"  # 4 x 4 GPUs, 40x a core, on 25 GbE
-    assert rate_for("100mbit", 1, 1, cores=2) == "100000kbit"  # no dilation with a core per rank
+    assert cluster.rate_for("800mbit", 16, 1, cores=2) == "100000kbit"
+    assert cluster.rate_for("25gbit", 4, 4, speedup=40, cores=2) == "78125kbit"  # 4 x 4 GPUs, 40x a core, on 25 GbE
+    assert cluster.rate_for("100mbit", 1, 1, cores=2) == "100000kbit"  # no dilation with a core per rank
     for bad in ("fast", "mbit", "-5mbit"):
         with pytest.raises(UserError, match="tc's units"):
-            rate_for(bad, 4, 1)
+            cluster.rate_for(bad, 4, 1)
     with pytest.raises(UserError, match="positive multiple"):
-        rate_for("1gbit", 4, 1, speedup=0)
+        cluster.rate_for("1gbit", 4, 1, speedup=0)
     with pytest.raises(UserError, match="1-250 hosts"):
-        EmulatedCluster(0)
+        cluster.EmulatedCluster(0)
 
 
 def fake_host(monkeypatch, named: list[str], routes_from: str = "10.0.0.2"):
@@ -38,32 +56,32 @@ def fake_host(monkeypatch, named: list[str], routes_from: str = "10.0.0.2"):
     monkeypatch.setattr(machine.socket, "gethostname", lambda: "vm")
     monkeypatch.setattr(machine, "interface_addresses", lambda: {"lo": "127.0.0.1", "eth0": "10.0.0.2"})
     monkeypatch.setattr(machine, "route_source", lambda addr: routes_from)
-    monkeypatch.setattr(machine, "_ipv4", lambda name: {"vm": named, "head": ["10.0.0.1"]}.get(name, [name]))
+    monkeypatch.setattr(machine, "resolve_ipv4", lambda name: {"vm": named, "head": ["10.0.0.1"]}.get(name, [name]))
 
 
 def test_gloo_is_given_the_interface_toward_the_master_where_the_name_is_loopback(monkeypatch):
     fake_host(monkeypatch, ["127.0.0.1"])
-    choice = gloo_interface("head", env={})
+    choice = gloo_interface("head")
     assert (choice.name, choice.address) == ("eth0", "10.0.0.2")
     assert choice.line() == ("gloo binds eth0 (10.0.0.2), this host's way to MASTER_ADDR head: its name 'vm' "
                              "resolves to 127.0.0.1, which other hosts cannot reach (GLOO_SOCKET_IFNAME overrides)")
     fake_host(monkeypatch, [])  # a name that does not resolve at all
-    assert gloo_interface("head", env={}).line().count("resolves to no address") == 1
+    assert gloo_interface("head").line().count("resolves to no address") == 1
     fake_host(monkeypatch, ["10.9.9.9"])  # resolves to an address that is not this host's (stale DNS)
-    assert gloo_interface("head", env={}).name == "eth0"
+    assert gloo_interface("head").name == "eth0"
 
 
 def test_gloo_keeps_its_own_choice_where_it_works(monkeypatch):
     fake_host(monkeypatch, ["127.0.0.1", "10.0.0.2"])  # the name reaches eth0: gloo's choice works
-    assert gloo_interface("head", env={}) is None
+    assert gloo_interface("head") is None
     fake_host(monkeypatch, ["127.0.0.1"])
-    assert gloo_interface("head", env={"GLOO_SOCKET_IFNAME": "ib0"}) is None  # the user's
-    assert gloo_interface("127.0.0.1", env={}) is None  # one machine
-    assert gloo_interface(None, env={}) is None
+    assert gloo_interface("head", "ib0") is None  # the user's (GLOO_SOCKET_IFNAME)
+    assert gloo_interface("127.0.0.1") is None  # one machine
+    assert gloo_interface(None) is None
     fake_host(monkeypatch, ["127.0.0.1"], routes_from="127.0.0.1")  # the master is reached over loopback
-    assert gloo_interface("head", env={}) is None
+    assert gloo_interface("head") is None
     fake_host(monkeypatch, ["127.0.0.1"], routes_from=None)  # no route
-    assert gloo_interface("head", env={}) is None
+    assert gloo_interface("head") is None
 
 
 def test_this_machines_interfaces_and_routes_are_read():
@@ -74,9 +92,9 @@ def test_this_machines_interfaces_and_routes_are_read():
 
 @needs_hosts
 def test_two_hosts_train_and_leave_nothing_behind(part2, tmp_path):
-    with EmulatedCluster(2, 1, "1gbit") as c:
+    with cluster.EmulatedCluster(2, 1, "1gbit") as c:
         tag = c.tag
-        assert set(leftovers(tag)) == {*c.names, c.switch, *(f"/etc/netns/{n}" for n in c.names)}
+        assert set(cluster.leftovers(tag)) == {*c.names, c.switch, *(f"/etc/netns/{n}" for n in c.names)}
         shaped = subprocess.run(["ip", "netns", "exec", c.names[1], "tc", "qdisc", "show", "dev", "eth0"],
                                 capture_output=True, text=True).stdout
         assert "tbf" in shaped and "rate 1Gbit" in shaped
@@ -91,7 +109,7 @@ def test_two_hosts_train_and_leave_nothing_behind(part2, tmp_path):
     assert not [r for r in ok if "hostname of the client socket" in r.stderr]  # names for every address
     assert all(r.returncode not in (0, None) for r in failed)
     assert "is not a gnndist partition directory" in failed[0].stderr
-    assert leftovers(tag) == []
+    assert cluster.leftovers(tag) == []
     assert len(logs) == 8 and not [n for n in logs if os.path.exists(n)]  # the agents' output files: gone
     stray = subprocess.run(["pgrep", "-f", f"gdc{tag}-"], capture_output=True, text=True).stdout.split()
     assert stray == []

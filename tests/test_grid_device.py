@@ -11,10 +11,11 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-import gnndist.dist.grid as grid_mod
+import gnndist.dist.join as join_mod
 from gnndist import launcher
 from gnndist.config import TrainConfig
-from gnndist.dist.grid import ProcessGrid, choose_backend
+from gnndist.dist.grid import ProcessGrid
+from gnndist.dist.join import choose_backend
 from gnndist.dist.staging import to_host
 from gnndist.errors import UserError
 from gnndist.testing import run_distributed
@@ -53,8 +54,8 @@ def machine(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
         monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.setdefault("set_device", d))
-        monkeypatch.setattr(grid_mod, "split_threads", lambda n: 1)
-        monkeypatch.setattr(grid_mod, "pin_mmap_threshold", lambda: False)
+        monkeypatch.setattr(join_mod, "split_threads", lambda n: 1)
+        monkeypatch.setattr(join_mod.machine, "pin_mmap_threshold", lambda: False)
         monkeypatch.setattr(dist, "is_initialized", lambda: False)
         monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
         monkeypatch.setattr(dist, "barrier", lambda *a, **k: None)

@@ -1,2 +1,3 @@
-"""The process layer: the rank grid and its groups (grid), halo collectives (comm), timers (timing), the cost
-probe (probe)."""
+"""The process layer: joining the job (join), the rank grid, its groups and collectives (grid), what keeps a job
+from hanging or failing in silence (guards), host staging (staging), halo collectives (comm), timers (timing), the
+cost probe (probe)."""

@@ -1,24 +1,24 @@
-"""The process grid: world, rank, device and every process group. Nothing else creates groups.
+"""The process grid: where this rank stands (world, rank, device, hosts), the groups of its axes, and every
+collective of the package.
 
-:func:`join_group` forms the grid of a :class:`Place`: where the process stands in its job, which
-:func:`gnndist.launcher.place` reads from the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; ``gnndist train --ranks N``
-sets them for the ranks it spawns) and passes down. A single process (``Place()``) gets a solo grid
-whose collectives are no-ops.
+:func:`~gnndist.dist.join.join_group` forms the grid of a :class:`Place`: where the process stands in its job,
+which :func:`gnndist.launcher.place` reads once from the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``; ``gnndist train --ranks
+N`` sets them for the ranks it spawns) and passes down. A single process (``Place()``) gets a solo grid whose
+collectives are no-ops.
 
-Every collective of the package goes through :class:`ProcessGrid`, which checks that its
-tensors are on ``grid.device`` (what NCCL requires; a CPU run catches the mistake too) and,
-when ranks share a GPU under gloo, stages them through host memory.
+The groups of the layouts' axes are created here, on first use (:meth:`ProcessGrid.axes`); the world's by
+:func:`~gnndist.dist.join.join_group`, and ``--check-collectives`` has a gloo group of its own
+(:class:`~gnndist.dist.guards.CollectiveCheck`). Every collective of the package goes through
+:class:`ProcessGrid`, which checks that its tensors are on ``grid.device`` (what NCCL requires; a CPU run catches
+the mistake too) and, when ranks share a GPU under gloo, stages them through host memory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import pickle
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnndist.dist.guards import CollectiveCheck, Watchdog
+from gnndist.dist.guards import CollectiveCheck, Watchdog, ranks_text
 from gnndist.dist.staging import StagedWork, to_host
 from gnndist.errors import PeerFailed, UserError, first_line
-from gnndist.machine import cores, gloo_interface, host_identity, pin_mmap_threshold
+from gnndist.machine import host_identity
 
 log = logging.getLogger("gnndist")
 
@@ -39,7 +39,9 @@ log = logging.getLogger("gnndist")
 class Place:
     """Where this process stands in its job, as its launcher (torchrun, ``--ranks``, or none) set it.
 
-    Read from the environment in one place, :func:`gnndist.launcher.place`, and passed to :func:`join_group`.
+    Read from the environment in one place, :func:`gnndist.launcher.place`, and passed to
+    :func:`~gnndist.dist.join.join_group` (and to :func:`~gnndist.dist.guards.roll_call`, whose keys name the
+    attempt).
     """
 
     rank: int = 0  # RANK
@@ -51,11 +53,13 @@ class Place:
     agent_store: bool = False  # TORCHELASTIC_USE_AGENT_STORE: the elastic agent's store is the rendezvous
     restart: int = 0  # TORCHELASTIC_RESTART_COUNT
     launched: bool = False  # RANK and WORLD_SIZE were set: one rank of torchrun or of --ranks
+    run_id: str = ""  # TORCHELASTIC_RUN_ID: the job's id, the same on every rank
+    gloo_ifname: str | None = None  # GLOO_SOCKET_IFNAME: the interface the user told gloo to bind
 
 
 @dataclass
 class ProcessGrid:
-    """World and groups of one training run; the only place that creates process groups.
+    """Where this rank stands, the groups of its axes and its collectives, for one training run.
 
     Axis names: ``world`` (all ranks); for a layout with replication ``c`` (``P = q * c``,
     rank ``k = (i, j)`` with ``i = k // c``, ``j = k % c``): ``row`` — the ``c`` ranks of
@@ -256,7 +260,7 @@ class ProcessGrid:
         differ = [k for k, v in enumerate(every) if pickle.dumps(v) != first]
         if differ:
             hosts = sorted({self.hosts[k] for k in differ})
-            said = (f"rank{'s' * (len(differ) > 1)} {_ranks_text(differ)} (on {', '.join(hosts)}) had another "
+            said = (f"rank{'s' * (len(differ) > 1)} {ranks_text(differ)} (on {', '.join(hosts)}) had another "
                     f"{what} than rank 0 (on {self.hosts[0]})")
             if must_match:
                 raise UserError(said)
@@ -307,54 +311,6 @@ class ProcessGrid:
         collectives to come, such as a layer's layout), else a :class:`CollectiveDesync` naming both; else nothing."""
         self._check(what, "world")
 
-    def roll_call(self, wait: float = 5.0) -> str | None:
-        """After a collective failed: which ranks can still be heard, through the job's store (a clause for the
-        error line), or ``None`` when every rank answered or there is no store to ask.
-
-        Every rank that gets here writes its rank under a key of this attempt and waits up to ``wait`` seconds
-        for the others'. Ranks never heard are named with their hosts (their host or its link is down, or they
-        are stuck outside a collective); a rank that cannot reach the store says so (its own link is down, or
-        the store's host is).
-        """
-        if not self.distributed:
-            return None
-        try:
-            store = dist.distributed_c10d._get_default_store()
-        except (RuntimeError, ValueError, AttributeError):
-            return None
-        env = os.environ
-        key = f"gnndist/roll/{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        heard: dict[str, object] = {"missing": list(range(self.world_size))}
-
-        def ask() -> None:  # in a thread: a store behind a cut link blocks past its own timeout
-            try:
-                store.set_timeout(timedelta(seconds=wait))
-                store.set(f"{key}/{self.rank}", self.hosts[self.rank])
-                deadline = time.monotonic() + wait
-                missing = heard["missing"]
-                while missing and time.monotonic() < deadline:
-                    missing = [r for r in missing if not store.check([f"{key}/{r}"])]
-                    heard["missing"] = missing
-                    if missing:
-                        time.sleep(0.2)
-                heard["done"] = True
-            except (RuntimeError, dist.DistError) as e:
-                heard["error"] = first_line(e)
-
-        asking = threading.Thread(target=ask, daemon=True, name="gnndist-roll-call")
-        asking.start()
-        asking.join(wait + 2.0)
-        if "done" not in heard:
-            why = heard.get("error", f"no answer within {wait + 2.0:g}s")
-            return (f"this rank ({self.hosts[self.rank]}) could not reach the job's store: its host's link is down, "
-                    f"or the store's host is ({why})")
-        missing = heard["missing"]
-        if not missing:
-            return None
-        hosts = sorted({self.hosts[r] for r in missing})
-        return (f"no word from rank{'s' * (len(missing) > 1)} {_ranks_text(missing)} on {', '.join(hosts)} within "
-                f"{wait:g}s: their host or its link is down, or they are stuck outside a collective")
-
     def destroy(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -365,10 +321,6 @@ class ProcessGrid:
         if dist.is_initialized():
             dist.destroy_process_group()
         self._axes.clear()
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 def _named(fn, name: str):
@@ -414,96 +366,3 @@ def together(grid: ProcessGrid, action: Callable[[], object] | None, peer_failed
     if failed.item() > 0:
         raise PeerFailed(f"rank {grid.rank}: {peer_failed}")
     return result
-
-
-def split_threads(local_world_size: int) -> int:
-    """Give each rank on this machine an equal share of its cores (no oversubscription)."""
-    threads = max(1, cores() // max(1, local_world_size))
-    torch.set_num_threads(threads)
-    return threads
-
-
-def choose_backend(backend: str, local_rank: int, local_world: int, gpus: int,
-                   device: str = "auto") -> tuple[str, torch.device, bool]:
-    """One decision for the whole job: ``(backend, device, staged)`` of this rank.
-
-    NCCL only when every local rank has a GPU of its own (``gpus >= local_world``), a rule
-    every rank of a machine evaluates alike (a per-rank choice mixes NCCL and gloo and
-    hangs); otherwise gloo for all ranks. Under gloo with a GPU, ranks still compute on
-    it (``cuda:local_rank % gpus``) and their collectives are staged through host memory.
-
-    Args:
-        backend: ``"auto"``, ``"gloo"`` or ``"nccl"`` (``--backend``).
-        local_rank, local_world: this rank on its machine, and the ranks on it.
-        gpus: GPUs this process sees.
-        device: ``"auto"`` (a GPU when there is one) or ``"cpu"`` (never a GPU).
-    """
-    if device == "cpu":
-        gpus = 0
-    own = gpus > 0 and gpus >= local_world
-    if backend == "auto":
-        backend = "nccl" if own else "gloo"
-    if backend == "nccl" and not own:
-        raise UserError(f"--backend nccl needs one GPU per rank ({local_world} ranks on this machine, {gpus} GPUs); "
-                        f"use --backend gloo")
-    if gpus == 0:
-        return backend, torch.device("cpu"), False
-    return backend, torch.device("cuda", local_rank % gpus), backend == "gloo"
-
-
-def join_group(place: Place, backend: str = "auto", timeout: float = 600.0, device: str = "auto",
-               check_collectives: bool = False, on_stuck: Callable[[str], None] | None = None) -> ProcessGrid:
-    """Build the :class:`ProcessGrid` of ``place`` (``gnndist.init()`` is this with the environment's place).
-
-    Args:
-        place: where this process stands (:func:`gnndist.launcher.place`); ``Place()``: one rank alone.
-        backend: ``"auto"`` (NCCL when every local rank has a GPU of its own, gloo otherwise),
-            ``"gloo"`` or ``"nccl"``; see :func:`choose_backend`.
-        timeout: seconds a rank waits for missing peers or a collective before failing.
-        device: ``"auto"`` (a GPU when there is one) or ``"cpu"``.
-        check_collectives: compare every collective across ranks before it runs (:class:`CollectiveCheck`).
-        on_stuck: called with the rank's last line when a wait outlives ``timeout`` (:class:`Watchdog`).
-    """
-    world, rank, local_rank, local_world = place.world, place.rank, place.local_rank, place.local_world
-    split_threads(local_world)
-    pin_mmap_threshold()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, dev, staged = choose_backend(backend, local_rank, local_world, gpus, device)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    distributed = world > 1
-    grid = ProcessGrid(rank, world, local_rank, local_world, dev, backend if distributed else "none", timeout,
-                       staged and distributed)
-    if distributed and not dist.is_initialized():
-        for var, value in (("MASTER_ADDR", place.master_addr), ("MASTER_PORT", place.master_port)):
-            if value is None:
-                raise UserError(f"WORLD_SIZE={world} but {var} is not set: launch with torchrun or --ranks")
-        if backend == "gloo" and local_world < world:  # several hosts: the address gloo publishes must reach them
-            choice = gloo_interface(place.master_addr)
-            if choice is not None:
-                os.environ["GLOO_SOCKET_IFNAME"] = choice.name
-                if rank == 0:
-                    log.info(choice.line())
-        try:
-            store = None
-            if place.agent_store:
-                # the elastic agent's store outlives a restart with the last attempt's addresses in it
-                # (pytorch#167288): give every attempt keys of its own
-                base = dist.TCPStore(place.master_addr, int(place.master_port), world, is_master=False,
-                                     timeout=timedelta(seconds=timeout))
-                store = dist.PrefixStore(f"gnndist/attempt{place.restart}", base)
-            extra = {"device_id": dev} if backend == "nccl" else {}
-            dist.init_process_group(backend, init_method=None if store else "env://", store=store, rank=rank,
-                                    world_size=world, timeout=timedelta(seconds=timeout), **extra)
-            dist.barrier()
-            grid.hosts = tuple(grid.all_gather_object(host_identity()))  # [P]: which ranks share a machine
-            if check_collectives:  # after the set-up's own collectives: the checker counts the run's from 1
-                grid.checker = CollectiveCheck(world, timeout)
-        except (RuntimeError, dist.DistError) as e:
-            raise UserError(
-                f"rank {rank}: could not form a group of {world} ranks within {timeout:g}s "
-                f"(a peer never joined?): {first_line(e)}"
-            ) from None
-    if distributed:
-        grid.watchdog = Watchdog(rank, timeout, on_stuck)
-    return grid

@@ -1,5 +1,7 @@
-"""What keeps a job from hanging in silence: the collectives compared across ranks (``--check-collectives``) and
-the watchdog that ends a rank whose wait outlives ``--timeout``. Used by :class:`~gnndist.dist.grid.ProcessGrid`.
+"""What keeps a job from hanging or failing in silence: the collectives compared across ranks
+(``--check-collectives``), the watchdog that ends a rank whose wait outlives ``--timeout`` (both used by
+:class:`~gnndist.dist.grid.ProcessGrid`), and the roll call that names the ranks no longer heard after a
+collective failed (:func:`roll_call`, asked by :func:`gnndist.launcher.run_here`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from gnndist.errors import CollectiveDesync, PeerFailed, first_line
+
+if TYPE_CHECKING:
+    from gnndist.dist.grid import Place, ProcessGrid
 
 
 class CollectiveCheck:
@@ -78,7 +84,8 @@ class CollectiveCheck:
             pass
 
 
-_GRID_FILES = (__file__, os.path.join(os.path.dirname(__file__), "grid.py"))  # the collectives' own frames
+# the collectives' own frames, and the joining's (its first collectives)
+_GRID_FILES = (__file__, *(os.path.join(os.path.dirname(__file__), f) for f in ("grid.py", "join.py")))
 
 
 def _package_dirs() -> tuple[str, ...]:
@@ -176,3 +183,57 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """``0, 2, 5``: at most eight ranks named, then how many more."""
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+
+
+def roll_call(grid: ProcessGrid, place: Place, wait: float = 5.0) -> str | None:
+    """After a collective failed: which ranks can still be heard, through the job's store (a clause for the
+    error line), or ``None`` when every rank answered or there is no store to ask.
+
+    Every rank that gets here writes its host under a key of this attempt of the job (``place``'s run id and
+    restart) and waits up to ``wait`` seconds for the others'. Ranks never heard are named with their hosts (their
+    host or its link is down, or they are stuck outside a collective); a rank that cannot reach the store says so
+    (its own link is down, or the store's host is). The store is torch's default group's (a private accessor):
+    the one connection every rank still has when a collective's peers are gone.
+    """
+    if not grid.distributed:
+        return None
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+    key = f"gnndist/roll/{place.run_id}/{place.restart}"
+    heard: dict[str, object] = {"missing": list(range(grid.world_size))}
+
+    def ask() -> None:  # in a thread: a store behind a cut link blocks past its own timeout
+        try:
+            store.set_timeout(timedelta(seconds=wait))
+            store.set(f"{key}/{grid.rank}", grid.hosts[grid.rank])
+            deadline = time.monotonic() + wait
+            missing = heard["missing"]
+            while missing and time.monotonic() < deadline:
+                missing = [r for r in missing if not store.check([f"{key}/{r}"])]
+                heard["missing"] = missing
+                if missing:
+                    time.sleep(0.2)
+            heard["done"] = True
+        except (RuntimeError, dist.DistError) as e:
+            heard["error"] = first_line(e)
+
+    asking = threading.Thread(target=ask, daemon=True, name="gnndist-roll-call")
+    asking.start()
+    asking.join(wait + 2.0)
+    if "done" not in heard:
+        why = heard.get("error", f"no answer within {wait + 2.0:g}s")
+        return (f"this rank ({grid.hosts[grid.rank]}) could not reach the job's store: its host's link is down, "
+                f"or the store's host is ({why})")
+    missing = heard["missing"]
+    if not missing:
+        return None
+    hosts = sorted({grid.hosts[r] for r in missing})
+    return (f"no word from rank{'s' * (len(missing) > 1)} {ranks_text(missing)} on {', '.join(hosts)} within "
+            f"{wait:g}s: their host or its link is down, or they are stuck outside a collective")

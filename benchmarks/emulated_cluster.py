@@ -1,5 +1,8 @@
 """A cluster in a box: H emulated hosts on this machine, each a network namespace with one shaped link.
 
+A benchmark's module, not the installed package's (it needs root, ``ip`` and ``tc``): ``cluster.py`` and
+``cluster_sweep.py`` beside it import it, and ``tests/test_cluster.py`` loads it from here.
+
     with EmulatedCluster(hosts=16, rate="100mbit") as c:       # needs root, `ip` and `tc`
         results = c.run(["train", "parts/", "--strategy", "auto"], env={"GNNDIST_DATA": "/shared"}, timeout=900)
 
@@ -10,7 +13,7 @@ at ``rate`` (``tc``'s units: ``100mbit``, ``1gbit``; ``None``: unshaped). Latenc
 lacks: the link has the bridge's own (tens of microseconds). :meth:`EmulatedCluster.run` starts one ``torchrun``
 agent per host (``--nnodes H --nproc-per-node G``, c10d rendezvous on host 0's address) running ``gnndist <args>``: the
 product's own command, as on a cluster. As on many images, the hosts' shared name (this machine's) resolves to a
-loopback address, so gloo's interface is the product's choice (:func:`gnndist.machine.gloo_interface`), not
+loopback address, so gloo's interface is the product's choice (:func:`gnndist.dist.join.gloo_interface`), not
 set here; each namespace has an ``/etc/hosts`` of its own (``/etc/netns/<namespace>/hosts``, which ``ip netns
 exec`` puts in place) naming every host's address ``gdc<tag>-h<k>`` (also IPv6-mapped), so the c10d store's
 reverse lookups of its clients succeed as on a cluster with DNS. Everything is torn
@@ -80,7 +83,7 @@ def host_cores(host: int, hosts: int, available: list[int] | None = None) -> lis
     this process's affinity), or, with more hosts than cores, one core shared with the other hosts on it.
 
     Without it every host would see all the machine's cores and its ranks would start that many threads each
-    (:func:`gnndist.dist.grid.split_threads`): 16 hosts x 2 threads on 2 cores, whose parallel regions wait on
+    (:func:`gnndist.dist.join.split_threads`): 16 hosts x 2 threads on 2 cores, whose parallel regions wait on
     threads the other hosts hold (a 1.75 MB fold measured 290 ms against 22 ms with the cores shared out).
     """
     cpus = sorted(available if available is not None else os.sched_getaffinity(0))
