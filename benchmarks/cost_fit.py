@@ -6,7 +6,7 @@
 Each row is modelled by ``gnndist.cost.step_time`` itself, on the layouts the run chose (the counts its
 partition stored) and the constants it ran with: the row's ``net_*`` columns, or for older rows (no such
 columns) the newest probe of its P dated before the row, out of ``--probes`` (copies of the probe file taken
-while the grid ran). The structural constants of :mod:`gnndist.cost` (:data:`FITTED`) are fitted by robust
+while the grid ran). The structural constants of :mod:`gnndist.cost.times` (:data:`FITTED`) are fitted by robust
 least squares on log(modelled / measured); ``--fix`` holds some at given values, ``--hold`` leaves cases out of
 the fit and reports them apart. Prints the error of the current constants, the fitted ones and each row's ratio.
 """
@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 from gnndist.partition import read_meta
 
-from gnndist import cost
 from gnndist.bench.common import read_csv
-from gnndist.cost import Network, RankLoad, model_widths
+from gnndist.cost import Network, RankLoad, model_widths, times
 
 # the constants fitted, and the bounds of each
 FITTED = {"PRODUCT_PASS": (0.05, 3), "ELEMENTWISE_IN": (0.05, 20), "SPARSE_FILL": (0.05, 5),
@@ -69,17 +68,17 @@ def _case(r: dict, work: Path, probes) -> dict | None:
 
 def modelled(case: dict, values: dict[str, float]) -> float:
     """``step_time`` of ``case`` with the structural constants ``values``."""
-    saved = {k: getattr(cost, k) for k in values}
+    saved = {k: getattr(times, k) for k in values}
     try:
         for k, v in values.items():
-            setattr(cost, k, v)
+            setattr(times, k, v)
         # model_layers reads the input passes at call time; the output passes are Layer's default, bound once
-        stack = [replace(layer, out_passes=cost.ELEMENTWISE_OUT)
-                 for layer in cost.model_layers(case["row"]["model"], case["widths"], case["density"])]
-        return cost.step_time(case["loads"], stack, case["net"]).total
+        stack = [replace(layer, out_passes=times.ELEMENTWISE_OUT)
+                 for layer in times.model_layers(case["row"]["model"], case["widths"], case["density"])]
+        return times.step_time(case["loads"], stack, case["net"]).total
     finally:
         for k, v in saved.items():
-            setattr(cost, k, v)
+            setattr(times, k, v)
 
 
 def summary(cases: list[dict], values: dict[str, float], label: str) -> None:
@@ -105,7 +104,7 @@ def main() -> None:
     held = set(filter(None, args.hold.split(",")))
     train = [c for c in cases if c["name"] not in held]
     free = [k for k in FITTED if k not in fixed]
-    current = {k: getattr(cost, k) for k in FITTED}
+    current = {k: getattr(times, k) for k in FITTED}
     summary(cases, current, "current constants")
 
     def residuals(logs: np.ndarray) -> np.ndarray:

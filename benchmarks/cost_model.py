@@ -20,7 +20,7 @@ from gnndist.bench.common import read_csv, write_csv
 from gnndist.bench.page import model
 from gnndist.bench.plots import model_calibration
 from gnndist.bench.suites import remodel
-from gnndist.cost import LAYER_FIXED, STEP_FIXED
+from gnndist.cost.times import LAYER_FIXED, STEP_FIXED
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import time
 
 from gnndist.datasets import load
 from gnndist.partition import model_widths_of, partition
-from gnndist.partition.balance import AUTO_BUDGET
+from gnndist.partition.plan import AUTO_BUDGET
 
 from gnndist.cost import NETWORKS, RankLoad, epoch_time
 

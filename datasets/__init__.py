@@ -1,6 +1,8 @@
 """Dataset registry: every graph comes out as one cleaned `torch_geometric.data.Data`.
 
     load(dataset, root=None, format=None, seed=0) -> Data
+    dataset_spec(name_or_path) -> DatasetSpec | None  (its loader, sources, task, metric, recipe; None: a user's file)
+    register(name, loader, **declared)              (a dataset, beside its loader; register_format for a file format)
     names() -> list[str]; default_root() -> str     ($GNNDIST_DATA, else ~/.cache/gnndist)
     synthetic(num_nodes, avg_degree=10, num_classes=8, num_features=64, seed=0, **kw) -> Data
     validate(data) -> None                           (raises UserError)
@@ -16,9 +18,10 @@ offline, the missing file raises `UserError` naming the expected path and where 
 
 Modules, one per format:
 
-    registry.py   names -> loaders, format detection of paths, `load`
-    download.py   the public source of every registered dataset (URL, sha256 or size, licence, citation) and
-                  `fetch`: checked, atomic, one process per data root (flock)
+    spec.py       DatasetSpec (loader, source files with sha256, licence, citation, task, metric, recipe, typed),
+                  the registry of datasets and formats: each loader module registers its own
+    registry.py   `load`: a name through its spec's loader, a path through its detected format
+    download.py   `fetch`: a registered dataset's source files, checked, atomic, one process per data root (flock)
     planetoid.py  cora/citeseer/pubmed via PyG Planetoid (public split); Cora is bundled
     npz.py        Amazon/Coauthor (PyG raw or GraphGallery npz), BlogCatalog/Flickr/DBLP,
                   heterophily benchmark npz (every shipped split: train_masks [N, K]; split 0 current)
@@ -54,13 +57,19 @@ Decisions:
   a name partitions at its folder's peak.
 """
 
+# the built-in datasets and formats: each loader module registers its own (spec.register) when imported; they import
+# torch, and torch_geometric, pandas or scipy only where they read a file
+from . import hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, sbm, snap, social  # noqa: F401
+from .ogb import write_ogb
 from .root import default_root
+from .sbm import synthetic
+from .spec import dataset_spec, names, register, register_format
 
-__all__ = ["default_root", "load", "names", "synthetic", "validate", "write_ogb"]
-# the loaders import torch_geometric (~5 s of a command's start-up): imported when first used, so that a
-# command that only needs the data root (a cached partition's key) starts without them
-_LAZY = {"load": ".registry", "names": ".registry", "synthetic": ".sbm", "validate": ".contract",
-         "write_ogb": ".ogb"}
+__all__ = ["dataset_spec", "default_root", "load", "names", "register", "register_format", "synthetic", "validate",
+           "write_ogb"]
+# load and validate import gnndist.partition (contract.py), which imports this package's edge_split: imported when
+# first used
+_LAZY = {"load": ".registry", "validate": ".contract"}
 
 
 def __getattr__(name: str):

@@ -2,8 +2,9 @@
 
     fetch(name, root, missing)   # the registry calls it when a loader raised MissingFiles, then loads again
 
-Every registered dataset with a public source has a row (:func:`.sources.source`: each file's URL, where it goes
-under the data root, its sha256 and size where known, the licence and the citation). A download:
+Every registered dataset with a public source declares it in its spec, beside its loader (:func:`.spec.source`: each
+file's URL, where it goes under the data root, its sha256 and size where known, the licence and the citation). A
+download:
 
 1. refuses at once under ``GNNDIST_OFFLINE=1``: one line, the loader's missing-file message and the URL;
 2. takes an exclusive ``fcntl.flock`` on ``<root>/.<folder>.lock``, beside the dataset's folder: of the processes
@@ -11,7 +12,7 @@ under the data root, its sha256 and size where known, the licence and the citati
    system whose locks reach across hosts), one downloads while the others wait, then find the files in place;
 3. streams each file into a hidden sibling of its target, with a progress bar on a terminal (bytes, rate), else a
    line per stage;
-4. checks it: the size (the table's, else the server's Content-Length), the sha256 where the table has one, else
+4. checks it: the size (the spec's, else the server's Content-Length), the sha256 where the spec has one, else
    the archive's own integrity (a zip's CRCs, a gzip's stream);
 5. renames it into place (a zip: unpacked into a hidden sibling folder that is renamed into place), so a killed
    download leaves no target, only hidden siblings, which the next download removes under the lock;
@@ -19,7 +20,8 @@ under the data root, its sha256 and size where known, the licence and the citati
 
 ``GNNDIST_MIRROR=http://HOST:PORT`` replaces the scheme and host of every URL and keeps its path (mirrors,
 air-gapped clusters, tests). Both variables are the user's, read here where they are used (as ``$GNNDIST_DATA`` is
-in :func:`gnndist.machine.data_root`). docs/downloads.md has the table of sources.
+in :func:`gnndist.machine.data_root`). docs/downloads.md has the table of sources, checked against the specs by
+tests/test_dataset_spec.py.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import IO
 from gnndist.errors import UserError, first_line
 from gnndist.files import atomic_dir, atomic_file
 
-from .sources import Remote, Source, source
+from .spec import Remote, Source, source
 
 MARKER = ".gnndist-download"  # written last into a folder unpacked from a zip: the folder is whole
 TIMEOUT_S = 60  # a connection that stalls this long fails
@@ -74,7 +76,7 @@ def fetch(name: str, root: str, missing: str, src: Source | None = None, out: IO
         root: the data root.
         missing: the loader's missing-file message, which the refusals offline and on a network failure begin with
             (they name the file's URL and its path too).
-        src: the dataset's row (default: :func:`source`'s).
+        src: the dataset's source (default: its spec's, :func:`.spec.source`).
         out: where the progress goes (default: stderr).
 
     Raises:

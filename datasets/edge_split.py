@@ -19,17 +19,18 @@ Training negatives are not stored: they are drawn per step from a hash of (seed,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
 from .graph import check_edge_range, clean_edges
 
-LINK_METRICS = ("auc", "mrr")  # besides "hits@K": the metric a split is scored by
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 
 @dataclass

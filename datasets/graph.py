@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 
 def pyg_safe_globals():
@@ -15,6 +19,7 @@ def pyg_safe_globals():
     OGB calls plain ``torch.load`` on its processed file; with torch >= 2.6 that is
     ``weights_only=True`` and fails on these classes unless they are allowed.
     """
+    from torch_geometric.data import Data
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
 
@@ -94,6 +99,8 @@ def make_data(
     y = y.to(torch.int64)
     if num_classes is None:
         num_classes = int(y.max()) + 1 if y.numel() else 0
+    from torch_geometric.data import Data
+
     data = Data(x=x, y=y, edge_index=edge_index, num_nodes=x.size(0))
     data.name = name
     data.num_classes = int(num_classes)

@@ -24,15 +24,20 @@ from __future__ import annotations
 
 import os.path as osp
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch_geometric.data import Data, HeteroData
+from torch import Tensor
 
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
 from .schema import HeteroSchema, schema_of
+from .spec import loading_spec, register, register_format
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data, HeteroData
 
 NO_FEATURE_WIDTH = 64  # x's width when no type has features (every type then learns an embedding)
 SYNTHETIC_MAG_RE = re.compile(r"^synthetic-mag-(\d+)([km]?)$", re.IGNORECASE)
@@ -51,6 +56,46 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
     Shapes:
         x ``[N, F]`` (N: every type's nodes), y ``[N]`` (``-1`` outside the target type), masks ``[N]``
     """
+    types, counts = _node_types(hd, name)
+    offsets = np.zeros(len(types) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    index = {t: i for i, t in enumerate(types)}
+    rels = _relations(hd, name, types, counts)
+    if reverse:
+        rels = with_reverse(rels)
+    relations = list(rels)
+    empty = [np.zeros(0, np.int64)]
+    rel_src = np.concatenate([rels[et][0] + offsets[index[et[0]]] for et in relations] or empty)
+    rel_dst = np.concatenate([rels[et][1] + offsets[index[et[2]]] for et in relations] or empty)
+    rel_type = np.concatenate([np.full(len(rels[et][0]), i, np.int64) for i, et in enumerate(relations)] or empty)
+    n = int(offsets[-1])
+    rel_src, rel_dst, rel_type = _dedupe(rel_src, rel_dst, rel_type, n)
+    target = _target(hd, types, target, name)
+    x, featured = _features(hd, types, counts, offsets)
+    ti = index[target]
+    y = torch.full((n,), -1, dtype=torch.long)
+    yt = hd[target].y.view(-1).long()
+    if yt.numel() != counts[ti]:
+        raise UserError(f"{name}: type {target!r} has {counts[ti]} nodes but {yt.numel()} labels")
+    y[offsets[ti] : offsets[ti + 1]] = yt
+    if num_classes is None:
+        num_classes = int(yt.max()) + 1 if yt.numel() else 0
+    data = make_data(x, y, clean_edges(rel_src, rel_dst, n), name, num_classes)
+    for m in ("train_mask", "val_mask", "test_mask"):
+        mask = torch.zeros(n, dtype=torch.bool)
+        mt = hd[target][m].view(-1).bool()
+        if mt.numel() != counts[ti]:
+            raise UserError(f"{name}: type {target!r}: {m} has {mt.numel()} entries for {counts[ti]} nodes")
+        mask[offsets[ti] : offsets[ti + 1]] = mt & (yt >= 0)
+        setattr(data, m, mask)
+    edges = np.bincount(rel_type, minlength=len(relations)).tolist()  # [R]
+    data.hetero = HeteroSchema(types, tuple(int(o) for o in offsets), relations, featured, target, edges, rel_src,
+                               rel_dst, rel_type)
+    return data
+
+
+def _node_types(hd: HeteroData, name: str) -> tuple[list[str], list[int]]:
+    """The node types of ``hd`` in order and their node counts; one line for none, or a type with no nodes."""
     types = list(hd.node_types)
     if not types:
         raise UserError(f"{name}: the heterogeneous graph has no node types")
@@ -60,8 +105,12 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
         if not n:
             raise UserError(f"{name}: node type {t!r} has no nodes")
         counts.append(int(n))
-    offsets = np.zeros(len(types) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    return types, counts
+
+
+def _relations(hd: HeteroData, name: str, types: list[str], counts: list[int]) -> dict:
+    """``{(src, rel, dst): (src ids, dst ids)}`` of ``hd``'s relations (ids within each type), checked: known
+    types, ``[2, E]`` edge indices, ids in range for their type."""
     index = {t: i for i, t in enumerate(types)}
     rels: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
     for et in hd.edge_types:
@@ -82,16 +131,16 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
                 raise UserError(f"{name}: relation ({s}, {r}, {d}): {end} ids in [{ids.min()}, {ids.max()}] are out "
                                 f"of range for type {t!r} ({n} nodes, valid 0..{n - 1})")
         rels[et] = (src, dst)
-    if reverse:
-        rels = with_reverse(rels)
-    relations = list(rels)
-    rel_src = np.concatenate([rels[et][0] + offsets[index[et[0]]] for et in relations] or [np.zeros(0, np.int64)])
-    rel_dst = np.concatenate([rels[et][1] + offsets[index[et[2]]] for et in relations] or [np.zeros(0, np.int64)])
-    rel_type = np.concatenate([np.full(len(rels[et][0]), i, np.int64) for i, et in enumerate(relations)]
-                              or [np.zeros(0, np.int64)])
-    rel_src, rel_dst, rel_type = _dedupe(rel_src, rel_dst, rel_type, int(offsets[-1]))
+    return rels
 
-    target = _target(hd, types, target, name)
+
+def _features(hd: HeteroData, types: list[str], counts: list[int], offsets: np.ndarray) -> tuple[Tensor, list[bool]]:
+    """``x`` of the union graph (each featured type's rows zero-padded to the widest; zeros elsewhere) and which
+    types are featured.
+
+    Shapes:
+        x ``[N, F]``: F the widest featured type's width, else :data:`NO_FEATURE_WIDTH`
+    """
     featured = [hd[t].get("x") is not None for t in types]
     width = max([int(hd[t].x.view(counts[i], -1).shape[1]) for i, t in enumerate(types) if featured[i]]
                 or [NO_FEATURE_WIDTH])
@@ -100,27 +149,7 @@ def from_hetero(hd: HeteroData, name: str, target: str | None = None, reverse: b
         if featured[i]:
             xt = hd[t].x.view(counts[i], -1).float()
             x[offsets[i] : offsets[i + 1], : xt.shape[1]] = xt
-    n = int(offsets[-1])
-    y = torch.full((n,), -1, dtype=torch.long)
-    ti = index[target]
-    yt = hd[target].y.view(-1).long()
-    if yt.numel() != counts[ti]:
-        raise UserError(f"{name}: type {target!r} has {counts[ti]} nodes but {yt.numel()} labels")
-    y[offsets[ti] : offsets[ti + 1]] = yt
-    if num_classes is None:
-        num_classes = int(yt.max()) + 1 if yt.numel() else 0
-    data = make_data(x, y, clean_edges(rel_src, rel_dst, n), name, num_classes)
-    for m in ("train_mask", "val_mask", "test_mask"):
-        mask = torch.zeros(n, dtype=torch.bool)
-        mt = hd[target][m].view(-1).bool()
-        if mt.numel() != counts[ti]:
-            raise UserError(f"{name}: type {target!r}: {m} has {mt.numel()} entries for {counts[ti]} nodes")
-        mask[offsets[ti] : offsets[ti + 1]] = mt & (yt >= 0)
-        setattr(data, m, mask)
-    edges = np.bincount(rel_type, minlength=len(relations)).tolist()  # [R]
-    data.hetero = HeteroSchema(types, tuple(int(o) for o in offsets), relations, featured, target, edges, rel_src,
-                               rel_dst, rel_type)
-    return data
+    return x, featured
 
 
 def with_reverse(rels: dict) -> dict:
@@ -188,6 +217,8 @@ def synthetic_mag(papers: int, num_classes: int = 8, num_features: int = 32, see
     (skewed degrees) and mostly inside the planted class of the paper. Only papers have features
     (class mean + noise), labels and a split (80 / 10 / 10 %, seeded).
     """
+    from torch_geometric.data import HeteroData
+
     rng = np.random.default_rng(seed)
     n = {"paper": papers, "author": max(2, round(1.54 * papers)), "institution": max(2, round(0.012 * papers)),
          "field_of_study": max(2, round(0.081 * papers))}
@@ -235,8 +266,8 @@ def synthetic_mag(papers: int, num_classes: int = 8, num_features: int = 32, see
     return hd
 
 
-def load_synthetic_mag(name: str, seed: int = 0, target: str | None = None) -> Data:
-    """``synthetic-mag-<N>`` (N papers) as its union graph (generated in memory, seeded)."""
+def load_synthetic_mag(name: str, root: str, seed: int = 0, target: str | None = None) -> Data:
+    """``synthetic-mag-<N>`` (N papers) as its union graph (generated in memory, seeded; ``root`` unused)."""
     return from_hetero(synthetic_mag(parse_synthetic_mag(name), seed=seed), name.lower(), target)
 
 
@@ -247,6 +278,8 @@ def paper_word(data: Data, keep_features: bool = True) -> HeteroData:
 
     ``keep_features``: papers keep their feature rows (default); else both types learn embeddings.
     """
+    from torch_geometric.data import HeteroData
+
     hd = HeteroData()
     hd["paper"].num_nodes = int(data.num_nodes)
     if keep_features:
@@ -265,8 +298,15 @@ def parse_paper_word(name: str) -> str | None:
     return name[: -len(WORDS_SUFFIX)] if name.endswith(WORDS_SUFFIX) and len(name) > len(WORDS_SUFFIX) else None
 
 
-def load_paper_word(name: str, base: Data, target: str | None = None) -> Data:
-    """``<dataset>-paper-word``: ``base`` (the dataset, loaded) as its paper-word union graph (:func:`paper_word`)."""
+def load_paper_word(name: str, root: str, seed: int = 0, target: str | None = None) -> Data:
+    """``<dataset>-paper-word``: the registered dataset, loaded from ``root``, as its paper-word union graph
+    (:func:`paper_word`)."""
+    from .registry import load
+
+    words = parse_paper_word(name)
+    if loading_spec(words) is None:
+        raise UserError(f"unknown dataset {name!r}: {words} is not a registered dataset (<dataset>{WORDS_SUFFIX})")
+    base = load(words, root, seed=seed)
     if bool((base.x < 0).any()) or schema_of(base) is not None or base.y.dim() != 1:
         raise UserError(f"{name}: {base.name} is not a single-label bag-of-words graph (features must be counts "
                         f"or weights >= 0)")
@@ -295,6 +335,11 @@ def read_hetero_file(path: str, name: str, seed: int = 0, target: str | None = N
             hd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise UserError(f"{path}: cannot load as a saved PyG HeteroData ({type(e).__name__}: {e})") from None
-    if not isinstance(hd, HeteroData):
+    if not isinstance(hd, _HD):
         raise UserError(f"{path}: holds a {type(hd).__name__}, not a HeteroData")
     return from_hetero(hd, name, target)
+
+
+register("synthetic-mag-<N>[k|m]", load_synthetic_mag, pattern=SYNTHETIC_MAG_RE.pattern, typed=True)
+register(f"<dataset>{WORDS_SUFFIX}", load_paper_word, pattern=f"(.+){WORDS_SUFFIX}", typed=True)
+register_format("hetero", read_hetero_file, is_hetero_file, typed=True)  # before "pyg": both are torch.save zips

@@ -23,15 +23,19 @@ from __future__ import annotations
 import json
 import os.path as osp
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 from gnndist.machine import CHUNK
 
+from .spec import register_format
 from .split import per_class_split
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 EDGES = "edge_index.npy"
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -110,6 +114,8 @@ def read_npy_folder(path: str, name: str, seed: int = 0) -> Data:
             y_t = torch.zeros(n, dtype=torch.int64)
         else:
             y_t = torch.from_numpy(y) if y.dtype == np.int64 else torch.from_numpy(np.asarray(y, np.int64))
+    from torch_geometric.data import Data
+
     classes = int(meta.get("num_classes") or (y_t.shape[1] if y_t.dim() == 2 else int(y_t.max()) + 1 if n else 1))
     data = Data(x=x_t, y=y_t, edge_index=edge_index, num_nodes=n)
     data.name = meta.get("name", name)
@@ -164,3 +170,6 @@ class NpyWriter:
 
     def close(self) -> None:
         self.f.close()
+
+
+register_format("npy", read_npy_folder, is_npy_folder)

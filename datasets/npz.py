@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os.path as osp
 import zipfile
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
 from .graph import clean_edges, labels_to_zero_based, make_data
 from .root import MissingFiles, registered_file
+from .spec import Remote, register, register_format
 from .split import set_random_split, set_splits
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+    from torch_geometric.data import Data
 
 GALLERY_URL = "https://github.com/EdisonLeeeee/GraphData/raw/master/datasets"
 SHCHUR_URL = "https://github.com/shchur/gnn-benchmark/raw/master/data/npz"
@@ -41,6 +45,28 @@ HETEROPHILY = [
 HETEROPHILY_URL = (
     "https://github.com/yandex-research/heterophilous-graphs/raw/main/data"
 )
+# the five sets Platonov et al. (ICLR 2023) introduce: their recipe (gnndist.presets.heterophily); the binary ones are
+# scored by ROC-AUC. roman-empire, amazon-ratings and questions are not registered: their files load as a path
+PLATONOV = ("roman-empire", "amazon-ratings", "minesweeper", "tolokers", "questions")
+PLATONOV_ROCAUC = ("minesweeper", "tolokers", "questions")
+# path under the data root -> (sha256, bytes) of the files the team's offline copies hold (shared/data/README.md, each
+# copied byte for byte from the repository its URL names); every other file is checked by its size and format
+HASHES = {
+    "blogcatalog/blogcatalog.npz": ("115be8c3396ae7db96c60df578c8c24ee46d2547ca62fa538ec9852c338df6c6", 1426499),
+    "flickr_ane/flickr.npz": ("8eebe3fa74d66818d1977af8e13f8697b9710a4485b43ef5cbea305ce2eabc6a", 1280230),
+    "dblp/dblp.npz": ("e1c460c864735b88158e230e715715b08a8f7bb7c94f7f6c3b5efc412558877d", 727093),
+    "minesweeper/minesweeper.npz": ("e664c8dacf1e8ac466c2c09ed4b237bd2c5541f47a6eae9c6092cb87f16412b3", 135045),
+    "chameleon_filtered/chameleon_filtered.npz": (
+        "bf46f07e1fb5249280447e5fe3100f3e82fc4b93ad1e13ffcfdec924b6ac0bb5", 58924),
+    "squirrel_filtered/squirrel_filtered.npz": (
+        "f06370ffb3116c5de8b7a600005400b2293c025e0ce2f6916d8201a825505ac7", 208215),
+    "chameleon/chameleon.npz": ("4c640bd2877fc4f9f101531e2f977bc16445a54e09a5cb01178df608e552f3fd", 177840),
+    "squirrel/squirrel.npz": ("d436e3b42c0546b105241c0ab0766097074e68e55f67b133eeb9b0162e55cbd9", 704277),
+    "actor/actor.npz": ("c350eef06b2c2a9bf8218be2b57cac6d4003d0922eb597a039e9123f75817816", 252956),
+    "cornell/cornell.npz": ("684c54ba3daa13b0ba1f04a3d6dd1b1175c1ae9bdeb982851fd4ff96d3aac298", 30515),
+    "texas/texas.npz": ("b164b99e6c3d43e4ab07488ec59bd8c815f90cbc1bd4cf425ce587d2b534d844", 28586),
+    "wisconsin/wisconsin.npz": ("2543c89838cfc75f737f7c4664cc1d097f8268602c20b2d1bd4f21407df9c074", 41672),
+}
 
 
 def npz_keys(path: str) -> set[str]:
@@ -64,6 +90,8 @@ def is_heterophily(path: str) -> bool:
 
 def _csr(z: np.lib.npyio.NpzFile, prefix: str) -> sp.csr_matrix:
     """Rebuild a CSR matrix stored as ``<prefix>_data/_indices/_indptr/_shape``."""
+    import scipy.sparse as sp
+
     return sp.csr_matrix(
         (z[f"{prefix}_data"], z[f"{prefix}_indices"], z[f"{prefix}_indptr"]),
         shape=tuple(z[f"{prefix}_shape"]),
@@ -85,6 +113,8 @@ def read_shchur(path: str, name: str, seed: int = 0) -> Data:
     Shapes:
         x: [N, F] float32 (dense); y: [N]; edge_index: [2, E] symmetric.
     """
+    import scipy.sparse as sp
+
     try:
         with np.load(path, allow_pickle=True) as z:
             keys = set(z.files)
@@ -195,3 +225,33 @@ def load_heterophily(name: str, root: str, seed: int = 0) -> Data:
     stem = name.replace("-", "_")
     path = registered_file(name, root, osp.join(stem, f"{stem}.npz"), f"{HETEROPHILY_URL}/{stem}.npz")
     return read_heterophily(path, name, seed)
+
+
+def _remote(url: str, path: str) -> Remote:
+    """A published file, with its sha256 and bytes where :data:`HASHES` has them."""
+    return Remote(url, path, *HASHES.get(path, (None, None)))
+
+
+SHCHUR_CITATION = "Shchur et al., Pitfalls of Graph Neural Network Evaluation, 2018"
+for _name, (_family, _cls, _file, _gallery) in SHCHUR.items():
+    _amazon = _family == "Amazon"
+    register(_name, load_shchur, files=(_remote(f"{SHCHUR_URL}/{_file}", f"{_cls}/raw/{_file}"),),
+             aliases=tuple(osp.basename(f).removesuffix(".npz").replace("_", "-") for f in (_file, _gallery)),
+             licence="MIT (shchur/gnn-benchmark)", recipes={"node": "amazon"} if _amazon else {},
+             citation=SHCHUR_CITATION + ("; McAuley et al., Image-based Recommendations on Styles and Substitutes, "
+                                         "SIGIR 2015" if _amazon else ""))
+for _name, _path in GALLERY.items():
+    register(_name, load_gallery, files=(_remote(f"{GALLERY_URL}/{osp.basename(_path)}", _path),),
+             licence="MIT (EdisonLeeeee/GraphData)",
+             citation="Bojchevski & Guennemann, Deep Gaussian Embedding of Graphs, ICLR 2018" if _name == "dblp" else
+             "Huang, Li & Hu, Accelerated Attributed Network Embedding, SDM 2017")
+for _name in HETEROPHILY + [n for n in PLATONOV if n not in HETEROPHILY]:
+    _stem = _name.replace("-", "_")
+    register(_name, load_heterophily if _name in HETEROPHILY else None,
+             files=(_remote(f"{HETEROPHILY_URL}/{_stem}.npz", f"{_stem}/{_stem}.npz"),) if _name in HETEROPHILY else (),
+             licence="MIT (yandex-research/heterophilous-graphs)",
+             citation="Platonov et al., A critical look at the evaluation of GNNs under heterophily, ICLR 2023",
+             metric="rocauc" if _name in PLATONOV_ROCAUC else None,
+             recipes={"node": "heterophily"} if _name in PLATONOV else {})
+register_format("npz", read_shchur, is_shchur)
+register_format("heterophily", read_heterophily, is_heterophily)

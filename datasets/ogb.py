@@ -24,23 +24,34 @@ dataset folder) is never written to: OGB then processes into a shadow folder
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
 import os.path as osp
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data, pyg_safe_globals
 from .root import MissingFiles, default_root
+from .spec import Remote, register, register_format
 
-OGB_NAMES = ["ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", "ogbn-mag"]
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+OGB_CITATION = "Hu et al., Open Graph Benchmark: Datasets for Machine Learning on Graphs, NeurIPS 2020"
+# what ogb.stanford.edu gives each dataset: (licence, OGB's Evaluator's metric: tests/test_dataset_spec.py checks it)
+OGBN = {
+    "ogbn-arxiv": ("ODC-BY", "acc"), "ogbn-products": ("Amazon license", "acc"), "ogbn-proteins": ("CC-0", "rocauc"),
+    "ogbn-papers100M": ("ODC-BY", "acc"), "ogbn-mag": ("ODC-BY", "acc"),
+}  # fmt: skip
+OGB_NAMES = list(OGBN)
 META_FILE = "gnndist_meta.json"  # written by write_ogb: the meta_dict OGB needs for a custom name
 
 
@@ -65,6 +76,7 @@ def ogb_folder(name: str, root: str, meta: dict[str, str], missing_of, reader: s
 
 def _master(name: str) -> dict[str, str]:
     """OGB's own row of ``master.csv`` for ``name``."""
+    import pandas as pd
     from ogb.nodeproppred import dataset_pyg
 
     path = osp.join(osp.dirname(dataset_pyg.__file__), "master.csv")
@@ -265,6 +277,8 @@ def read_ogb_folder(path: str, name: str, seed: int = 0, target: str | None = No
 
 def _write_csv(array: np.ndarray, path: str, float_format: str | None = None) -> None:
     """One gzipped headerless CSV, fast compression."""
+    import pandas as pd
+
     pd.DataFrame(array).to_csv(
         path, header=False, index=False, float_format=float_format,
         compression={"method": "gzip", "compresslevel": 1},
@@ -294,59 +308,74 @@ def write_ogb(data: Data, root: str, name: str) -> str:
         The dataset folder, which `load` accepts as a path.
     """
     official = {n.lower(): n for n in OGB_NAMES}.get(name.lower())
-    split_name = _master(official)["split"] if official else "random"
+    extra = _master(official) if official else {}
+    split_name = extra["split"] if official else "random"
     folder = osp.join(root, name.replace("-", "_"))
     raw = osp.join(folder, "raw")
     split = osp.join(folder, "split", split_name)
     os.makedirs(raw, exist_ok=True)
     os.makedirs(split, exist_ok=True)
+    _write_raw(data, raw, extra)
+    for key, part in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
+        _write_csv(getattr(data, key).nonzero().numpy(), osp.join(split, f"{part}.csv.gz"))
+    with open(osp.join(folder, META_FILE), "w") as f:
+        json.dump(_meta_dict(data, name, split_name, extra), f, indent=1)
+    with open(osp.join(folder, "RELEASE_v1.txt"), "w") as f:
+        f.write(f"written by gnndist.datasets.write_ogb for {name}\n")
+    return folder
+
+
+def _write_raw(data: Data, raw: str, extra: dict[str, str]) -> None:
+    """The ``raw/`` files of :func:`write_ogb` (``extra``: OGB's row of an official name, whose additional files
+    are written as zeros)."""
     n = int(data.num_nodes)
     ei = data.edge_index.numpy()
-    y = data.y.numpy()
     _write_csv(ei.T, osp.join(raw, "edge.csv.gz"))
     _write_csv(data.x.numpy(), osp.join(raw, "node-feat.csv.gz"), float_format="%.9g")
     edge_attr = getattr(data, "edge_attr", None)
     if edge_attr is not None:
         _write_csv(edge_attr.reshape(ei.shape[1], -1).numpy(), osp.join(raw, "edge-feat.csv.gz"), float_format="%.9g")
-    _write_csv(y.reshape(n, -1), osp.join(raw, "node-label.csv.gz"))
+    _write_csv(data.y.numpy().reshape(n, -1), osp.join(raw, "node-label.csv.gz"))
     _write_csv(np.array([[n]]), osp.join(raw, "num-node-list.csv.gz"))
     _write_csv(np.array([[ei.shape[1]]]), osp.join(raw, "num-edge-list.csv.gz"))
-    for key, part in (
-        ("train_mask", "train"),
-        ("val_mask", "valid"),
-        ("test_mask", "test"),
-    ):
-        _write_csv(
-            getattr(data, key).nonzero().numpy(), osp.join(split, f"{part}.csv.gz")
-        )
-    extra = _master(official) if official else {}
     for kind, count in (("node", n), ("edge", ei.shape[1])):
         for file in str(extra.get(f"additional {kind} files", "None")).split(","):
             if file and file != "None":  # an official name reads these too: zeros stand in
                 _write_csv(np.zeros((count, 1), dtype=np.int64), osp.join(raw, f"{file}.csv.gz"))
-    multilabel = y.ndim == 2 and y.shape[1] > 1
-    meta = {
+
+
+def _meta_dict(data: Data, name: str, split_name: str, extra: dict[str, str]) -> dict:
+    """The ``meta_dict`` OGB needs to read :func:`write_ogb`'s folder under a name outside its master table."""
+    y = data.y
+    multilabel = y.dim() == 2 and y.shape[1] > 1
+    return {
         "name": name,
         "num tasks": y.shape[1] if multilabel else 1,
         "num classes": int(data.num_classes),
         "eval metric": "rocauc" if multilabel else "acc",
-        "task type": "binary classification"
-        if multilabel
-        else "multiclass classification",
+        "task type": "binary classification" if multilabel else "multiclass classification",
         "download_name": name.replace("-", "_"),
         "version": 1,
         "url": "",
         "add_inverse_edge": "False",
         "has_node_attr": "True",
-        "has_edge_attr": str(edge_attr is not None),
+        "has_edge_attr": str(getattr(data, "edge_attr", None) is not None),
         "split": split_name,
         "additional node files": str(extra.get("additional node files", "None")),
         "additional edge files": str(extra.get("additional edge files", "None")),
         "is hetero": "False",
         "binary": "False",
     }
-    with open(osp.join(folder, META_FILE), "w") as f:
-        json.dump(meta, f, indent=1)
-    with open(osp.join(folder, "RELEASE_v1.txt"), "w") as f:
-        f.write(f"written by gnndist.datasets.write_ogb for {name}\n")
-    return folder
+
+
+def ogb_files(master: Callable[[str], dict[str, str]], name: str) -> tuple[Remote, ...]:
+    """OGB's zip of ``name``, from ``master(name)``, the installed ``ogb``'s row of its ``master.csv``: it unpacks
+    as ``<root>/<name with underscores>``."""
+    meta = master(name)
+    return (Remote(meta["url"], name.replace("-", "_"), member=meta["download_name"]),)
+
+
+for _name, (_licence, _metric) in OGBN.items():
+    register(_name, load_ogb, files=functools.partial(ogb_files, _master, _name), licence=_licence,
+             citation=OGB_CITATION, metric=_metric, typed=_name == "ogbn-mag")
+register_format("ogb", read_ogb_folder, is_ogb_folder, typed=True)

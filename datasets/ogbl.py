@@ -30,23 +30,32 @@ the data root.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import os.path as osp
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError, first_line
 
 from .edge_split import EdgeSplit, random_edge_split
 from .graph import clean_edges, make_data, pyg_safe_globals
-from .ogb import _processing_folder, _write_csv, ogb_folder
+from .ogb import OGB_CITATION, _processing_folder, _write_csv, ogb_files, ogb_folder
+from .spec import register
 
-OGBL_NAMES = ["ogbl-collab", "ogbl-ddi", "ogbl-ppa", "ogbl-citation2"]
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+# what ogb.stanford.edu gives each dataset: (licence, OGB's Evaluator's metric: tests/test_dataset_spec.py checks it)
+OGBL = {
+    "ogbl-collab": ("ODC-BY", "hits@50"), "ogbl-ddi": ("CC-0", "hits@20"), "ogbl-ppa": ("CC-0", "hits@100"),
+    "ogbl-citation2": ("ODC-BY", "mrr"),
+}  # fmt: skip
+OGBL_NAMES = list(OGBL)
 SPLIT_PARTS = ("train", "valid", "test")
 
 
@@ -60,6 +69,7 @@ def _canonical(name: str) -> str:
 
 def _master(name: str) -> dict[str, str]:
     """OGB's own row of ``ogb/linkproppred/master.csv`` for ``name``."""
+    import pandas as pd
     from ogb import linkproppred
 
     path = osp.join(osp.dirname(linkproppred.__file__), "master.csv")
@@ -210,3 +220,9 @@ def write_ogbl(data: Data, root: str, name: str = "ogbl-collab", split: EdgeSpli
     with open(osp.join(folder, f"RELEASE_v{meta['version']}.txt"), "w") as f:
         f.write(f"written by gnndist.datasets.ogbl.write_ogbl in the layout of {name}\n")
     return folder
+
+
+for _name, (_licence, _metric) in OGBL.items():  # link prediction: data.link holds OGB's split
+    register(_name, load_ogbl, files=functools.partial(ogb_files, _master, _name), licence=_licence,
+             citation=OGB_CITATION, task="link", metric=_metric, featureless=_name == "ogbl-ddi",
+             recipes={"link": "ogbl-collab"} if _name == "ogbl-collab" else {})

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import zipfile
+from typing import TYPE_CHECKING
 
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data, pyg_safe_globals
+from .spec import register_format
 from .split import set_random_split
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 
 def is_torch_file(path: str) -> bool:
@@ -30,6 +34,8 @@ def read_torch_file(path: str, name: str, seed: int = 0) -> Data:
     Shapes:
         x: [N, F]; y: [N]; edge_index: [2, E].
     """
+    from torch_geometric.data import Data
+
     try:
         with pyg_safe_globals():
             obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -64,3 +70,6 @@ def read_torch_file(path: str, name: str, seed: int = 0) -> Data:
         )
         return data
     return set_random_split(data, seed=seed)
+
+
+register_format("pyg", read_torch_file, is_torch_file, fallback=1)  # after "hetero": both are torch.save zips

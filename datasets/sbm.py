@@ -13,17 +13,21 @@ from __future__ import annotations
 import json
 import os.path as osp
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 from gnndist.files import atomic_dir
 from gnndist.machine import CHUNK
 
 from .graph import make_data
+from .spec import register
 from .split import set_random_split
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 NAME_RE = re.compile(r"^synthetic-(\d+(?:\.\d+)?)([kmb]?)(?:-d(\d+))?$", re.IGNORECASE)
 SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
@@ -231,6 +235,16 @@ def named_folder(name: str, root: str, seed: int = 0, progress=None) -> str:
     return write_synthetic(out, n, deg, seed=seed, progress=progress, name=name.lower(), replace=False)
 
 
+def load_named(name: str, root: str, seed: int = 0) -> Data:
+    """The ``synthetic-*`` graph ``name``, generated once into ``root/synthetic/`` (:func:`named_folder`) and read as
+    that ``.npy`` folder, like a path to it: memory-mapped, with its raw edge list (``data.raw_edges``)."""
+    from .npy_folder import read_npy_folder
+
+    data = read_npy_folder(named_folder(name, root, seed), name, seed)
+    data.name = name
+    return data
+
+
 def cmd_synth(args) -> int:
     """``gnndist synth NAME --out DIR [--feature-dim F] [--seed S]``: a ``synthetic-*`` graph into a ``.npy`` folder."""
     import time
@@ -251,3 +265,7 @@ def cmd_synth(args) -> int:
     out = write_synthetic(args.out, n, deg, num_features=args.features, seed=args.seed, progress=say)
     print(f"wrote {out}")
     return 0
+
+
+register("synthetic-<N>[k|m|b][-d<deg>]", load_named, pattern=NAME_RE.pattern,
+         examples=("synthetic-10k", "synthetic-1m", "synthetic-2m"))

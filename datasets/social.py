@@ -7,23 +7,38 @@ import itertools
 import json
 import os
 import os.path as osp
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import scipy.io
-from torch_geometric.data import Data
 
 from gnndist.errors import UserError
 
 from .graph import clean_edges, make_data
 from .root import MissingFiles, registered_file
+from .spec import Remote, register, register_format
 from .split import set_random_split
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from torch_geometric.data import Data
 
 MUSAE_URL = "https://github.com/benedekrozemberczki/MUSAE/tree/master/input"
 FB100_URL = (
     "https://github.com/CUAI/Non-Homophily-Large-Scale/tree/master/data/facebook100"
 )
 MUSAE_FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook.json")  # facebook-page-page's
+GITHUB = "https://github.com"
+MUSAE_RAW = f"{GITHUB}/benedekrozemberczki/MUSAE/raw/master/input"  # the download's URLs: <folder>/<file>
+MUSAE_REMOTE = {"facebook_edges.csv": "edges", "facebook_target.csv": "target", "facebook.json": "features"}
+FB100_RAW = f"{GITHUB}/CUAI/Non-Homophily-Large-Scale/raw/master/data/facebook100/Cornell5.mat"
+# file -> (sha256, bytes), as the team's offline copies hold them (shared/data/README.md, each copied byte for byte
+# from the repository its URL names)
+HASHES = {
+    "facebook.json": ("ea870537646a93642a0008d38aa9bfeff02018070ba97b1f3f469d9622626436", 2088766),
+    "facebook_edges.csv": ("7c50d8f02a75cc0829577814a1fc14535164daa38d79c3612340c9e9cdbd4022", 1882610),
+    "facebook_target.csv": ("7bd96eafea3c2ca40f44bfa9e73642194696c21e38c7b29ed409c32ad14075cd", 1177912),
+    "Cornell5.mat": ("d9ff76ae34e855cb77b0779a3a320f7f73f848901cb13352e2734c17804c4aec", 3543757),
+}
 # A MUSAE set is three files named by its own prefix P: P_edges.csv (two id columns),
 # P_target.csv (one row per node) and P_features.json or P.json ({node: [feature ids]}).
 # SNAP's archives use P = musae_<set> (Twitch's DE/ENGB/ES/FR/PTBR/RU, git, facebook,
@@ -95,6 +110,8 @@ def read_musae(path: str, name: str, seed: int = 0) -> Data:
         found = ", ".join(s[0] for s in sets) or "none"
         raise UserError(f"{path}: {len(sets)} MUSAE sets ({found}); give one set's _edges.csv as the path")
     which, edges_file, target_file, features_file = sets[0]
+    import pandas as pd
+
     try:
         edges = pd.read_csv(edges_file).to_numpy(dtype=np.int64)
         target = pd.read_csv(target_file)
@@ -133,6 +150,8 @@ def is_fb100(path: str) -> bool:
     """True for a ``.mat`` file with Facebook100's ``A`` and ``local_info``."""
     if not (osp.isfile(path) and path.endswith(".mat")):
         return False
+    import scipy.io
+
     try:
         return {"A", "local_info"} <= {v[0] for v in scipy.io.whosmat(path)}
     except (ValueError, OSError, TypeError):
@@ -146,6 +165,8 @@ def read_fb100(path: str, name: str, seed: int = 0) -> Data:
     Shapes:
         local_info: [N, 7] -> x: [N, sum of distinct values per column]; y: [N].
     """
+    import scipy.io
+
     try:
         mat = scipy.io.loadmat(path)
         adj, info = mat["A"].tocoo(), np.asarray(mat["local_info"], dtype=np.int64)
@@ -184,3 +205,15 @@ def load_fb100(name: str, root: str, seed: int = 0) -> Data:
     """Facebook100 Cornell5 from ``root/fb100_cornell5/Cornell5.mat``."""
     path = registered_file(name, root, osp.join("fb100_cornell5", "Cornell5.mat"), FB100_URL, what="Cornell5.mat")
     return read_fb100(path, name, seed)
+
+
+register("facebook-page-page", load_musae, files=tuple(
+    Remote(f"{MUSAE_RAW}/{MUSAE_REMOTE[f]}/{f}", f"facebook_page_page/{f}", *HASHES[f]) for f in MUSAE_FILES),
+    licence="GPL-3.0 (benedekrozemberczki/MUSAE)",
+    citation="Rozemberczki, Allen & Sarkar, Multi-scale Attributed Node Embedding, Journal of Complex Networks 2021")
+register("fb100-cornell5", load_fb100,
+         files=(Remote(FB100_RAW, "fb100_cornell5/Cornell5.mat", *HASHES["Cornell5.mat"]),),
+         licence="no licence file (CUAI/Non-Homophily-Large-Scale)",
+         citation="Traud, Mucha & Porter, Social structure of Facebook networks, Physica A 2012")
+register_format("musae", read_musae, is_musae)
+register_format("fb100", read_fb100, is_fb100)

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from gnndist.config import (
-    DEFAULT_EDGE_SPLIT,
     DataConfig,
     DistConfig,
     ModelConfig,
@@ -30,7 +29,7 @@ from gnndist.config import (
     build_section,
 )
 from gnndist.errors import RanksFailed, RanksStopped, UserError
-from gnndist.parts.cache import ensure_partition, make_partition, partition_dir
+from gnndist.parts.cache import ensure_partition, link_data, make_partition, partition_dir
 from gnndist.presets import from_args
 
 
@@ -103,15 +102,6 @@ def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:
     if cfg.eval.splits == "random":
         dcfg = dataclasses.replace(dcfg, random_splits=max(dcfg.random_splits, cfg.eval.runs))
     return link_data(dcfg, cfg, args.dataset)
-
-
-def link_data(dcfg: DataConfig, cfg, dataset: str) -> DataConfig:
-    """``dcfg``, with GAE's edge split (:data:`DEFAULT_EDGE_SPLIT`) when ``cfg`` is a link task on a graph that
-    ships none (ogbl-* have their own) and no ``--edge-split`` was given: what ``run`` partitions and ``predict``
-    finds cached."""
-    if cfg.task.task == "link" and dcfg.edge_split is None and not Path(dataset).name.startswith("ogbl"):
-        dcfg = dataclasses.replace(dcfg, edge_split=DEFAULT_EDGE_SPLIT)
-    return dcfg
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -24,15 +24,34 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # --precision, and the dtype names of --comm-dtype
 DEVICES = ("cpu", "cuda")  # simulate --device: the ranks' device, as the memory model knows them
-METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric of a node task (gnndist.training.metrics computes them)
+METRICS = ("acc", "rocauc", "f1-micro", "f1-macro")  # --metric of a node task (gnndist.tasks.metrics computes them)
 DEFAULT_EDGE_SPLIT = "85,5,10"  # --edge-split of gnndist run --task link on a graph without one (GAE's)
-LINK_METRICS = ("auc", "mrr")  # --metric of a link task, besides hits@K
+# --metric of a link task, besides hits@K: the names' one home (gnndist.tasks.metrics and gnndist.tasks.link read
+# them through parse_link_metric)
+LINK_METRICS = ("auc", "mrr")
+LINK_METRIC_NAMES = f"{', '.join(LINK_METRICS)} or hits@K"
 
 
-def _hits(name: str) -> bool:
-    """Whether ``name`` is ``hits@K`` with K a positive integer."""
-    k = name.removeprefix("hits@")
-    return name.startswith("hits@") and k.isdigit() and int(k) > 0
+def parse_link_metric(name: str) -> tuple[str, int | None]:
+    """``"auc"`` -> ``("auc", None)``, ``"mrr"`` -> ``("mrr", None)``, ``"hits@50"`` -> ``("hits", 50)``;
+    any other name (a node metric among them) is a one-line :class:`UserError`."""
+    if name in METRICS:
+        raise UserError(f"--metric {name} is a node metric; a link task is scored by {LINK_METRIC_NAMES}")
+    kind, at, k = name.partition("@")
+    if not at and kind in LINK_METRICS:
+        return kind, None
+    if kind == "hits" and k.isascii() and k.isdigit() and int(k) >= 1:
+        return kind, int(k)
+    raise UserError(f"link metric {name!r}: expected {LINK_METRIC_NAMES} with a whole K >= 1 (such as hits@50)")
+
+
+def _is_link_metric(name: str) -> bool:
+    """Whether ``name`` is a link metric (:func:`parse_link_metric`)."""
+    try:
+        parse_link_metric(name)
+    except UserError:
+        return False
+    return True
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -266,9 +285,9 @@ class RunConfig:
 
 @dataclass
 class EvalConfig:
-    metric: str = opt("auto", "metric of model selection and of the report: auto (the dataset's own: OGB's for "
-                      "ogbn-* and ogbl-*, rocauc for tolokers/minesweeper/questions, auc (and ap) for a random edge "
-                      "split, else acc), acc, rocauc, f1-micro, f1-macro; link: auc, hits@K, mrr")
+    metric: str = opt("auto", "metric of model selection and of the report: auto (the dataset's own, as its spec "
+                      "declares; auc (and ap) for a random edge split; rocauc for multi-label labels; else acc), "
+                      f"{', '.join(METRICS)}; link: {LINK_METRIC_NAMES}")
     split: int | None = opt(None, "train on shipped split K of a dataset that ships several (heterophily: 0..9; "
                             "default 0)")
     splits: str = opt("one", "one: every run on one split (--split K, or the --split-seed random split); all: one "
@@ -279,8 +298,8 @@ class EvalConfig:
     patience: int | None = opt(None, "stop a run when the validation metric has not improved for this many epochs")
 
     def __post_init__(self) -> None:
-        _need(self.metric == "auto" or self.metric in METRICS + LINK_METRICS or _hits(self.metric),
-              f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS + LINK_METRICS)}, hits@K")
+        _need(self.metric == "auto" or self.metric in METRICS or _is_link_metric(self.metric),
+              f"unknown --metric {self.metric!r}; known: auto, {', '.join(METRICS)}, {LINK_METRIC_NAMES}")
         _need(self.runs >= 1, f"--runs must be >= 1, got {self.runs}")
         _need(self.split is None or self.split >= 0, f"--split must be >= 0, got {self.split}")
         _need(self.split is None or self.splits == "one",
@@ -291,10 +310,10 @@ class EvalConfig:
 @dataclass
 class TaskConfig:
     task: str = opt("auto", "what to learn: node (labels of nodes), link (edges: the partition's edge split), or "
-                    "auto (link where the partition holds an edge split: ogbl-*, --edge-split)",
+                    "auto (link where the partition holds an edge split: a link dataset's own, or --edge-split's)",
                     ("auto", "node", "link"))
     decoder: str = opt("auto", "--task link: the edge decoder: dot (GAE's inner product) or mlp (OGB's "
-                       "LinkPredictor: Hadamard product, 3-layer MLP); auto: mlp on ogbl-*, else dot",
+                       "LinkPredictor: Hadamard product, 3-layer MLP); auto: mlp on an OGB split, else dot",
                        ("auto", "dot", "mlp"))
     edge_batch: int = opt(0, "--task link: training positives per optimisation step, each step one encoder pass "
                           "(0: every positive, one step an epoch)")
@@ -412,10 +431,17 @@ TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig
 
 
 def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
-    """The training flags (``model_help``: ``--model``'s, listing the registered models)."""
+    """The training flags (``model_help``: ``--model``'s, listing the registered models); ``--metric``'s and
+    ``--task``'s help name the datasets whose specs declare their own metric or edge split
+    (:mod:`gnndist.datasets.spec`)."""
+    from gnndist.datasets.spec import declared_metrics, link_datasets
+
+    own = {f.name: f.metadata["help"] for sec in (EvalConfig, TaskConfig) for f in dataclasses.fields(sec)}
+    help = {"metric": f"{own['metric']}; the datasets' own: {declared_metrics()}",
+            "task": f"{own['task']}; the datasets with their own: {', '.join(link_datasets())}",
+            **({"model": model_help} if model_help else {})}
     for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec, suppress=True,
-                    help={"model": model_help} if sec is ModelConfig and model_help else None)
+        add_section(parser, sec, suppress=True, help=help)
 
 
 def with_fields(cfg: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:

@@ -18,10 +18,12 @@ messages (attention, custom messages), which always run on the ``1d`` layout.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,42 +31,22 @@ from torch import Tensor
 
 from gnndist.config import DistConfig, TrainConfig
 from gnndist.context import RunContext
-from gnndist.datasets.schema import HeteroSchema
 from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid, together
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
 from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
 from gnndist.kernels.csr import degree_divisor
-from gnndist.kernels.dropout.reference import apply_dropout, cell_bits, node_keys
-from gnndist.partition.format import drop_pages
-from gnndist.partition.link import LINK_PREFIX
-from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, rows_of
+from gnndist.kernels.dropout.reference import node_keys
+from gnndist.partition.components import SPLIT_ARRAYS, read_fields
+from gnndist.partition.format import drop_pages, read_inner, read_meta, read_part
+from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, dropout_rows, feature_density, normalize_rows, rows_of
 from gnndist.strategies import Halo1D, Strategy, Structure, strategy_from_config
-
-SPLIT_ARRAYS = ("train_masks", "val_masks", "test_masks")  # a partition's stored splits, [n_owned, K] bool each
-ROW_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask") + SPLIT_ARRAYS
-
-
-def _sparse_dropout(rows: SparseRows, keys: Tensor, p: float) -> SparseRows:
-    """Dropout of mostly-zero rows at their nonzero cells alone: the dense mask's cells, ``O(nnz)``."""
-    drop = cell_bits(keys[rows.csr.row.long()], rows.csr.col) < int(p * 2**31)  # [nnz]
-    return rows.with_values(apply_dropout(rows.values, drop, p))
-
-
-def feature_density(x: Tensor, grid: ProcessGrid) -> float:
-    """The share of nonzero cells in the features over every rank (collective: one all-reduce, the same on all)."""
-    counts = torch.tensor([float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64, device=x.device)
-    nonzero, cells = grid.all_reduce_(counts).tolist()
-    return nonzero / cells if cells else 1.0
 
 
 def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
     """``arr`` as a tensor on ``device``, sharing its memory on the CPU (a mapped part's pages: no copy at load).
-
-    A part's arrays are read-only (memory-mapped): nothing writes to a loaded part (the graph is
-    read-only, every transform makes a new tensor), so torch's warning about them is not raised.
-    """
+    Nothing writes to a loaded part (every transform makes a new tensor): torch's read-only warning is not raised."""
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     with warnings.catch_warnings():
@@ -84,33 +66,10 @@ def compute_dtype(x: Tensor) -> Tensor:
     return x
 
 
-def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
-    """Rows scaled to sum 1 (Kipf & Welling) unless some feature on some rank is negative; exact for any P.
-
-    Collective: whether any feature is negative is decided over every rank (row sums of
-    signed features are no scale, so those are left alone on every rank alike).
-    """
-    negative = grid.all_reduce_((x < 0).any().double().view(1))  # [1]
-    if negative.item() > 0:
-        return x
-    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: the same for every partition
-
-
-def _node_types(schema: HeteroSchema | None, orig_id: Tensor) -> Tensor | None:
-    """The type index of every local node of a typed graph (its dataset id's range), else None."""
-    if schema is None:
-        return None
-    offsets = torch.tensor(schema.offsets, dtype=torch.int64, device=orig_id.device)
-    return torch.searchsorted(offsets, orig_id.long(), right=True) - 1
-
-
-def _relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
-    """One CSR per relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``), else ();
-    in the dtype stored (int32 since partition format 2, int64 before: both index the kernels' CSRs)."""
-    if "rel_rowptr" not in t:
-        return ()
-    rowptr, col = t["rel_rowptr"], t["rel_col"]
-    return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
+def gcn_scale(degree: Tensor) -> Tensor:
+    """``(d_i + 1)^(-1/2)``, GCN's symmetric normalisation with self-loops, of global degrees without them ``[n]``:
+    float64 ``[n]`` (spmm's ``weight="gcn"`` scales the owned rows by it, ``LocalEdges.gcn_weight`` both ends)."""
+    return (degree.double() + 1.0).rsqrt()
 
 
 def _structure(arrays: dict, t: dict[str, Tensor], meta: dict, rank: int, device: torch.device) -> Structure:
@@ -124,9 +83,6 @@ def _structure(arrays: dict, t: dict[str, Tensor], meta: dict, rank: int, device
 
 def meta_digest(meta: dict) -> str:
     """A short digest of a partition's META.json as read (every rank of a job must read the same)."""
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -146,14 +102,28 @@ class DistGraph:
             they are: :attr:`TrainConfig.wire_dtype <gnndist.config.TrainConfig.wire_dtype>` gives it).
         kernel: the kernels of every aggregation, a :class:`~gnndist.kernels.KernelSettings`
             (default: chosen per input by the dispatcher, SpMM tiles tuned).
-        normalize_features: row-normalise the features at load (:func:`normalize_rows`; collective).
+        normalize_features: row-normalise the features at load (:func:`~gnndist.sparse_rows.normalize_rows`).
         sparse_features: ``"auto"`` (default): the features are taken as sparse where under
             :data:`~gnndist.sparse_rows.SPARSE_FEATURES` of their cells are nonzero over every rank (collective);
             ``"on"``: always; ``"off"``: never (:attr:`sparse_features`, :meth:`input_rows`).
         context: the run's :class:`~gnndist.context.RunContext` (a fresh one by default).
         root: the partition directory the part was read from, where :meth:`sub_partition` finds the other
             structures it stores (None: arrays handed in, no sub-partitions).
+
+    Its views (:meth:`with_split`, :meth:`relation`, :meth:`sub_partition`) are made by :meth:`_view` alone.
     """
+
+    # Every field by what a view does with it: "shared" (the same object in every view); "split" (a view on another
+    # split of the nodes replaces them all); "structure" (a view on other rows of A replaces them all, the derived
+    # cache too: what is derived from one structure is never read through another). A task's own part components
+    # give owned rows: shared. tests/test_graph_views.py fails on a field missing here.
+    VIEW_FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "shared": ("grid", "meta", "root", "context", "kernel", "comm_dtype", "num_classes", "x", "features_normalized",
+                   "feature_density", "sparse_features", "y", "splits", "hetero", "relations", "link"),
+        "split": ("train_mask", "val_mask", "test_mask", "num_train"),
+        "structure": ("structure", "strategy", "orig_id", "node_type", "degree", "gcn_scale", "edge_attr",
+                      "relation_of", "_derived"),
+    }
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
                  strategy: Strategy | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
@@ -172,43 +142,21 @@ class DistGraph:
         grid.agree(meta_digest(meta), "partition (META.json differs: hosts that see different partitions at one "
                    "path, or one re-made while the job read it)", must_match=True)
         strat.build(structure, grid, context.counter, kernel, wire)
-        degree = t["degree"]  # [n_owned + n_halo] global degree, no self-loops
-        schema = HeteroSchema.from_meta(meta["hetero"]) if "hetero" in meta else None
-        x = t["x"]  # [n_owned, F]
+        # every part component's fields (partition.components): ids, degrees, rows, labels, masks, relations, ...
+        fields = read_fields(t, meta, n_owned, n_halo)
         if normalize_features:
-            x = normalize_rows(x, grid)
-            if x is not t["x"]:
+            fields["x"] = normalize_rows(t["x"], grid)
+            if fields["x"] is not t["x"]:
                 drop_pages(arrays["x"])  # the stored rows were read once: only the normalised ones stay
         self._set(
-            grid=grid, meta=meta, root=root, context=context, structure=structure, strategy=strat, kernel=kernel,
-            comm_dtype=wire, n_owned=n_owned, n_halo=n_halo,
-            halo_gid=structure.halo_gid,  # [n_halo] global (new) ids of the halo
-            orig_id=t["orig_id"],  # [n_owned + n_halo] dataset ids
-            degree=degree,
-            # (d_i + 1)^(-1/2): GCN's symmetric normalisation with self-loops, global degrees (its one home;
-            # spmm(weight="gcn") scales by the owned rows', per-edge layers by both ends': LocalEdges.gcn_weight)
-            gcn_scale=(degree.double() + 1.0).rsqrt(),  # [n_owned + n_halo] float64
-            edge_attr=t.get("edge_attr"),  # [nnz, *] features of the local edges in CSR order, or None
-            x=x,  # [n_owned, F]: the part's own pages unless normalised
+            **fields, grid=grid, meta=meta, root=root, context=context, structure=structure, strategy=strat,
+            kernel=kernel, comm_dtype=wire, gcn_scale=gcn_scale(fields["degree"]),  # [n_owned + n_halo] float64
             features_normalized=normalize_features,
             # under SPARSE_FEATURES of the cells nonzero over every rank: dropout at the nonzeros, and a first linear
             # map that asks for it takes SparseRows (input_rows)
-            feature_density=(density := feature_density(x, grid)),
+            feature_density=(density := feature_density(fields["x"], grid)),
             sparse_features=density < SPARSE_FEATURES if sparse_features == "auto" else sparse_features == "on",
-            y=t["y"],  # [n_owned] (or [n_owned, T] multi-label)
-            train_mask=t["train_mask"], val_mask=t["val_mask"], test_mask=t["test_mask"],  # [n_owned] each
-            num_train=int(meta.get("num_train", 0)),
-            splits={k: t[k] for k in SPLIT_ARRAYS if k in t},  # [n_owned, K] each: every split the partition holds
-            num_classes=int(meta["classes"]), num_nodes=int(meta["N"]),
-            # a typed graph (META.json's "hetero", None otherwise): its HeteroSchema, the type of every local node
-            # and one CSR per relation, [n_owned, n_owned + n_halo] in local ids (partition.hetero)
-            hetero=schema,
-            node_type=_node_types(schema, t["orig_id"]),  # [n_owned + n_halo] type index, or None
-            relations=_relations(t, n_owned, n_halo),
-            relation_of=None,  # (r, the union graph) for a view of one relation (relation(r)), else None
-            # a link-prediction split (META.json's "link"): this rank's slice of each pair array and of the id
-            # directory, by name (train, valid, valid_neg, test, test_neg, home; partition.link), else None
-            link={k.removeprefix(LINK_PREFIX): v for k, v in t.items() if k.startswith(LINK_PREFIX)} or None,
+            relation_of=None,  # the relation of a view of one relation (relation(r)), else None
             _derived={},
         )
 
@@ -217,6 +165,11 @@ class DistGraph:
         """The rank's rows of ``A`` in local ids ``[n_owned, n_owned + n_halo]`` (per-edge layers, adapters):
         read from the part on first use and kept (a layout keeps its own block; a GCN never asks)."""
         return self.derived("csr", lambda: self.structure.csr)
+
+    n_owned = property(lambda self: self.structure.n_owned, doc="Rows this rank owns: local ids ``[0, n_owned)``.")
+    n_halo = property(lambda self: self.structure.n_halo, doc="Its 1D halo: local ids ``[n_owned, n_owned + n_halo)``.")
+    halo_gid = property(lambda self: self.structure.halo_gid, doc="``[n_halo]`` global (new) ids of the halo.")
+    num_nodes = property(lambda self: int(self.meta["N"]), doc="Nodes in the whole graph.")
 
     def _set(self, **fields: Any) -> None:
         for k, v in fields.items():
@@ -229,14 +182,10 @@ class DistGraph:
     @staticmethod
     def read(root: str | Path, grid: ProcessGrid) -> tuple[dict, dict]:
         """This rank's arrays and the partition's META.json (local: no collective); the world must match the parts."""
-        from gnndist.partition import read_meta, read_part
-
         meta = read_meta(root)
         if meta["parts"] != grid.world_size:
-            raise UserError(
-                f"{root} has {meta['parts']} parts but the world has {grid.world_size} ranks: "
-                f"use --ranks {meta['parts']} or re-partition with --parts {grid.world_size}"
-            )
+            raise UserError(f"{root} has {meta['parts']} parts but the world has {grid.world_size} ranks: "
+                            f"use --ranks {meta['parts']} or re-partition with --parts {grid.world_size}")
         return read_part(root, grid.rank, meta), meta
 
     @classmethod
@@ -263,19 +212,34 @@ class DistGraph:
                    kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features, root=root,
                    sparse_features=cfg.model.sparse_features)
 
+    def _view(self, **changes: Any) -> DistGraph:
+        """A view of this graph, the one constructor of views: ``changes`` in place of one whole group of
+        :attr:`VIEW_FIELDS` (``split`` or ``structure``), every other field the same object as here."""
+        if set(changes) not in (set(self.VIEW_FIELDS["split"]), set(self.VIEW_FIELDS["structure"])):
+            raise TypeError(f"a view replaces one whole group of DistGraph.VIEW_FIELDS, not {sorted(changes)}")
+        view = object.__new__(type(self))
+        view._set(**(vars(self) | changes))
+        return view
+
+    @staticmethod
+    def _structure_fields(structure: Structure, strategy: Strategy, degree: Tensor, orig_id: Tensor,
+                          node_type: Tensor | None, relation_of: int | None) -> dict[str, Any]:
+        """The ``structure`` group of :attr:`VIEW_FIELDS` of a view on ``structure`` (aggregated by ``strategy``,
+        built): its own ids, degrees and GCN scale, no edge features, an empty derived cache."""
+        return dict(structure=structure, strategy=strategy, orig_id=orig_id, node_type=node_type, degree=degree,
+                    gcn_scale=gcn_scale(degree), edge_attr=None, relation_of=relation_of, _derived={})
+
     def with_split(self, k: int) -> DistGraph:
         """The same graph training, validating and testing on split ``k`` of the partition's splits.
 
-        Collective: the global training count is summed over ranks. Everything but the masks is shared.
-        """
+        Collective: the global training count is summed over ranks. Only the masks and that count are the view's
+        own; everything else, the derived values too, is shared."""
         if not self.splits:
             raise UserError(f"{self.meta.get('dataset')}: the partition holds no splits to choose from")
         train, val, test = (self.splits[name][:, k] for name in SPLIT_ARRAYS)  # [n_owned] each
         count = torch.tensor([float(train.sum())], dtype=torch.float64, device=self.grid.device)
-        other = object.__new__(DistGraph)
-        other._set(**{**vars(self), "train_mask": train, "val_mask": val, "test_mask": test,
-                      "num_train": int(self.grid.all_reduce_(count).item())})
-        return other
+        return self._view(train_mask=train, val_mask=val, test_mask=test,
+                          num_train=int(self.grid.all_reduce_(count).item()))
 
     def relation(self, r: int) -> DistGraph:
         """The same part with relation ``r``'s rows of ``A`` in place of the union graph's (a typed graph's).
@@ -284,13 +248,11 @@ class DistGraph:
         built over the part's own halo and plans: a row a relation does not read still travels), the degrees
         (``mean`` divides by the relation's in-degree; ``weight="gcn"`` needs a relation inside one type, whose
         halo rows' degrees come from their owners once, here). Rows, masks, ids and the run's context are
-        shared. Built once per relation (collective: every rank asks for the same relations in the same order).
-        """
-        def build() -> DistGraph:
+        shared. Built once per relation (collective: every rank asks for the same relations in the same order)."""
+        def build() -> dict[str, Any]:
             if not 0 <= r < len(self.relations):
                 raise ValueError(f"relation {r} of a graph with {len(self.relations)} relations")
-            csr = self.relations[r]
-            rowptr, col = csr.rowptr.cpu().numpy(), csr.col.cpu().numpy()
+            rowptr, col = self.relations[r].rowptr.cpu().numpy(), self.relations[r].col.cpu().numpy()
             structure = dataclasses.replace(self.structure, rowptr=rowptr, col=col)
             strategy = Halo1D(symmetric=False)
             strategy.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
@@ -301,14 +263,10 @@ class DistGraph:
                               f"relation{r}/degree")[:, 0].to(owned.dtype)
             else:  # no node is both a source and a destination: no symmetric normalisation
                 halo = torch.full((self.n_halo,), -1, dtype=owned.dtype, device=owned.device)
-            degree = torch.cat([owned, halo])  # [n_owned + n_halo]
-            view = object.__new__(DistGraph)
-            view._set(**{**vars(self), "structure": structure, "strategy": strategy, "degree": degree,
-                         "gcn_scale": (degree.double() + 1.0).rsqrt(), "edge_attr": None, "_derived": {},
-                         "relation_of": (r, self)})
-            return view
+            return self._structure_fields(structure, strategy, torch.cat([owned, halo]),  # [n_owned + n_halo]
+                                          self.orig_id, self.node_type, relation_of=r)
 
-        return self.derived(("relation", r), build)
+        return self._view(**self.derived(("relation", r), build))
 
     def sub_partition(self, name: str, strategy: Strategy | None = None) -> DistGraph:
         """The same rows over another structure the partition stores for the same owners: its sub-partition ``name``
@@ -319,13 +277,10 @@ class DistGraph:
         ``[0, n_owned)``, so the features, rows, masks, ids of owned nodes, link arrays and the run's context are
         shared; its rows of ``A``, halo, plans, halo ids and degrees (GCN's and ``mean``'s) are its own, read as
         the part's are and aggregated by ``strategy`` (unbuilt; default ``1d``). Built once per name (collective:
-        every rank asks for the same sub-partitions in the same order); its block is what it costs in memory.
-        """
-        def build() -> DistGraph:
-            from gnndist.partition.format import read_inner, read_part
-
+        every rank asks for the same sub-partitions in the same order); its block is what it costs in memory."""
+        def build() -> dict[str, Any]:
             def read() -> tuple[dict, dict]:  # local; a failure on any rank stops every rank at once
-                if self.root is None or self.hetero is not None or self.relation_of is not None:
+                if self.root is None or self.hetero is not None:
                     raise UserError(f"sub-partition {name}: only a homogeneous graph read from its partition "
                                     f"directory (DistGraph.load, from_config(..., root=)) has sub-partitions")
                 meta = read_inner(self.root, name, self.meta)
@@ -343,17 +298,14 @@ class DistGraph:
             self.grid.agree(meta_digest(meta), f"partition {name} (META.json differs)", must_match=True)
             strat = strategy or Halo1D()
             strat.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
-            degree = t["degree"]  # [n_owned + n_halo] its own global degrees, no self-loops
-            view = object.__new__(DistGraph)
-            view._set(**{**vars(self), "structure": structure, "strategy": strat, "n_halo": structure.n_halo,
-                         "halo_gid": structure.halo_gid, "orig_id": t["orig_id"], "degree": degree,
-                         "gcn_scale": (degree.double() + 1.0).rsqrt(), "edge_attr": None, "_derived": {}})
-            return view
+            # its own global degrees (no self-loops) and halo ids; homogeneous: no node types
+            return self._structure_fields(structure, strat, t["degree"], t["orig_id"], None, relation_of=None)
 
-        return self.derived(("sub_partition", name), build)
+        return self._view(**self.derived(("sub_partition", name), build))
 
     def derived(self, key: Any, build: Callable[[], Any]) -> Any:
-        """``build()``'s value, computed once per graph (structure derived from the part: local edges, ...)."""
+        """``build()``'s value, computed once per structure (local edges, layouts, the views' structures, ...): shared
+        by :meth:`with_split`'s views, not by :meth:`relation`'s or :meth:`sub_partition`'s (their own)."""
         if key not in self._derived:
             self._derived[key] = build()
         return self._derived[key]
@@ -420,7 +372,7 @@ class DistGraph:
         self.context.record_spmm(tag, x.shape[1], backward=torch.is_grad_enabled() and x.requires_grad,
                                  itemsize=x.element_size())
         if weight == "gcn":
-            src, rel, dst = self.hetero.relations[self.relation_of[0]] if self.relation_of else ("", "", "")
+            src, rel, dst = self.hetero.relations[self.relation_of] if self.relation_of is not None else ("",) * 3
             if src != dst:
                 raise ValueError(f"weight='gcn' (symmetric normalisation) on relation ({src}, {rel}, {dst}) "
                                  f"between two node types: use a layer without it (SAGEConv, GraphConv)")
@@ -460,17 +412,13 @@ class DistGraph:
                 sparse: bool = False) -> Tensor | SparseRows:
         """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
 
-        The seed and epoch are the step's (``graph.context``). On the input features (``x is graph.x``) with
-        mostly zero entries (:attr:`feature_density` under :data:`~gnndist.sparse_rows.SPARSE_FEATURES`), the mask
-        is only evaluated at their nonzeros (the same result at ``O(nnz)``), and with ``sparse`` (where
-        :attr:`sparse_features`: ``--sparse-features``) they stay sparse: :class:`~gnndist.sparse_rows.SparseRows`,
-        in training and in evaluation, for a first layer that only maps them linearly (``nn.Linear``, ``@``).
-        Dense features under autocast come out in the autocast dtype (:func:`compute_dtype`), as the first
-        layer would cast them: the backward then rebuilds the dropped half rows instead of keeping autocast's
-        copy of them.
-
-        Shapes:
-            x ``[n_owned, F]``
+        The seed and epoch are the step's (``graph.context``). On mostly-zero input features (``x is graph.x``,
+        :attr:`feature_density` under :data:`~gnndist.sparse_rows.SPARSE_FEATURES`) the mask is evaluated at their
+        nonzeros alone (the same cells at ``O(nnz)``); with ``sparse`` (where :attr:`sparse_features`:
+        ``--sparse-features``) they stay :class:`~gnndist.sparse_rows.SparseRows`, in training and in evaluation,
+        for a first layer that only maps them linearly. Dense features under autocast come out in its dtype
+        (:func:`compute_dtype`), as the first layer would cast them: the backward then rebuilds the dropped half
+        rows instead of keeping autocast's copy of them. Shapes: x ``[n_owned, F]``.
         """
         rows = self.input_rows(x) if sparse else x
         if not training or p == 0.0:
@@ -478,23 +426,20 @@ class DistGraph:
         step = self.context.current
         keys = node_keys(self.orig_id[: x.shape[0]], step.seed, step.epoch, key)  # [n_owned]
         if isinstance(rows, SparseRows):
-            return _sparse_dropout(rows, keys, p)
+            return dropout_rows(rows, keys, p)
         features = x is self.x and self.feature_density < SPARSE_FEATURES
         dtype = compute_dtype(x[:0]).dtype if x is self.x else x.dtype
         version = x._version
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
-            out = _sparse_dropout(self.nonzeros(), keys, p).to_dense() if features else dropout(x, keys, p)
+            out = dropout_rows(self.nonzeros(), keys, p).to_dense() if features else dropout(x, keys, p)
             return out.to(dtype)  # the dispatcher's dropout: one fused Triton pass on CUDA
         return self.context.rebuildable(build(), build)
 
     def input_rows(self, x: Tensor) -> Tensor | SparseRows:
-        """The input features as :class:`~gnndist.sparse_rows.SparseRows` where ``x`` is them and they are mostly
-        zeros (:attr:`sparse_features`; kept for the run at 8 B per nonzero), else ``x`` itself.
-
-        For a first linear map that takes ``x`` with no dropout before it; :meth:`dropout` with ``sparse``
-        calls it. Shapes: x ``[n_owned, F]``.
-        """
+        """``x`` as :class:`~gnndist.sparse_rows.SparseRows` where it is the input features and they are mostly zeros
+        (:attr:`sparse_features`; kept at 8 B per nonzero), else ``x``: for a first linear map with no dropout before
+        it (:meth:`dropout` with ``sparse`` calls it). Shapes: x ``[n_owned, F]``."""
         if x is not self.x or not self.sparse_features:
             return x
         return self.nonzeros()

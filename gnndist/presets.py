@@ -2,7 +2,8 @@
 
     cfg = compose(given_flags(args), dataset="amazon-photo")  # defaults < recipe < model preset < flags
 
-A dataset family's recipe is a :data:`Preset` ``(TrainConfig) -> TrainConfig`` in :data:`DATASET_RECIPES`. A
+A dataset family's recipe is a :data:`Preset` ``(TrainConfig) -> TrainConfig`` in :data:`RECIPES`, by name: a
+dataset's spec names its family's recipe for each task (:class:`gnndist.datasets.spec.DatasetSpec`, ``recipes``). A
 model's preset is data, config fields by section, registered with the model (:func:`gnndist.nn.register_model`,
 the one registry: its spec in :data:`gnndist.nn.models.MODELS`, where the built-in models' are too) and applied
 here with :func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import the config.
@@ -10,11 +11,10 @@ here with :func:`~gnndist.config.with_fields`, so ``gnndist.nn`` does not import
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 from gnndist.config import TRAIN_SECTIONS, Preset, TrainConfig, with_fields
+from gnndist.datasets.spec import dataset_spec
 
 
 def amazon(cfg: TrainConfig) -> TrainConfig:
@@ -59,36 +59,35 @@ def ogbl_collab(cfg: TrainConfig) -> TrainConfig:
                        task={"decoder": "mlp", "edge_batch": 65536})
 
 
-# dataset family: (a pattern of the dataset's name, the task, why, its recipe), first match of the task wins
-DATASET_RECIPES: list[tuple[str, str, str, Preset]] = [
-    (r"^(roman[-_]empire|amazon[-_]ratings|minesweeper|tolokers|questions)(\.npz)?$", "node",
-     "heterophily benchmark (Platonov et al. 2023): --arch residual, 5 blocks of 512, layer norm, dropout 0.2, "
-     "lr 3e-5, 1000 epochs, raw features, --splits all", heterophily),
-    (r"amazon", "node", "Amazon co-purchase graph: raw binary features, hidden 64", amazon),
-    (r"^(cora|citeseer|pubmed)", "link", "GAE on a Planetoid graph (Kipf & Welling 2016): GCN 32-16, dot decoder, "
-     "lr 0.01, 200 epochs, no dropout, test AUC and AP", gae),
-    (r"^ogbl[-_]collab", "link", "OGB's full-batch ogbl-collab baseline: GCN 3x256, MLP decoder, lr 0.001, 400 "
-     "epochs, steps of 65,536 positives (test over training edges; OGB's validation-edges protocol: "
-     "--use-valedges-as-input)", ogbl_collab),
-]
+# recipe name (what a dataset's spec names) -> (why, the recipe)
+RECIPES: dict[str, tuple[str, Preset]] = {
+    "heterophily": ("heterophily benchmark (Platonov et al. 2023): --arch residual, 5 blocks of 512, layer norm, "
+                    "dropout 0.2, lr 3e-5, 1000 epochs, raw features, --splits all", heterophily),
+    "amazon": ("Amazon co-purchase graph: raw binary features, hidden 64", amazon),
+    "gae": ("GAE on a Planetoid graph (Kipf & Welling 2016): GCN 32-16, dot decoder, lr 0.01, 200 epochs, no "
+            "dropout, test AUC and AP", gae),
+    "ogbl-collab": ("OGB's full-batch ogbl-collab baseline: GCN 3x256, MLP decoder, lr 0.001, 400 epochs, steps of "
+                    "65,536 positives (test over training edges; OGB's validation-edges protocol: "
+                    "--use-valedges-as-input)", ogbl_collab),
+}
 
 
 def dataset_recipe(dataset: str | None, task: str = "node") -> tuple[str, Preset] | None:
-    """``(why, recipe)`` of the first :data:`DATASET_RECIPES` family of ``task`` matching ``dataset``'s name, if any."""
-    name = Path(dataset).name.lower() if dataset else ""
-    for pattern, kind, why, recipe in DATASET_RECIPES:
-        if kind == task and re.search(pattern, name):
-            return why, recipe
-    return None
+    """``(why, recipe)`` of the recipe that ``dataset``'s spec (a name, or a path's name part) names for ``task``,
+    if any."""
+    spec = dataset_spec(dataset)
+    name = spec.recipes.get(task) if spec is not None else None
+    return RECIPES[name] if name is not None else None
 
 
 def task_of(given: dict[str, dict[str, Any]], dataset: str | None, stored: str | None = None) -> str:
-    """The task a run's recipe is chosen for: ``--task``, else ``stored`` (what a partition holds), else ``link``
-    for an ogbl-* dataset and ``node`` for any other."""
+    """The task a run's recipe is chosen for: ``--task``, else ``stored`` (what a partition holds), else the task
+    ``dataset``'s spec declares (``link`` for a dataset with its own edge split), else ``node``."""
     task = given.get("task", {}).get("task", "auto")
     if task != "auto":
         return task
-    return stored or ("link" if Path(dataset or "").name.lower().startswith("ogbl") else "node")
+    spec = dataset_spec(dataset)
+    return stored or (spec.task if spec is not None else "node")
 
 
 def from_args(args, dataset: str | None = None, kernel_env=None, task: str | None = None) -> TrainConfig:

@@ -14,17 +14,26 @@ takes them: ``F.linear(rows, W, b)`` (so an ``nn.Linear``) and ``rows @ W^T``; e
 in one line naming it (:meth:`SparseRows.to_dense` gives the dense rows). Each output row is its own sum
 over that row's nonzeros, so the result does not depend on how rows are split over ranks; the weight
 gradient sums over a rank's rows and then over ranks, as the dense one does.
+
+Here too is what the graph decides about its input features at load, over every rank alike: their
+normalisation (:func:`normalize_rows`) and their density (:func:`feature_density`); and dropout at the nonzero
+cells alone (:func:`dropout_rows`), the dense mask's cells at ``O(nnz)``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from gnndist.kernels import CSR, KernelSettings, spmm
+from gnndist.kernels.dropout.reference import apply_dropout, cell_bits
+
+if TYPE_CHECKING:
+    from gnndist.dist.grid import ProcessGrid
 
 # features whose nonzeros are under this share of the cells go to a first linear map as SparseRows: measured on
 # 2 CPU threads (python benchmarks/sparse_input.py; Coauthor CS's 18,333 x 6,805 at hidden 256), the map's forward +
@@ -125,3 +134,32 @@ def rows_of(x: Tensor, kernel: KernelSettings) -> SparseRows:
     rowptr = torch.zeros(x.shape[0] + 1, dtype=dtype, device=x.device)
     rowptr[1:] = counts.cumsum(0)
     return SparseRows(CSR(rowptr, cols.to(dtype), x.shape[1]), x[rows, cols], kernel)
+
+
+def normalize_rows(x: Tensor, grid: ProcessGrid) -> Tensor:
+    """Rows scaled to sum 1 (Kipf & Welling) unless some feature on some rank is negative; exact for any P.
+
+    Collective: whether any feature is negative is decided over every rank (row sums of
+    signed features are no scale, so those are left alone on every rank alike).
+    """
+    negative = grid.all_reduce_((x < 0).any().double().view(1))  # [1]
+    if negative.item() > 0:
+        return x
+    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)  # per node: the same for every partition
+
+
+def feature_density(x: Tensor, grid: ProcessGrid) -> float:
+    """The share of nonzero cells in the features over every rank (collective: one all-reduce, the same on all)."""
+    counts = torch.tensor([float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64, device=x.device)
+    nonzero, cells = grid.all_reduce_(counts).tolist()
+    return nonzero / cells if cells else 1.0
+
+
+def dropout_rows(rows: SparseRows, keys: Tensor, p: float) -> SparseRows:
+    """Dropout of mostly-zero rows at their nonzero cells alone: the dense mask's cells, ``O(nnz)``.
+
+    Shapes:
+        rows ``[n, F]``, keys ``[n]`` (:func:`~gnndist.kernels.dropout.reference.node_keys` of the rows' nodes)
+    """
+    drop = cell_bits(keys[rows.csr.row.long()], rows.csr.col) < int(p * 2**31)  # [nnz]
+    return rows.with_values(apply_dropout(rows.values, drop, p))

@@ -42,15 +42,16 @@ def say_modelled_widths(partdir, cfg: TrainConfig) -> None:
 
 
 def dataset_of(partdir) -> tuple[str | None, str | None]:
-    """The dataset name a partition was made from and the task it holds (``link`` with an edge split, else
-    ``node``), for its family recipe; ``(None, None)`` if unreadable."""
+    """The dataset name a partition was made from and the task it holds (:func:`gnndist.tasks.task_name`), for its
+    family recipe; ``(None, None)`` if unreadable."""
     from gnndist.partition import read_meta
+    from gnndist.tasks import task_name
 
     try:
         meta = read_meta(partdir)
     except UserError:
         return None, None  # launch reports the bad directory in its own words
-    return meta.get("dataset"), "link" if "link" in meta else "node"
+    return meta.get("dataset"), task_name(meta)
 
 
 def featureless_inputs(graph, cfg: TrainConfig) -> str:

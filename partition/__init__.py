@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gnndist.partition.balance import AUTO_BUDGET, rank_loads
+from gnndist.partition.balance import rank_loads
 from gnndist.partition.book import (
     GlobalCSR,
     LocalPart,
@@ -26,6 +26,7 @@ from gnndist.partition.format import FORMAT_VERSION, read_meta, read_part
 from gnndist.partition.layouts import replications
 from gnndist.partition.metis import metis_assign, random_assign
 from gnndist.partition.pipeline import METHODS, STAGES, Partition, check_budget, model_widths_of, partition
+from gnndist.partition.plan import AUTO_BUDGET
 from gnndist.partition.report import REPORT_VERSION, format_report
 
 __all__ = [

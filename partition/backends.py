@@ -4,7 +4,7 @@ Each backend takes the symmetric CSR (no self-loops), ``[N, ncon]`` node weights
 tolerances, and returns an assignment ``[N]`` in ``[0, parts)``. Each can say why it cannot
 take an input (:meth:`Backend.unsupported`: one line naming an alternative), and which
 library and version it ran (:meth:`Backend.library`). They are chosen from :data:`BACKENDS`
-by name (``--method``); ``--balance auto`` asks :func:`gnndist.partition.balance.auto_plan`
+by name (``--method``); ``--balance auto`` asks :func:`gnndist.partition.plan.auto_plan`
 which of them fit a graph.
 
 * ``metis``: METIS k-way through ctypes (:mod:`gnndist.partition.metis`), several balance

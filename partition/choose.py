@@ -18,21 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from gnndist.partition import balance
 from gnndist.partition.backends import BACKENDS, Request, backend
-from gnndist.partition.balance import (
-    PLAIN,
-    Setting,
-    auto_plan,
-    budget_plan,
-    choose,
-    derived_weights,
-    imbalance,
-    rank_loads,
-    refine_seconds,
-    sampled_csr,
-)
+from gnndist.partition.balance import PLAIN, Setting, choose, derived_weights, imbalance, rank_loads, sampled_csr
 from gnndist.partition.book import GlobalCSR
 from gnndist.partition.hetero import node_types_of
 from gnndist.partition.metis import metis_index_bytes
+from gnndist.partition.plan import auto_plan, budget_plan, refine_seconds
 from gnndist.partition.rank_times import unit_costs
 from gnndist.partition.refine import MAX_PASSES, RefineSettings, refine
 
@@ -110,9 +100,9 @@ def balance_columns(req: PartitionRequest, csr: GlobalCSR, train: np.ndarray) ->
 
 def candidates(req: PartitionRequest, csr: GlobalCSR, columns: dict) -> Plan:
     """The (backend, setting) pairs to run: ``--method auto`` every backend
-    :func:`~gnndist.partition.balance.auto_plan` finds fitting (a backend that cannot take the input is
+    :func:`~gnndist.partition.plan.auto_plan` finds fitting (a backend that cannot take the input is
     skipped, with the reason), a named backend only itself (failing in one line when it cannot); of
-    several, those beyond the memory or time budget are skipped (:func:`~gnndist.partition.balance.budget_plan`)."""
+    several, those beyond the memory or time budget are skipped (:func:`~gnndist.partition.plan.budget_plan`)."""
     plan, objective = _settings(req, csr, typed="types" in columns)
     usable, skipped = _usable(req, csr, plan, columns, objective)
     metis_graph, sampled = csr, None

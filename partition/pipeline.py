@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from gnndist.datasets.schema import schema_of
 from gnndist.partition.backends import BACKENDS, resolve_threads
-from gnndist.partition.balance import AUTO_BUDGET, loads_from_pairs, network, parse_balance
+from gnndist.partition.balance import loads_from_pairs, network, parse_balance
 from gnndist.partition.book import (
     GlobalCSR,
     PartitionBook,
     build_local_parts,
     check_parts,
-    edge_values_in_csr,
     exchange_pairs,
     renumbered_csr,
     symmetric_csr,
@@ -42,11 +40,13 @@ from gnndist.partition.choose import (
     refined,
     runs_of,
 )
+from gnndist.partition.components import SUB_PARTITIONS, Component, SubPartition, held_by
 from gnndist.partition.format import drop_pages, write_partition
-from gnndist.partition.hetero import RelationSlicer, hetero_report
+from gnndist.partition.hetero import hetero_report
 from gnndist.partition.layouts import LayoutCounts, layout_counts
-from gnndist.partition.link import VALEDGES, check_valedges, link_arrays, link_bytes, link_of, valedges_message
+from gnndist.partition.link import VALEDGES
 from gnndist.partition.metis import OBJECTIVES, random_assign
+from gnndist.partition.plan import AUTO_BUDGET
 from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
 
@@ -76,80 +76,36 @@ class Partition:
         """Yield each rank's :class:`LocalPart` in rank order."""
         return build_local_parts(self.csr, self.book, self.threads)
 
-    def part_arrays(self, counts: LayoutCounts | None = None):
-        """Yield each rank's arrays as saved on disk: graph, plans, features, labels, masks, and its row of every
-        layout's exchanges (``layout_pairs``, from ``counts``: counted here when not given)."""
-        counts = counts or layout_counts(self.csr, self.book.offsets, threads=self.threads)
-        d = self.data
-        ea = getattr(d, "edge_attr", None)  # [E, *] -> [nnz, *] in CSR order; each part takes its rows' slice
-        ei = getattr(d, "edge_attr_index", None)  # the edge list edge_attr is aligned with (default: edge_index)
-        ea = edge_values_in_csr(self.csr, self.book, d.edge_index if ei is None else ei, ea.numpy()) \
-            if ea is not None else None
-        # a typed graph: each part's CSR per relation (partition.hetero)
-        relations = RelationSlicer(self.schema, self.book) if self.schema is not None else None
-        link = link_of(d)
-        mapped = getattr(d, "memmaps", ())
-        for lp in self.local_parts():
-            owned = lp.orig_id[: lp.n_owned]
-            arrays = {**lp.arrays(), "x": gathered(d.x, owned, mapped), "y": gathered(d.y, owned, mapped)}
-            arrays["layout_pairs"] = counts.part_pairs(lp.rank)
-            for m in ("train_mask", "val_mask", "test_mask"):
-                mask = getattr(d, m, None)
-                arrays[m] = (mask[owned] if mask is not None else torch.zeros(len(owned), dtype=torch.bool)).numpy()
-            for m in ("train_masks", "val_masks", "test_masks"):  # every split the dataset holds, [n_owned, K]
-                if getattr(d, m, None) is not None:
-                    arrays[m] = getattr(d, m)[owned].numpy()
-            if ea is not None:  # [nnz_local, *]: one row per local edge, in the local CSR's order
-                lo, hi = self.book.offsets[lp.rank], self.book.offsets[lp.rank + 1]
-                arrays["edge_attr"] = ea[self.csr.rowptr[lo] : self.csr.rowptr[hi]]
-            if relations is not None:
-                arrays.update(relations.arrays(lp.rank, lp.halo_gid))
-            if link is not None:  # a link-prediction split: this part's slice of every pair array
-                arrays.update(link_arrays(link, self.book.old2new, lp.rank, self.book.parts))
-            yield arrays
-            for mm in getattr(d, "memmaps", ()):  # the rows gathered from memory-mapped inputs: not resident
-                drop_pages(mm)
+    def components(self) -> list[Component]:
+        """What the parts hold: every :data:`~gnndist.partition.components.COMPONENTS` entry this graph has."""
+        return held_by(self)
 
-    def valedges(self, dataset: str, progress: bool = True) -> tuple[dict, object]:
-        """META.json and the parts (a generator) of the sub-partition :data:`~gnndist.partition.link.VALEDGES`: this
-        book over the message graph of training and validation edges, symmetrised and de-duplicated as the
-        training graph is; its parts hold only their structure (:meth:`~gnndist.partition.book.LocalPart.arrays`)."""
-        n, offsets = int(self.csr.num_nodes), self.book.offsets
-        csr = renumbered_csr(symmetric_csr(valedges_message(self.data), n, threads=self.threads), self.book,
-                             threads=self.threads)
-        counts = layout_counts(csr, offsets, threads=self.threads)
-        meta = {"dataset": dataset, "of": "the message graph of training + validation edges", "parts": self.book.parts,
-                "N": n, "E": int(csr.nnz), "F": 0, "classes": 0, "offsets": offsets.tolist(), "layouts": counts.loads}
-        parts = ({**lp.arrays(), "layout_pairs": counts.part_pairs(lp.rank)}
-                 for lp in build_local_parts(csr, self.book, self.threads))
-        return meta, stages_of(parts, self.book.parts, f"write {VALEDGES} part", progress)
+    def part_arrays(self, counts: LayoutCounts | None = None):
+        """Yield each rank's arrays as saved on disk: every component's (:meth:`components`), in their order; the
+        layouts' exchanges from ``counts`` (counted here when not given)."""
+        counts = counts or layout_counts(self.csr, self.book.offsets, threads=self.threads)
+        writers = [c.writer(self, counts) for c in self.components()]
+        mapped = getattr(self.data, "memmaps", ())
+        for lp in self.local_parts():
+            arrays: dict = {}
+            for write in writers:
+                arrays.update(write(lp))
+            yield arrays
+            for mm in mapped:  # the rows gathered from memory-mapped inputs: not resident
+                drop_pages(mm)
 
     def save(self, out: str | Path, dataset: str, progress: bool = True, valedges: bool = False) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`); with ``valedges``
-        also the message graph of training and validation edges (``--use-valedges-as-input``: :meth:`valedges`,
-        in ``out/valedges/``)."""
-        if valedges:
-            check_valedges(self.data, dataset)
-        d = self.data
-        y = d.y
-        meta = {
-            "dataset": dataset, "parts": self.book.parts, "method": self.method,
-            "objective": self.objective, "seed": self.seed,
-            "N": int(self.csr.num_nodes), "E": int(self.csr.nnz), "F": int(d.x.shape[1]),
-            "classes": int(getattr(d, "num_classes", None) or (int(y.max()) + 1 if y.numel() else 0)),
-            "multilabel": bool(y.dim() > 1),
-            "num_train": int(d.train_mask.sum()) if getattr(d, "train_mask", None) is not None else 0,
-            "splits": int(d.train_masks.shape[1]) if getattr(d, "train_masks", None) is not None else 0,
-            "split_kind": getattr(d, "split_kind", None),
-            "offsets": self.book.offsets.tolist(),
-            "report": self.report,
-        }
-        if self.schema is not None:
-            meta["hetero"] = self.schema.to_meta()
-        if link_of(d) is not None:
-            meta["link"] = link_of(d).to_meta()
-        if "featureless" in d and d.featureless:  # no features of its own (ogbl-ddi, SNAP): a link task learns rows
-            meta["featureless"] = True
+        also the sub-partition of training and validation edges (``--use-valedges-as-input``, in ``out/valedges/``:
+        :data:`~gnndist.partition.components.SUB_PARTITIONS`)."""
+        subs = self.sub_partitions(valedges)
+        for sub in subs:
+            sub.check(self.data, dataset)
+        meta = {"dataset": dataset, "parts": self.book.parts, "method": self.method, "objective": self.objective,
+                "seed": self.seed, "N": int(self.csr.num_nodes), "E": int(self.csr.nnz)}
+        for c in self.components():
+            meta.update(c.meta(self))
+        meta.update(offsets=self.book.offsets.tolist(), report=self.report)
         st = Stages(1, "save", progress)
         st.set_postfix_str("layout loads")
         # per-rank loads (rows, messages, nonzeros) of every SpMM layout this P admits: auto reads them
@@ -157,44 +113,19 @@ class Partition:
         meta["layouts"] = counts.loads
         st.close()
         parts = stages_of(self.part_arrays(counts), self.book.parts, "write part", progress)
-        inner = {VALEDGES: self.valedges(dataset, progress)} if valedges else None
-        return write_partition(out, meta, parts, need_bytes=self.disk_bytes(valedges), inner=inner)
+        inner = {sub.name: sub.build(self, dataset, progress) for sub in subs}
+        return write_partition(out, meta, parts, need_bytes=self.disk_bytes(valedges), inner=inner or None)
+
+    @staticmethod
+    def sub_partitions(valedges: bool = False) -> list[SubPartition]:
+        """The sub-partitions a save writes beside the parts: ``valedges`` with ``valedges``."""
+        return [SUB_PARTITIONS[VALEDGES]] if valedges else []
 
     def disk_bytes(self, valedges: bool = False) -> int:
-        """What the saved parts take, from their shapes (within a few %: the halo's ids and the .npy headers aside);
-        ``valedges``: with the sub-partition of training + validation edges (its entries, ids, degrees, rowptr)."""
-        d, n, nnz = self.data, int(self.csr.num_nodes), int(self.csr.nnz)
-        ea = getattr(d, "edge_attr", None)
-        per_node = (d.x[:1].numel() * d.x.element_size() + d.y[:1].numel() * d.y.element_size() + 3
-                    + 8 + 8 + 4)  # x, y, masks, orig_id, degree, rowptr (int32 below 2^31 local entries)
-        if getattr(d, "train_masks", None) is not None:  # train / val / test masks of every stored split
-            per_node += 3 * d.train_masks.shape[1]
-        per_entry = self.csr.col.dtype.itemsize + (ea[:1].numel() * ea.element_size() if ea is not None else 0)
-        link = link_of(d)
-        extra = 0
-        if valedges:  # at most 2 E_val entries more than the training graph's
-            extra = n * (8 + 8 + 4) + (nnz + 2 * int(link.valid.shape[0])) * self.csr.col.dtype.itemsize
-        return n * per_node + nnz * per_entry + (link_bytes(link, n) if link is not None else 0) + extra
-
-
-def gathered(t: torch.Tensor, rows: np.ndarray, mapped=(), values: int = CHUNK) -> np.ndarray:
-    """``t[rows]`` as numpy; with memory-mapped inputs (``mapped``), gathered ~``values`` values at a time,
-    letting their pages go after each (``rows`` ascending: each gather reads one stretch of the file), so a
-    part's rows never hold the whole file's pages (256 MiB of features at 1M nodes x 64).
-
-    Shapes:
-        t ``[N, *]``, rows ``[n]`` -> ``[n, *]``
-    """
-    if not mapped:
-        return t[rows].numpy()
-    src = t.numpy()
-    out = np.empty((len(rows), *src.shape[1:]), dtype=src.dtype)
-    step = max(values // max(int(np.prod(src.shape[1:])), 1), 1)
-    for s in range(0, len(rows), step):
-        np.take(src, rows[s : s + step], axis=0, out=out[s : s + step])
-        for mm in mapped:
-            drop_pages(mm)
-    return out
+        """What the saved parts take, from their shapes (within a few %: the halo's ids and the .npy headers aside):
+        every component's; ``valedges``: with the sub-partition of training + validation edges."""
+        return (sum(c.disk_bytes(self) for c in self.components())
+                + sum(sub.disk_bytes(self) for sub in self.sub_partitions(valedges)))
 
 
 def model_widths_of(data, hidden: int = HIDDEN, layers: int = 2) -> tuple[int, ...]:
@@ -253,7 +184,7 @@ def partition(
         chunk: adjacency entries (edges) each chunked step handles at once; any value gives the same parts.
         auto_budget: when several candidates are considered (``method="auto"`` or ``balance="auto"``), their
             estimated seconds at most this many times the cheapest one's (at least a few seconds); the
-            candidates skipped and why are in the report (:func:`~gnndist.partition.balance.budget_plan`).
+            candidates skipped and why are in the report (:func:`~gnndist.partition.plan.budget_plan`).
             0: no budget, every candidate runs.
     """
     req = request(data, parts, method, objective, seed, balance, refine, cost_network, widths, threads, chunk,

@@ -112,7 +112,7 @@ def test_ogb_evaluator_matches_counts(tmp_path):
     cfg.run.progress = False
     plain = Trainer(DistGraph(arrays, meta), cfg)
     ogb = Trainer(DistGraph(arrays, {**meta, "dataset": "ogbn-arxiv"}), cfg)
-    assert plain.metric == ogb.metric == "acc"  # OGB's metric for ogbn-arxiv, computed by gnndist.training.metrics
+    assert plain.metric == ogb.metric == "acc"  # OGB's metric for ogbn-arxiv, computed by gnndist.tasks.metrics
     ogb.model.load_state_dict(plain.model.state_dict())
     assert ogb.evaluate() == pytest.approx(plain.evaluate(), abs=1e-12)
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gnndist.cost import (
+from gnndist.cost import Network, RankLoad, epoch_time, model_layers, step_time
+from gnndist.cost.times import (
     ELEMENTWISE_IN,
     ELEMENTWISE_OUT,
     FOLD_PASSES,
@@ -14,11 +15,6 @@ from gnndist.cost import (
     SPARSE_FILL,
     SPARSE_NONZERO,
     STEP_FIXED,
-    Network,
-    RankLoad,
-    epoch_time,
-    model_layers,
-    step_time,
 )
 
 # two ranks of a 5-node graph: rank 0 sends 2 halo rows and receives 1, one peer; 6 and 4 nonzeros

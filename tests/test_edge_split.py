@@ -7,7 +7,7 @@ from gnndist.datasets import synthetic
 from gnndist.datasets.edge_split import EdgeSplit, parse_edge_split, random_edge_split, set_edge_split
 from gnndist.datasets.graph import clean_edges
 from gnndist.datasets.ogbl import load_ogbl, write_ogbl
-from gnndist.datasets.registry import REGISTRY
+from gnndist.datasets.spec import dataset_spec
 
 from gnndist.errors import UserError
 
@@ -138,7 +138,7 @@ def test_ogbl_collab_round_trip(data_root):
     folder = write_ogbl(data, str(data_root), "ogbl-collab")
     before = snapshot(data_root)
     for _ in range(2):  # OGB processes, then reads its processed file
-        back = REGISTRY["ogbl-collab"]("ogbl-collab", str(data_root), 0)
+        back = dataset_spec("ogbl-collab").load("ogbl-collab", str(data_root), 0, None)
         assert back.link.metric == "hits@50" and back.link.kind == "ogb" and back.link.valid_as_input
         for k, v in split.arrays().items():
             assert torch.equal(back.link.arrays()[k], v), k

@@ -369,7 +369,8 @@ def test_balance_auto_tries_every_type_balanced_on_a_typed_graph():
     several constraints; a homogeneous graph has no types to balance); the candidate is the explicit setting's run."""
     from gnndist.datasets import load
     from gnndist.partition import partition
-    from gnndist.partition.balance import TYPED, auto_plan
+    from gnndist.partition.balance import TYPED
+    from gnndist.partition.plan import auto_plan
 
     assert ("metis", TYPED) in auto_plan(10_000, "auto", typed=True)[0]
     assert ("metis", TYPED) in auto_plan(10_000, "metis", typed=True)[0]

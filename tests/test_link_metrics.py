@@ -11,8 +11,8 @@ import torch
 
 from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import UserError
+from gnndist.tasks import metrics
 from gnndist.testing import run_distributed
-from gnndist.training import metrics
 
 HITS_K = (1, 10, 50, 100)
 

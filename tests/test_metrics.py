@@ -16,8 +16,8 @@ from gnndist.partition import partition
 from gnndist.cli import main
 from gnndist.config import TrainConfig
 from gnndist.graph import DistGraph
+from gnndist.tasks import metrics
 from gnndist.testing import QUICK_PARTITION, run_distributed
-from gnndist.training import metrics
 from gnndist.training.trainer import Trainer
 
 PROTEINS_TASKS = 112  # OGB's evaluator for ogbn-proteins checks the label count

@@ -82,7 +82,7 @@ def test_a_missing_package_says_how_to_install_it(graph, monkeypatch):
 
 
 def test_auto_considers_every_backend_and_hands_large_graphs_to_kaminpar(graph, monkeypatch):
-    from gnndist.partition import balance
+    from gnndist.partition import balance, plan
 
     data, _ = graph
     r = partition(data, 4, progress=False).report
@@ -91,8 +91,8 @@ def test_auto_considers_every_backend_and_hands_large_graphs_to_kaminpar(graph, 
     k, _ = balance.choose(r["auto"]["candidates"])  # the least volume, or the fastest beyond the error band
     assert r["modelled_epoch_s"] == pytest.approx(r["auto"]["candidates"][k]["modelled_epoch_s"], rel=1e-12)
     assert r["backend"] == r["auto"]["candidates"][k]["method"]
-    monkeypatch.setattr(balance, "MEDIUM", 100)
-    monkeypatch.setattr(balance, "LARGE", 200)
+    monkeypatch.setattr(plan, "MEDIUM", 100)
+    monkeypatch.setattr(plan, "LARGE", 200)
     big = partition(data, 4, progress=False).report
     assert big["backend"] == "kaminpar" and [c["method"] for c in big["auto"]["candidates"]] == ["kaminpar"]
     assert big["library"].startswith("kaminpar ") and "metis_sampled_entries" not in big
@@ -156,7 +156,8 @@ def test_parhip_file_holds_the_graph(graph, tmp_path, weights):
 
 def test_auto_budget_keeps_the_cheapest_and_stays_within_its_estimate():
     from gnndist.partition import AUTO_BUDGET
-    from gnndist.partition.balance import AUTO_SETTINGS, PLAIN, auto_plan, budget_plan, estimate_seconds
+    from gnndist.partition.balance import AUTO_SETTINGS, PLAIN
+    from gnndist.partition.plan import auto_plan, budget_plan, estimate_seconds
 
     from gnndist.config import PartitionConfig
 
@@ -180,7 +181,8 @@ def test_auto_budget_keeps_the_cheapest_and_stays_within_its_estimate():
 def test_auto_memory_budget_runs_one_lean_backend_on_a_large_graph():
     """At 20M entries (issue 49) METIS's estimated peak is ~6x KaMinPar's: auto runs KaMinPar alone, and its
     peak is that backend's own; on the shared graphs' sizes (up to Cornell5's 1.6M) the plan is unchanged."""
-    from gnndist.partition.balance import AUTO_MIN_BYTES, PLAIN, auto_plan, budget_plan, estimate_bytes
+    from gnndist.partition.balance import PLAIN
+    from gnndist.partition.plan import AUTO_MIN_BYTES, auto_plan, budget_plan, estimate_bytes
 
     plan, forced = auto_plan(19_878_754, "auto")
     kept, info = budget_plan(plan, forced or "vol", 19_878_754, 1_000_000, 4, 70.0, 4.0)
@@ -200,10 +202,10 @@ def test_auto_memory_budget_runs_one_lean_backend_on_a_large_graph():
 
 
 def test_auto_memory_budget_reaches_the_partition_and_its_report(graph, monkeypatch):
-    from gnndist.partition import balance
+    from gnndist.partition import plan
 
     data, _ = graph
-    monkeypatch.setattr(balance, "AUTO_MIN_BYTES", 0)  # this small graph is under the floor: let the budget bite
+    monkeypatch.setattr(plan, "AUTO_MIN_BYTES", 0)  # this small graph is under the floor: let the budget bite
     r = partition(data, 4, progress=False).report
     assert r["backend"] == "kaminpar" and {c["method"] for c in r["auto"]["candidates"]} == {"kaminpar"}
     assert r["auto"]["budget"]["memory"]["leanest"] == "kaminpar nodes:1.03"
@@ -212,13 +214,13 @@ def test_auto_memory_budget_reaches_the_partition_and_its_report(graph, monkeypa
 
 
 def test_auto_budget_reaches_the_partition_and_its_report(graph, monkeypatch):
-    from gnndist.partition import balance, format_report
+    from gnndist.partition import format_report, plan
 
     data, csr = graph
-    monkeypatch.setattr(balance, "AUTO_MIN_SECONDS", 0.0)  # this small graph would try every candidate
+    monkeypatch.setattr(plan, "AUTO_MIN_SECONDS", 0.0)  # this small graph would try every candidate
     tight = partition(data, 4, progress=False, auto_budget=1.5).report
     over = tight["auto"]["budget"]["skipped"]
-    assert over and len(tight["auto"]["candidates"]) + len(over) == len(balance.auto_plan(csr.nnz, "auto")[0])
+    assert over and len(tight["auto"]["candidates"]) + len(over) == len(plan.auto_plan(csr.nnz, "auto")[0])
     assert f"{tight['backend']} {tight['auto']['chosen']}" not in over
     assert "over budget" in format_report(tight)
 

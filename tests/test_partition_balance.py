@@ -8,9 +8,10 @@ import pytest
 import torch
 from gnndist.datasets import synthetic
 from gnndist.partition import csr_from_edge_index, metis_assign, partition, random_assign
-from gnndist.partition.balance import AUTO_SETTINGS, choose, parse_balance, rank_loads, refine_seconds, sampled_csr
+from gnndist.partition.balance import AUTO_SETTINGS, choose, parse_balance, rank_loads, sampled_csr
 from gnndist.partition.book import PartitionBook, renumbered_csr
 from gnndist.partition.layouts import grid_loads
+from gnndist.partition.plan import refine_seconds
 from gnndist.partition.rank_times import better, load_times, time_key, unit_costs
 from gnndist.partition.refine import MIN_PASS_GAIN, TIME_FLOOR, TIME_SLACK, RefineSettings, refine
 from gnndist.partition.report import format_report
@@ -314,12 +315,12 @@ def test_partition_network_probe_models_with_this_machines_cached_constants(tmp_
 def test_large_graph_path_samples_for_metis_and_refines_the_full_graph(monkeypatch):
     """The path auto takes above 2^25 adjacency entries (one METIS `cut` run on a sampled graph, then the
     refinement on the full one), forced on a small graph by lowering the thresholds."""
-    from gnndist.partition import balance
+    from gnndist.partition import balance, plan
 
     data = synthetic(4000, avg_degree=20, num_classes=8, num_features=8, seed=0)
     full = partition(data, 8, method="metis", balance="nodes", refine=False, progress=False).report
-    monkeypatch.setattr(balance, "MEDIUM", 1000)
-    monkeypatch.setattr(balance, "LARGE", 2000)
+    monkeypatch.setattr(plan, "MEDIUM", 1000)
+    monkeypatch.setattr(plan, "LARGE", 2000)
     monkeypatch.setattr(balance, "METIS_MAX_ENTRIES", 40_000)
     r = partition(data, 8, method="metis", progress=False).report
     assert r["objective"] == "cut" and r["auto"]["objective"] == "cut" and len(r["auto"]["candidates"]) == 1

@@ -128,7 +128,7 @@ def test_the_pipeline_passes_do_not_depend_on_threads(tmp_path, threads):
 
 
 def test_rows_gathered_from_a_memory_map_in_chunks_are_the_rows(tmp_path):
-    from gnndist.partition.pipeline import gathered
+    from gnndist.partition.components import gathered
 
     x = np.random.default_rng(0).standard_normal((500, 3)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

@@ -19,19 +19,9 @@ from gnndist.bench import add_arguments
 from gnndist.bench import main as bench_main
 from gnndist.bench.common import read_csv
 from gnndist.bench.page import tta_page
-from gnndist.bench.tta import (
-    Block,
-    Evaluators,
-    FullGraphEvaluator,
-    _config,
-    check_peers,
-    export_problem,
-    gnndist_partition,
-    load_graph,
-    load_problem,
-    run_block,
-)
+from gnndist.bench.tta import Block, Evaluators, FullGraphEvaluator, _config, check_peers, run_block
 from gnndist.bench.tta_driver import peer_job, run_peer
+from gnndist.bench.tta_problem import export_problem, gnndist_partition, load_graph, load_problem
 from gnndist.bench.tta_protocol import (
     SIDES,
     Hyper,

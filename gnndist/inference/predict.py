@@ -22,7 +22,6 @@ from torch import Tensor, nn
 
 from gnndist.errors import UserError
 
-WHATS = ("probs", "logits", "class", "embedding", "scores")  # scores: a link model's, of --pairs
 LAYOUTS = ("1d", "2d")  # --strategy of predict: the layouts that take no option but the rank count
 SUFFIXES = (".npy", ".pt", ".csv")
 
@@ -44,11 +43,13 @@ class PredictRequest:
 
     def check(self) -> None:
         """One line for a request that cannot be (before any rank starts)."""
-        if self.what not in WHATS:
-            raise UserError(f"--what must be one of {', '.join(WHATS)}, got {self.what!r}")
+        if self.what not in whats():
+            raise UserError(f"--what must be one of {', '.join(whats())}, got {self.what!r}")
         if (self.pairs is not None) != (self.what == "scores"):
             raise UserError("--pairs PAIRS.npy goes with --what scores (a link model's probability of each pair)")
         if self.pairs is not None:
+            from gnndist.tasks.link import read_pairs
+
             read_pairs(self.pairs, 0, 1)  # one line: missing, not [n, 2] integers
         if self.layer is not None and self.what != "embedding":
             raise UserError("--layer K goes with --what embedding (the representation after layer K)")
@@ -64,19 +65,20 @@ class PredictRequest:
             raise UserError(f"--out {out}: {folder} is not a writable folder")
 
 
-def read_pairs(path: str, rank: int, parts: int) -> np.ndarray:
-    """Slice ``rank`` of ``parts`` of the node pairs in ``path`` (a ``.npy`` of ``[n, 2]`` integer dataset ids),
-    memory-mapped: no rank reads them all. ``[n_rank, 2]`` int64."""
-    from gnndist.partition.link import pair_slice
+def whats() -> tuple[str, ...]:
+    """Every ``--what`` some registered task writes (:attr:`~gnndist.tasks.base.Task.outputs`), in registration
+    order."""
+    import gnndist.tasks  # noqa: F401  (the built-in tasks register on import)
+    from gnndist.tasks.base import TASKS
 
-    try:
-        arr = np.load(path, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise UserError(f"--pairs {path}: not a readable .npy file ({e})") from None
-    if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
-        raise UserError(f"--pairs {path}: need an [n, 2] array of integer node ids, got {arr.dtype} {list(arr.shape)}")
-    lo, hi = pair_slice(arr.shape[0], rank, parts)
-    return np.ascontiguousarray(arr[lo:hi], dtype=np.int64)
+    return tuple(dict.fromkeys(w for task in TASKS.values() for w in task.outputs))
+
+
+def __getattr__(name: str):
+    """``WHATS``: :func:`whats`, read when asked for (the tasks register on import)."""
+    if name == "WHATS":
+        return whats()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_layer(layers: list[nn.Module], layer: int) -> None:
@@ -119,73 +121,34 @@ def forward_at(model: nn.Module, graph, layer: int | None = None, layers: list[n
     return out.float() if out.dtype == torch.int64 else out  # a reversible block's fixed-point state
 
 
-def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
-    """What is written per node from the model's output: probabilities, logits, the class or the representation."""
-    if what in ("logits", "embedding"):
-        return out.reshape(out.shape[0], -1)
-    single = out.shape[1] == 1 and not multilabel  # binary: one logit
-    if what == "probs":
-        return torch.sigmoid(out) if multilabel or single else torch.softmax(out, dim=1)
-    if multilabel:
-        return (out > 0).to(torch.int64)
-    return (out[:, 0] > 0).to(torch.int64)[:, None] if single else out.argmax(dim=1, keepdim=True)
-
-
 def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     """Body of one rank of ``gnndist predict``; rank 0 returns the summary (the metric recomputed from the file).
 
     Rank 0 shows the stages (``req.progress``): reading the checkpoint and the part, each layer of the
-    forward, writing, the metric; a bar on a terminal, else one line per stage that took a while.
+    forward, writing, the metric; a bar on a terminal, else one line per stage that took a while. What is
+    written, and which ``--what`` a checkpoint has, its task says (:attr:`~gnndist.tasks.base.Task.outputs`).
     """
-    from gnndist.config import DistConfig, TrainConfig, with_fields
-    from gnndist.dist.grid import together
     from gnndist.dist.timing import peak_memory_bytes
-    from gnndist.graph import DistGraph
-    from gnndist.nn.models import model_spec
     from gnndist.partition.progress import Stages
-    from gnndist.tasks import task_for
-    from gnndist.tasks.link import valedges_graph
-    from gnndist.tasks.node import split_metrics
-    from gnndist.training.checkpoint import load_model_file
 
     stages = Stages(None, f"gnndist predict on {grid.world_size} rank(s)", enabled=req.progress and grid.is_main,
                     unit="stage", bar_format="{desc}{postfix} ({elapsed})")
     try:
-        stages.set_postfix_str("read the checkpoint")
-        state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
-                                       "another rank could not read the checkpoint")
-        # the task over the partition's (training) message graph; --use-valedges-as-input below: the encoder's input
-        cfg = with_fields(TrainConfig.from_dict(config), task={"use_valedges_as_input": False})
-        stages.set_postfix_str("read the part")
-        arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
-        graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=DistConfig(strategy=req.strategy),
-                                      comm_dtype="fp32", root=partdir)  # the forward in fp32: rows travel as they are
-        task = task_for(graph, cfg)
-        check_what(req.what, task.name, req.layer, req.use_valedges_as_input)
-        encoded = valedges_graph(graph, DistConfig(strategy=req.strategy)) if req.use_valedges_as_input else graph
-        model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
-        layers = model_spec(cfg.model.model).layers(task.encoder(model), cfg.model.arch)  # its representation layers
-        if req.layer is not None:
-            check_layer(layers, req.layer)  # every rank alike: one line, before any work
-        stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
-                   f"{grid.world_size} rank(s)")
+        run = _prepare(grid, partdir, req, stages)
         stages.set_postfix_str("forward")  # its layers' own stages follow, where the model names its layers
-        out = forward_at(model.to(grid.device), encoded, req.layer, layers, stages if grid.is_main else None)
-        if req.what == "scores":  # each rank scores its slice of the pairs, written at their positions
+        out = forward_at(run.model.to(grid.device), run.encoded, req.layer, run.layers,
+                         stages if grid.is_main else None)
+        if req.pairs is not None:  # each rank scores its slice of the pairs, written at their positions
             stages.set_postfix_str("score the pairs")
-            rows, ids, n = pair_scores(task, model, out, req.pairs)
-            keep = torch.ones(rows.shape[0], dtype=torch.bool)
-        else:
-            rows = values_of(out, req.what, graph.y.dim() > 1).cpu()  # [n_owned, C]
-            keep, ids, n = rows_of_type(graph, req.type)  # a typed graph: one type's rows, in its own dataset order
+        rows, keep, ids, n = placed(run.task.predicted(run.model, out, req.what, req.pairs), run.graph, req.type)
         stages.set_postfix_str(f"write {Path(req.out).name}")
         written = rows.clone()
-        written[keep] = write_rows(grid, graph, rows[keep], req.out, ids, n)
+        written[keep] = write_rows(grid, run.graph, rows[keep], req.out, ids, n)
         summary = {"out": req.out, "what": req.what, "layer": req.layer, "shape": [n, rows.shape[1]],
-                   "checkpoint": str(path), "dataset": meta.get("dataset"), "nproc": grid.world_size}
-        if req.what in ("logits", "probs"):  # the metric from what was written: equals the run's for the same weights
+                   "checkpoint": str(run.path), "dataset": run.graph.meta.get("dataset"), "nproc": grid.world_size}
+        if req.what in run.task.scored:  # the metric from what was written: equals the run's for the same weights
             stages.set_postfix_str("the metric from the written rows")
-            summary.update(metric=task.metric, **split_metrics(graph, written.to(grid.device), task.metric))
+            summary.update(run.task.written_metrics(written.to(grid.device)))
     except BaseException:
         stages.discard()  # the error is the one line
         raise
@@ -194,33 +157,60 @@ def predict_rank(grid, partdir: str, req: PredictRequest) -> dict:
     return summary
 
 
-def check_what(what: str, task: str, layer: int | None = None, valedges: bool = False) -> None:
-    """One line when ``--what`` (or ``--use-valedges-as-input``) is not an output of the checkpoint's task."""
-    if valedges and task != "link":
-        raise UserError("--use-valedges-as-input: the checkpoint is a node model; the flag runs a link predictor's "
-                        "encoder over training + validation edges")
-    if task == "node" and what == "embedding" and layer is None:
-        raise UserError("--what embedding needs --layer K (the representation after layer K)")
-    if task == "link" and what in ("probs", "logits", "class"):
-        raise UserError(f"--what {what}: the checkpoint is a link predictor; it writes --what embedding (its "
-                        f"encoder's rows) or --what scores --pairs PAIRS.npy")
-    if task == "node" and what == "scores":
-        raise UserError("--what scores: the checkpoint is a node model; --what scores is a link predictor's")
+@dataclass
+class _Prepared:
+    """What a rank of ``gnndist predict`` runs: its graph, the checkpoint's task and model, the graph the model
+    runs on and the model's representation layers."""
+
+    graph: object
+    task: object
+    model: nn.Module
+    path: Path
+    encoded: object
+    layers: list
 
 
-@torch.no_grad()
-def pair_scores(task, model: nn.Module, h: Tensor, path: str) -> tuple[Tensor, np.ndarray, int]:
-    """The probability of each of this rank's pairs of ``path`` (``[n_rank, 1]``), their positions and the count
-    of every pair (collective: rows come from their owners)."""
-    from gnndist.partition.link import pair_slice
+def _prepare(grid, partdir: str, req: PredictRequest, stages) -> _Prepared:
+    """Read the checkpoint and this rank's part, build the task and the model (collective; a failure on any rank is
+    one line on every rank), and check ``req`` against the task's outputs."""
+    from gnndist.config import DistConfig, TrainConfig, with_fields
+    from gnndist.dist.grid import together
+    from gnndist.graph import DistGraph
+    from gnndist.nn.models import model_spec
+    from gnndist.tasks import task_for
+    from gnndist.training.checkpoint import load_model_file
 
-    grid = task.grid
-    pairs = torch.from_numpy(read_pairs(path, grid.rank, grid.world_size)).to(grid.device)
-    new = task.directory.new_ids(pairs, f"--pairs {path}")
-    prob = torch.sigmoid(task.scores(model, h, new)).cpu()[:, None]  # [n_rank, 1]
-    total = int(np.load(path, mmap_mode="r").shape[0])
-    lo, hi = pair_slice(total, grid.rank, grid.world_size)
-    return prob, np.arange(lo, hi), total
+    stages.set_postfix_str("read the checkpoint")
+    state, config, path = together(grid, lambda: load_model_file(req.checkpoint, grid.device),
+                                   "another rank could not read the checkpoint")
+    # the task over the partition's (training) message graph; --use-valedges-as-input: the task's predict_graph
+    cfg = with_fields(TrainConfig.from_dict(config), task={"use_valedges_as_input": False})
+    stages.set_postfix_str("read the part")
+    arrays, meta = together(grid, lambda: DistGraph.read(partdir, grid), "another rank could not load its part")
+    dist = DistConfig(strategy=req.strategy)
+    graph = DistGraph.from_config(arrays, meta, grid, cfg, dist=dist, comm_dtype="fp32",
+                                  root=partdir)  # the forward in fp32: rows travel as they are
+    task = task_for(graph, cfg)
+    task.check_output(req.what, req.layer, req.use_valedges_as_input)
+    encoded = task.predict_graph(graph, dist, req.use_valedges_as_input)
+    model = together(grid, lambda: _model(cfg, graph, task, state, path), "another rank's model does not match")
+    layers = model_spec(cfg.model.model).layers(task.encoder(model), cfg.model.arch)  # its representation layers
+    if req.layer is not None:
+        check_layer(layers, req.layer)  # every rank alike: one line, before any work
+    stages.say(f"gnndist: applying {cfg.model.model} ({path}) to {graph.num_nodes:,} nodes on "
+               f"{grid.world_size} rank(s)")
+    return _Prepared(graph, task, model, path, encoded, layers)
+
+
+def placed(rows, graph, name: str | None) -> tuple[Tensor, Tensor, np.ndarray, int]:
+    """The rows a rank writes, which of them, their positions in the output and its row count: a task's
+    :class:`~gnndist.tasks.base.Placed` rows as they are; one row per owned node at its node's position
+    (:func:`rows_of_type`)."""
+    from gnndist.tasks.base import Placed
+
+    if isinstance(rows, Placed):
+        return rows.rows, torch.ones(rows.rows.shape[0], dtype=torch.bool), rows.ids, rows.count
+    return (rows.cpu(), *rows_of_type(graph, name))  # [n_owned, C]
 
 
 def rows_of_type(graph, name: str | None) -> tuple[Tensor, np.ndarray, int]:

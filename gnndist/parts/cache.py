@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
 
-from gnndist.config import DataConfig, ModelConfig, PartitionConfig, TaskConfig
+from gnndist.config import DEFAULT_EDGE_SPLIT, DataConfig, ModelConfig, PartitionConfig, TaskConfig
+from gnndist.datasets.spec import dataset_spec
 from gnndist.errors import UserError
 from gnndist.machine import data_root
 
@@ -77,6 +79,16 @@ def partition_dir(dataset: str, part: PartitionConfig, data: DataConfig, model: 
     return partition_cache() / key
 
 
+def link_data(dcfg: DataConfig, cfg, dataset: str) -> DataConfig:
+    """``dcfg``, with GAE's edge split (:data:`DEFAULT_EDGE_SPLIT`) when ``cfg`` is a link task on a graph that
+    ships none (a link dataset's spec says it has its own) and no ``--edge-split`` was given: what ``run``
+    partitions and ``predict`` finds cached."""
+    spec = dataset_spec(dataset)
+    if cfg.task.task == "link" and dcfg.edge_split is None and (spec is None or spec.task != "link"):
+        dcfg = dataclasses.replace(dcfg, edge_split=DEFAULT_EDGE_SPLIT)
+    return dcfg
+
+
 def probed_network(parts: int):
     """``--partition-network probe``: the constants the probe cached for this machine alone at ``parts`` ranks (on the
     device a run takes: CUDA when there is one); a one-line :class:`UserError` when it holds none."""
@@ -108,6 +120,9 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
 
     model = model or ModelConfig()
     valedges = task is not None and task.use_valedges_as_input
+    spec = dataset_spec(dataset)
+    if dcfg.edge_split and spec is not None and spec.task == "link":  # before loading it: one line at once
+        raise UserError(f"--edge-split: {dataset} has an edge split of its own (its link-prediction split)")
     target = Path(out) if out else partition_dir(dataset, part, dcfg, model, task)
     _check_writable(target, cached=not out)
     say(f"loading {dataset}")
@@ -119,8 +134,6 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
     if dcfg.edge_split:
         from gnndist.datasets.edge_split import parse_edge_split, random_edge_split, set_edge_split
 
-        if "link" in data:
-            raise UserError(f"--edge-split: {dataset} has an edge split of its own (its link-prediction split)")
         say(f"splitting the edges {dcfg.edge_split} (seed {dcfg.split_seed})")
         set_edge_split(data, *random_edge_split(data.edge_index, int(data.num_nodes),
                                                 parse_edge_split(dcfg.edge_split), dcfg.split_seed))

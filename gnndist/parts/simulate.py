@@ -59,9 +59,8 @@ widths): the bytes every moment of the step holds, plus the largest of what a mo
                                                         the interior is symmetric; grids: every entry)
   + SPMM_ENTRY_BYTES min(nnz, BLOCK_ENTRIES)            during an SpMM on the CPU (MKL's own copy, the
                                                         broadcast 1 made whole), a block of rows at a time
-  + 4 F rows                                            the features (the part's mapped rows)
-  + 24 (rows + halo) + 15 rows + 8 (halo + send)        per node: dataset ids, degrees, GCN scaling,
-                                                        labels, masks, halo ids, send plan
+  + the memory terms of a node part's components       features (4 F rows, mapped), dataset ids, degrees,
+    (gnndist.partition.components.NODE_PART)            GCN scaling, halo ids, send plan, labels, masks
   + max over the step's moments of                      (a the activations' bytes per element, 4 or 2)
       the features' dropout                             (4 + 1 [+ a under half]) F rows: its fp32
                                                         output, its mask, its half cast
@@ -107,6 +106,7 @@ from gnndist.errors import UserError
 from gnndist.kernels.spmm.sparse import BLOCK_ENTRIES, HALF_COLUMNS
 from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
+from gnndist.partition.components import NODE_PART, RankRows, training_rows_bytes
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
 
 ELEM = 4  # bytes per feature element (float32: the input features at every --precision, and fp32's activations)
@@ -134,12 +134,6 @@ RECORD_KEYS = (
     "max_sent", "max_received", "memory_per_rank", "model_time_s", "model_time_low_s", "model_time_high_s", "vs_1d",
     "max_messages", "nnz_imbalance", "peak_memory_per_rank", "precision", "device",
 )
-
-
-# --- sparsity-aware grid layouts ------------------------------------------------------------
-
-
-# --- per-rank results of one layout ---------------------------------------------------------------
 
 
 @dataclass
@@ -180,7 +174,7 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
 
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
-                  precision: str = "fp32", device: str = "cpu") -> int:
+                  precision: str = "fp32", device: str = "cpu", components=NODE_PART) -> int:
     """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the
     module doc.
 
@@ -192,13 +186,13 @@ def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int
         device: ``"cpu"`` (resident bytes: the interpreter, MKL's copies, dropout masks) or ``"cuda"`` (bytes
             the CUDA allocator hands out: :data:`CUDA_BASE_BYTES` instead of the interpreter, no MKL copy, and
             no mask: the GPU's hash dropout recomputes it).
+        components: what the rank's part holds (:mod:`gnndist.partition.components`; default a node task's).
     """
-    feat = widths[0]
     index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
-    nodes = 24 * (rows + halo) + 15 * rows + 8 * (halo + send)
+    part = training_rows_bytes(RankRows(rows, halo, send, nnz, widths[0]), components)  # features, ids, labels, ...
     # the CPU's floor, and an SpMM call's transient copies (MKL's, of one block of rows); the CUDA allocator's floor
     base = CUDA_BASE_BYTES if device == "cuda" else INTERPRETER_BYTES + SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)
-    held = base + index + ELEM * feat * rows + nodes
+    held = base + index + part
     return int(held + max(activation_phases(rows, halo, send, widths, precision, device)))
 
 
@@ -339,9 +333,6 @@ def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterab
     return out
 
 
-# --- records --------------------------------------------------------------------------------------
-
-
 def max_bytes_per_rank(layout: Layout, layers: int) -> int:
     """Bytes of one epoch on the busiest rank: max over ranks of max(sent, received)."""
     return int(np.maximum(layout.sent, layout.received).max()) * layers
@@ -359,17 +350,10 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
     step = cost.step_time(layout.loads, [cost.Layer(width, width, width)] * layers, net, ACTIVATION_BYTES[precision])
     nnz = np.array([ld.nnz for ld in layout.loads], dtype=np.float64)
     return {
-        "parts": P,
-        "strategy": layout.strategy,
-        "replication": layout.replication,
-        "feature_dim": width,
-        "layers": layers,
-        "max_bytes_per_rank": max_bytes,
-        "total_bytes": int(layout.sent.sum()) * layers,
-        "max_sent": int(layout.sent.max()) * layers,
-        "max_received": int(layout.received.max()) * layers,
-        "memory_per_rank": int(layout.memory.max()),
-        "model_time_s": step.total,
+        "parts": P, "strategy": layout.strategy, "replication": layout.replication, "feature_dim": width,
+        "layers": layers, "max_bytes_per_rank": max_bytes, "total_bytes": int(layout.sent.sum()) * layers,
+        "max_sent": int(layout.sent.max()) * layers, "max_received": int(layout.received.max()) * layers,
+        "memory_per_rank": int(layout.memory.max()), "model_time_s": step.total,
         # where the measured epoch falls for the calibration's median error (cost.MODEL_ERROR)
         "model_time_low_s": step.total / (1 + cost.MODEL_ERROR),
         "model_time_high_s": step.total / (1 - cost.MODEL_ERROR),
@@ -377,8 +361,7 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
         "max_messages": max(ld.messages for ld in layout.loads),
         "nnz_imbalance": float(nnz.max() / nnz.mean()) if nnz.mean() > 0 else 1.0,
         "peak_memory_per_rank": [int(b) for b in layout.peak] if layout.peak is not None else None,
-        "precision": precision,
-        "device": device,
+        "precision": precision, "device": device,
     }
 
 
@@ -426,9 +409,6 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
             out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
                         "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
     return out
-
-
-# --- input checks and the table ------------------------------------------------------------------
 
 
 def check_inputs(parts: Sequence[int], replication: Iterable[int], feature_dim: int = 1, layers: int = 1,

@@ -10,22 +10,24 @@ checkpoints, ``--runs`` / ``--splits``, early stopping, the log and the summary 
 
 * :class:`~gnndist.tasks.node.NodeTask`: labels and node splits; a classifier head (the encoder's output).
 * :class:`~gnndist.tasks.link.LinkTask`: edge splits; an edge decoder over pairs whose rows live on any rank.
+* :mod:`~gnndist.tasks.metrics`: the metrics, exact over P ranks (``training`` imports ``tasks``, never the reverse).
 """
 
 from __future__ import annotations
 
+from gnndist.datasets.spec import dataset_spec
 from gnndist.errors import UserError
+from gnndist.tasks.base import TASKS, Task
 from gnndist.tasks.link import LinkTask
 from gnndist.tasks.node import NodeTask
 
-TASKS = ("node", "link")
-
 
 def task_name(meta: dict, given: str = "auto") -> str:
-    """The task of a run on a partition: ``--task``, else ``link`` where the partition holds an edge split
-    (ogbl-*, or ``--edge-split``), else ``node``; a task the partition cannot train is one line."""
+    """The task of a run on a partition: ``--task``, else ``link`` where the partition holds an edge split (a link
+    dataset's own, or ``--edge-split``'s), else ``node``; a task the partition cannot train is one line."""
     has_link, name = "link" in meta, meta.get("dataset")
-    if given == "node" and str(name).startswith("ogbl-"):
+    spec = dataset_spec(name)
+    if given == "node" and spec is not None and spec.task == "link":
         raise UserError(f"--task node: {name} is a link-prediction dataset (no node labels); use --task link")
     if given == "link" and not has_link:
         from gnndist.tasks.link import LINK_FIX
@@ -41,7 +43,9 @@ def task_for(graph, cfg):
         raise UserError(f"--decoder {cfg.task.decoder} is for link prediction (--task link); this run is a node task")
     if name == "node" and cfg.task.use_valedges_as_input:
         raise UserError("--use-valedges-as-input is for link prediction (--task link); this run is a node task")
-    return LinkTask(graph, cfg) if name == "link" else NodeTask(graph, cfg)
+    if name not in TASKS:
+        raise UserError(f"unknown --task {name!r}; known: auto, {', '.join(TASKS)}")
+    return TASKS[name](graph, cfg)
 
 
-__all__ = ["TASKS", "LinkTask", "NodeTask", "task_for", "task_name"]
+__all__ = ["TASKS", "LinkTask", "NodeTask", "Task", "task_for", "task_name"]

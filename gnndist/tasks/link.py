@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -33,11 +34,13 @@ from gnndist.errors import UserError
 from gnndist.kernels.dropout.reference import hash_bits
 from gnndist.nn.models.link import LinkModel, decoder
 from gnndist.nn.node_embedding import NodeEmbedding
+from gnndist.partition.components import LINK_SPLIT
 from gnndist.partition.link import VALEDGES, pair_slice
 from gnndist.strategies import strategy_from_config
+from gnndist.tasks import metrics
+from gnndist.tasks.base import Placed, Task, register_task
+from gnndist.tasks.metrics import SPLITS, metric_key
 from gnndist.tasks.pairs import Directory, fetch_rows
-from gnndist.training import metrics
-from gnndist.training.summary import SPLITS, metric_key
 
 NEGATIVE_KEY = 0x4E454721  # the hash stream of training negatives (apart from dropout's and embeddings')
 BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positive
@@ -66,7 +69,21 @@ def uniform_nodes(ids: Tensor, width: int, num_nodes: int, seed: int, epoch: int
     return (hash_bits(ids, width, seed, epoch, key).long() * num_nodes) >> 31
 
 
-class LinkTask:
+def read_pairs(path: str, rank: int, parts: int) -> np.ndarray:
+    """Slice ``rank`` of ``parts`` of the node pairs in ``path`` (a ``.npy`` of ``[n, 2]`` integer dataset ids),
+    memory-mapped: no rank reads them all. ``[n_rank, 2]`` int64."""
+    try:
+        arr = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise UserError(f"--pairs {path}: not a readable .npy file ({e})") from None
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
+        raise UserError(f"--pairs {path}: need an [n, 2] array of integer node ids, got {arr.dtype} {list(arr.shape)}")
+    lo, hi = pair_slice(arr.shape[0], rank, parts)
+    return np.ascontiguousarray(arr[lo:hi], dtype=np.int64)
+
+
+@register_task
+class LinkTask(Task):
     """Predict the edges of a split: positives and negatives of the partition's edge split (META.json's ``link``).
 
     Args:
@@ -80,6 +97,9 @@ class LinkTask:
     """
 
     name = "link"
+    noun = "a link predictor"
+    parts = (LINK_SPLIT,)  # this part's slice of every pair array and of the id directory; META.json's "link"
+    outputs = ("embedding", "scores")  # its encoder's rows; the probability of each of --pairs
 
     def __init__(self, graph, cfg):
         if graph.link is None:
@@ -234,17 +254,40 @@ class LinkTask:
         score = self.scores(model, h, torch.cat([pos, neg]))
         return metrics.link_metrics(self.metric, score[:n], score[n:], self.grid)
 
+    # ------------------------------------------------------------------ gnndist predict
+    def check_output(self, what: str, layer: int | None = None, valedges: bool = False) -> None:
+        """:meth:`Task.check_output <gnndist.tasks.base.Task.check_output>`; ``--use-valedges-as-input`` is its."""
+        super().check_output(what, layer)
+
+    def predict_graph(self, graph, dist, valedges: bool = False):
+        """``graph``, or with ``--use-valedges-as-input`` :func:`valedges_graph` (aggregated by ``dist``'s layout)."""
+        return valedges_graph(graph, dist) if valedges else graph
+
+    @torch.no_grad()
+    def predicted(self, model: nn.Module, out: Tensor, what: str, pairs: str | None = None) -> Tensor | Placed:
+        """``embedding``: the encoder's rows; ``scores``: the probability of each of this rank's slice of the pairs
+        in ``pairs`` (``[n_rank, 1]``), at their positions (collective: rows come from their owners)."""
+        if what != "scores":
+            return super().predicted(model, out, what)
+        grid = self.grid
+        new = self.directory.new_ids(torch.from_numpy(read_pairs(pairs, grid.rank, grid.world_size)).to(grid.device),
+                                     f"--pairs {pairs}")
+        prob = torch.sigmoid(self.scores(model, out, new)).cpu()[:, None]  # [n_rank, 1]
+        total = int(np.load(pairs, mmap_mode="r").shape[0])
+        lo, hi = pair_slice(total, grid.rank, grid.world_size)
+        return Placed(prob, np.arange(lo, hi), total)
+
 
 def link_metric(given: str, stored: str) -> str:
-    """The link task's metric: ``--metric`` when it names one (``auc``, ``mrr``, ``hits@K``), else the split's."""
+    """The link task's metric: ``--metric`` when it names one (:func:`gnndist.config.parse_link_metric`), else the
+    split's."""
     if given == "auto":
         return stored
-    if given in ("auc", "mrr") or given.startswith("hits@"):
-        if (given == "mrr") != (stored == "mrr"):
-            raise UserError(f"--metric {given}: this split's negatives are "
-                            f"{'per positive (MRR)' if stored == 'mrr' else 'shared (AUC, Hits@K)'}")
-        return given
-    raise UserError(f"--metric {given} is a node metric; a link task is scored by auc, mrr or hits@K")
+    kind, _ = metrics.parse_link_metric(given)  # a node metric, or no metric: one line
+    if (kind == "mrr") != (stored == "mrr"):
+        raise UserError(f"--metric {given}: this split's negatives are "
+                        f"{'per positive (MRR)' if stored == 'mrr' else 'shared (AUC, Hits@K)'}")
+    return given
 
 
 def _check_counts(counts: dict, per_positive: bool, name: str | None) -> None:

@@ -2,7 +2,7 @@
 
 The encoder's output is the head: one logit per class (``C > 2``), one (binary), one per label
 (multi-label). The loss is the sum over a rank's training nodes divided by the *global* training count;
-metrics are exact over every rank (:mod:`gnndist.training.metrics`).
+metrics are exact over every rank (:mod:`gnndist.tasks.metrics`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from torch import Tensor, nn
 
 from gnndist.config import METRICS
 from gnndist.errors import UserError
-from gnndist.training import metrics
-from gnndist.training.summary import SPLITS, metric_key
+from gnndist.partition.components import LABELS, MASKS_PART
+from gnndist.tasks import metrics
+from gnndist.tasks.base import Task, register_task
+from gnndist.tasks.metrics import SPLITS, metric_key
 
 
-class NodeTask:
+@register_task
+class NodeTask(Task):
     """Classify (or tag) every node: labels and node masks of the partition.
 
     Args:
@@ -28,6 +31,10 @@ class NodeTask:
     """
 
     name = "node"
+    noun = "a node model"
+    parts = (LABELS, MASKS_PART)  # y, the masks and every stored split
+    outputs = ("probs", "logits", "class", "embedding")
+    scored = ("probs", "logits")  # the metric from the written rows equals the run's
 
     def __init__(self, graph, cfg):
         if graph.num_train == 0:
@@ -55,10 +62,6 @@ class NodeTask:
         """The encoder of the model trained (its representation layers are the encoder's): the model itself."""
         return model
 
-    def steps(self, epoch: int) -> int:
-        """Optimisation steps of an epoch: one, over every training node."""
-        return 1
-
     def loss(self, model: nn.Module, epoch: int, step: int) -> Tensor:
         """This rank's share of the global mean loss of one step."""
         g = self.graph
@@ -83,6 +86,37 @@ class NodeTask:
         with autocast():
             logits = model(g, g.x).float()  # [n_owned, C]
         return split_metrics(g, logits, self.metric)
+
+    # ------------------------------------------------------------------ gnndist predict
+    def check_output(self, what: str, layer: int | None = None, valedges: bool = False) -> None:
+        """:meth:`Task.check_output <gnndist.tasks.base.Task.check_output>`; ``embedding`` names its layer."""
+        super().check_output(what, layer, valedges)
+        if what == "embedding" and layer is None:
+            raise UserError("--what embedding needs --layer K (the representation after layer K)")
+
+    def predicted(self, model: nn.Module, out: Tensor, what: str, pairs: str | None = None) -> Tensor:
+        """Per owned node: class probabilities, logits, the class (:func:`values_of`) or a layer's rows."""
+        return values_of(out, what, self.multilabel) if what != "embedding" else super().predicted(model, out, what)
+
+    def written_metrics(self, written: Tensor) -> dict:
+        """The metric from written logits or probabilities: the run's, for the same weights."""
+        return {"metric": self.metric, **split_metrics(self.graph, written, self.metric)}
+
+
+def values_of(out: Tensor, what: str, multilabel: bool) -> Tensor:
+    """What is written per node of a classifier's output: probabilities, logits or the class.
+
+    Shapes:
+        out ``[n_owned, C]`` -> ``[n_owned, C]`` (``class``: ``[n_owned, 1]``, multi-label ``[n_owned, T]``)
+    """
+    if what == "logits":
+        return out.reshape(out.shape[0], -1)
+    single = out.shape[1] == 1 and not multilabel  # binary: one logit
+    if what == "probs":
+        return torch.sigmoid(out) if multilabel or single else torch.softmax(out, dim=1)
+    if multilabel:
+        return (out > 0).to(torch.int64)
+    return (out[:, 0] > 0).to(torch.int64)[:, None] if single else out.argmax(dim=1, keepdim=True)
 
 
 def output_width(graph) -> int:
@@ -118,7 +152,7 @@ def split_metrics(graph, logits: Tensor, metric: str) -> dict[str, float]:
 
 
 def metric_of(cfg, graph) -> str:
-    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.training.metrics.default_metric`)."""
+    """The run's metric: ``--metric``, else the dataset's own (:func:`gnndist.tasks.metrics.default_metric`)."""
     name = cfg.eval.metric if cfg.eval.metric != "auto" else metrics.default_metric(graph.meta)
     if name not in METRICS:
         raise UserError(f"--metric {name} is a link-prediction metric; a node task is scored by "

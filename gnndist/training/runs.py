@@ -16,8 +16,9 @@ from torch import nn
 from gnndist.config import TrainConfig
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
-from gnndist.training import metrics
-from gnndist.training.summary import SPLITS, RunRecord, Summary
+from gnndist.tasks import metrics
+from gnndist.tasks.metrics import SPLITS
+from gnndist.training.summary import RunRecord, Summary
 from gnndist.training.trainer import ModelFactory, Trainer
 
 log = logging.getLogger("gnndist")

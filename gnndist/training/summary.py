@@ -17,14 +17,9 @@ from gnndist import cost
 from gnndist.dist.grid import ProcessGrid
 from gnndist.dist.probe import cache_key, default_cache, read_cached
 from gnndist.dist.timing import PARTS, peak_memory_bytes
+from gnndist.tasks.metrics import SPLITS, metric_key
 
-SPLITS = ("train", "val", "test")
 DIRECTIONS = ("fwd_sent", "fwd_received", "bwd_sent", "bwd_received")
-
-
-def metric_key(split: str, metric: str) -> str:
-    """The key of a metric value in the log and the summary: ``val_acc``, ``test_f1_macro``, ..."""
-    return f"{split}_{metric.replace('-', '_')}"
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Weights are replicated; the task's loss is each rank's share of a global mean (its terms over the
 *global* count); gradients are all-reduced by sum; metrics are exact over every rank
-(:mod:`gnndist.training.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
+(:mod:`gnndist.tasks.metrics`). Checkpoints live in :mod:`gnndist.training.checkpoint`, the per-epoch
 log and the summary in :mod:`gnndist.training.summary`, several runs in :mod:`gnndist.training.runs`.
 """
 

@@ -1,189 +1,18 @@
-"""The one cost model: alpha-beta per exchange plus compute per nonzero and per dense FLOP.
+"""The model's seconds: per exchange, per SpMM, per layer and per training step (the formulas of :mod:`gnndist.cost`).
 
-It serves ``--strategy auto`` (per-layer choice at run time), ``gnndist simulate`` (every
-layout at any P, no processes) and the partitioner's balance choice (:func:`epoch_time`,
-``gnndist partition --balance auto``).
-
-One distributed SpMM of width ``F`` on one rank, forward plus backward (the backward is
-the same exchanges reversed and the transposed product over the same nonzeros)::
-
-    T = 2 * (overhead * exchanges + alpha * messages
-             + b * F * (max(expand_send, expand_recv) + max(fold_send, fold_recv)) / beta)
-        + 2 * (gamma_sparse * nnz + FOLD_PASSES * gamma_elem * (fold_send + fold_recv)) * F
-
-where the counts are rows (see :class:`RankLoad`) and ``b`` bytes per element. A
-layout's time is its slowest rank's. On several hosts the model has two levels (:func:`on_hosts`,
-:func:`exchange_time`): each exchange takes the longer of a rank's rows within its host at ``beta`` and
-its host's rows to and from other hosts, all its ranks together, at ``beta_host`` (the host's link).
-
-Dense work (``X @ W``) is the same for every layout
-whose input and output are the 1D row layout, so it does not enter the choice; it is
-added to the epoch time ``gnndist simulate`` reports.
-
-The whole training step (:func:`step_time`, what every user of the model calls in the end)
-adds, per layer and rank, the dense work (``X @ W`` forward, ``dW`` and, past the first
-layer, ``dX``: ``gamma_dense`` per FLOP, or a pass over the operands at ``gamma_elem`` per
-element where that is longer; the elementwise passes over the layer's rows: ``gamma_elem``
-per element), and per step the all-reduce of the weight gradients and a fixed
-cost (loss, optimiser, autograd and Python dispatch: ``step_overhead`` times
-:data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer). A layer lasts as long as
-its slowest rank (its exchanges synchronise the ranks)::
-
-    T = sum_l max_r (dense_lr + aggregation_lr + exchange_lr) + allreduce
-        + step_overhead * (STEP_FIXED + LAYER_FIXED * layers)
-
-The presets have ``gamma_elem = step_overhead = 0``: their times are those of the formulas
-above; the probe (:mod:`gnndist.dist.probe`) measures all of them.
+Its structural constants (:data:`FOLD_PASSES`, :data:`ELEMENTWISE_IN`, :data:`ELEMENTWISE_OUT`, :data:`SPARSE_FILL`,
+:data:`SPARSE_NONZERO`, :data:`PRODUCT_PASS`, :data:`STEP_FIXED`, :data:`LAYER_FIXED`) live here, where the model
+reads them: ``benchmarks/cost_fit.py`` fits them by setting them on this module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from gnndist.errors import UserError
-
-
-@dataclass(frozen=True)
-class Network:
-    """Machine constants of the model.
-
-    Attributes:
-        name: preset name, or ``"probe"`` when measured.
-        alpha: seconds per message (latency per peer).
-        beta: bytes per second a rank can send (and receive) at once.
-        gamma_sparse: seconds per nonzero per feature column of an SpMM.
-        gamma_dense: seconds per dense floating-point operation.
-        overhead: seconds per collective call, whatever its peers (launch and synchronisation).
-        gamma_elem: seconds per element of an elementwise pass over activations (dropout,
-            bias, activation, scaling and their backward; see :data:`ELEMENTWISE`).
-        step_overhead: seconds of a tiny training step (a 2-layer MLP on 8 rows: loss, optimiser, autograd and
-            Python dispatch); a step's fixed cost is :data:`STEP_FIXED` + :data:`LAYER_FIXED` per layer of these.
-        beta_host: bytes per second one host's link carries each way between hosts, all its ranks together (a job
-            on several hosts; ``beta`` is then a rank's rate within its host); 0: one level, ``beta`` for every byte.
-        alpha_host: seconds per message to a rank of another host (a job on several hosts; ``alpha`` is then a
-            message's within its host); 0: ``alpha`` for every message.
-    """
-
-    name: str
-    alpha: float
-    beta: float
-    gamma_sparse: float
-    gamma_dense: float
-    overhead: float = 0.0
-    gamma_elem: float = 0.0
-    step_overhead: float = 0.0
-    beta_host: float = 0.0
-    alpha_host: float = 0.0
-
-    def as_dict(self) -> dict:
-        """The constants by name (JSON-able; ``gnndist bench`` models its rows from them)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def constants(cls) -> list[str]:
-        """The names of the machine constants (every field but ``name``)."""
-        return [f.name for f in fields(cls) if f.name != "name"]
-
-    @classmethod
-    def from_values(cls, name: str, values, prefix: str = "") -> Network:
-        """The network ``name`` with each constant ``c`` read as ``float(values[prefix + c])`` (a probe file's
-        entry; a bench row's ``net_*`` columns); ``beta_host`` and ``alpha_host``, which older ones lack, are 0 where
-        missing."""
-        optional = {"beta_host": 0.0, "alpha_host": 0.0}
-        return cls(name, **{c: float(values[prefix + c] if prefix + c in values or c not in optional
-                                     else optional[c]) for c in cls.constants()})
-
-
-# The model's relative error on measured epochs (|modelled / measured - 1|, the median over the validation
-# grid of benchmarks/README.md, "Cost model": 66 runs on a quiet 2-core CPU, probed constants): `gnndist
-# simulate` prints it as the band of its times, and `auto` times candidates modelled within it of each other
-# instead of trusting the model. Measured on that machine only; on GPUs the model is not yet calibrated.
-MODEL_ERROR = 0.09
-MODEL_ERROR_WORST = 0.31  # the worst case of that grid
-
-# Targets for `gnndist simulate` and `--network`: order-of-magnitude constants, not measurements.
-# An all-to-all posts its messages at once, so a peer costs a per-message overhead (alpha), and
-# the latency and synchronisation of the collective are paid once per call (overhead).
-NETWORKS: dict[str, Network] = {
-    # GPUs of one node over NVLink (H100/H200 class: ~150 GB/s per GPU achieved in all-to-all)
-    "nvlink": Network("nvlink", alpha=1e-6, beta=150e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=15e-6),
-    # GPUs across nodes, one 200 Gb/s InfiniBand/RoCE port per GPU
-    "ib": Network("ib", alpha=2e-6, beta=25e9, gamma_sparse=4e-12, gamma_dense=2e-14, overhead=20e-6),
-    # CPU ranks over 10 Gb/s Ethernet
-    "ethernet": Network("ethernet", alpha=20e-6, beta=1.25e9, gamma_sparse=1e-9, gamma_dense=1e-11, overhead=100e-6),
-}
-
-
-def network(name: str, alpha: float | None = None, beta: float | None = None) -> Network:
-    """A preset by name (``--network``), with ``alpha``/``beta`` overridden where given."""
-    if name not in NETWORKS:
-        raise UserError(f"unknown --network {name!r}; choose from {', '.join(sorted(NETWORKS))} or probe")
-    net = NETWORKS[name]
-    if alpha is not None:
-        net = replace(net, alpha=alpha)
-    if beta is not None:
-        net = replace(net, beta=beta)
-    return net
-
-
-@dataclass
-class RankLoad:
-    """One rank's share of one distributed SpMM, in rows (multiply by ``F * b`` for bytes).
-
-    Attributes:
-        expand_send, expand_recv: input rows this rank sends to / receives from the ranks
-            whose nonzeros need them (the halo exchange).
-        fold_send, fold_recv: partial output rows this rank sends to / receives from their
-            owners (the sparse reduce-scatter; zero in 1D).
-        messages: peers this rank exchanges with, summed over the expand and the fold.
-        nnz: nonzeros this rank multiplies.
-        rows: output rows this rank owns.
-        exchanges: collective calls of one SpMM direction (1 in 1D: the expand; 2 on a grid).
-        hosts: the hosts of the job the next four were counted for (:func:`on_hosts`); 1: one host, or counts
-            that do not know the hosts (a partition's), and the next four are unused.
-        expand_near, fold_near: rows this rank exchanges with ranks of its own host in the expand / the fold
-            (the larger of sent and received).
-        expand_host, fold_host: rows this rank's host exchanges with other hosts in the expand / the fold, all its
-            ranks together over the link they share (the larger of sent and received; the same on each of its ranks).
-        messages_far: of ``messages``, the peers on other hosts (counted as ``messages`` is).
-    """
-
-    expand_send: int = 0
-    expand_recv: int = 0
-    fold_send: int = 0
-    fold_recv: int = 0
-    messages: int = 0
-    nnz: int = 0
-    rows: int = 0
-    exchanges: int = 1
-    hosts: int = 1
-    expand_near: int = 0
-    fold_near: int = 0
-    expand_host: int = 0
-    fold_host: int = 0
-    messages_far: int = 0
-
-    STORED = 8  # the fields a partition stores (META.json ``layouts``): the counts up to ``exchanges``
-
-    def as_array(self) -> np.ndarray:
-        return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.int64)
-
-    @classmethod
-    def from_array(cls, a) -> RankLoad:
-        """The load of :meth:`as_array`'s values, or of their first :attr:`STORED` (a partition's ``layouts``, which
-        count one host)."""
-        return cls(*(int(v) for v in a))
-
-    def bytes(self, width: int, elem: int = 4) -> dict[str, int]:
-        """Bytes of one forward and one backward SpMM: ``fwd_sent``, ``fwd_received``, ``bwd_sent``, ``bwd_received``.
-
-        The backward runs both exchanges in reverse, so it sends what the forward received.
-        """
-        sent = (self.expand_send + self.fold_send) * width * elem
-        recv = (self.expand_recv + self.fold_recv) * width * elem
-        return {"fwd_sent": sent, "fwd_received": recv, "bwd_sent": recv, "bwd_received": sent}
+from gnndist.cost.loads import RankLoad
+from gnndist.cost.networks import Network
 
 
 def aggregate_first(f_in: int, f_out: int) -> bool:
@@ -199,50 +28,14 @@ def aggregate_first(f_in: int, f_out: int) -> bool:
     return f_in < 2 * f_out
 
 
-def host_index(hosts) -> np.ndarray:
-    """``[P]`` every rank's host (any labels, one per rank) as the index of the host's first rank."""
-    first: dict = {}
-    return np.array([first.setdefault(h, k) for k, h in enumerate(hosts)], dtype=np.int64)
-
-
-def on_hosts(loads: list[RankLoad], expand: np.ndarray, fold: np.ndarray, host_of) -> list[RankLoad]:
-    """``loads`` (one per rank) with each exchange split by host: the rows a rank exchanges with the ranks of
-    its host, and the rows its host exchanges with the others (:class:`RankLoad`'s ``*_near``, ``*_host``).
-
-    Args:
-        loads: every rank's load of one layout.
-        expand: ``[P, P]`` rows rank ``dst`` receives from rank ``src`` in the expand, ``[dst, src]``.
-        fold: ``[P, P]`` partial rows rank ``src`` sends to rank ``dst`` in the fold, ``[src, dst]`` (zeros in 1D).
-        host_of: ``[P]`` the host (any label) of every rank.
-    """
-    host = host_index(host_of)
-    same = host[:, None] == host[None, :]  # [P, P]
-
-    def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows within the host, the host's rows across hosts, and the peers on other hosts (counted as
-        ``RankLoad.messages`` is: the larger of the send and receive peers), per rank."""
-        m = np.asarray(m, dtype=np.int64)
-        near, far = np.where(same, m, 0), np.where(same, 0, m)
-        per_host = lambda v: np.bincount(host, weights=v, minlength=len(host))[host]  # noqa: E731
-        return (np.maximum(near.sum(0), near.sum(1)),
-                np.maximum(per_host(far.sum(0)), per_host(far.sum(1))).astype(np.int64),
-                np.maximum(np.count_nonzero(far, axis=0), np.count_nonzero(far, axis=1)))
-
-    (e_near, e_host, e_far), (f_near, f_host, f_far) = split(expand), split(fold)
-    far = e_far + f_far
-    hosts = len(np.unique(host))
-    return [replace(ld, hosts=hosts, expand_near=int(e_near[k]), fold_near=int(f_near[k]),
-                    expand_host=int(e_host[k]), fold_host=int(f_host[k]), messages_far=int(far[k]))
-            for k, ld in enumerate(loads)]
-
-
 def exchange_time(load: RankLoad, width: int, net: Network, elem: int = 4) -> float:
     """Modelled seconds of one direction of an SpMM's exchanges on one rank: calls, peers and bytes.
 
-    On several hosts (a load split by :func:`on_hosts`, a network with ``beta_host``) each exchange lasts the
-    longer of this rank's rows within its host at ``beta`` and its host's rows to and from the other hosts at
-    ``beta_host`` (an all-to-all posts both at once, over two different links); otherwise all its rows at ``beta``.
-    Its messages to ranks of other hosts cost ``alpha_host`` each where the network has one, the rest ``alpha``.
+    On several hosts (a load split by :func:`~gnndist.cost.loads.on_hosts`, a network with ``beta_host``) each
+    exchange lasts the longer of this rank's rows within its host at ``beta`` and its host's rows to and from the
+    other hosts at ``beta_host`` (an all-to-all posts both at once, over two different links); otherwise all its rows
+    at ``beta``. Its messages to ranks of other hosts cost ``alpha_host`` each where the network has one, the rest
+    ``alpha``.
     """
     far = load.messages_far if load.hosts > 1 and net.alpha_host > 0 else 0
     fixed = net.overhead * load.exchanges + net.alpha * (load.messages - far) + net.alpha_host * far

@@ -34,33 +34,37 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from gnndist.config import METRICS
+from gnndist.config import METRICS, parse_link_metric
+from gnndist.datasets.spec import dataset_spec
 from gnndist.errors import UserError
 
 if TYPE_CHECKING:
     from gnndist.dist.grid import ProcessGrid
 
-ROCAUC_DATASETS = ("tolokers", "minesweeper", "questions")  # Platonov et al. 2023 score these by ROC-AUC
+
+SPLITS = ("train", "val", "test")
+
+
+def metric_key(split: str, metric: str) -> str:
+    """The key of a metric value in the log and the summary: ``val_acc``, ``test_f1_macro``, ..."""
+    return f"{split}_{metric.replace('-', '_')}"
 
 
 def default_metric(meta: dict) -> str:
-    """The dataset's standard metric: OGB's evaluator for ogbn-*, ROC-AUC for binary heterophily sets and
-    multi-label datasets, else acc."""
+    """A node task's metric where ``--metric`` is ``auto``: the partition's, else the one its dataset's spec
+    declares (:func:`gnndist.datasets.spec.dataset_spec`: OGB's Evaluator's for ogbn-*, ROC-AUC for the binary
+    heterophily sets), else ROC-AUC for multi-label labels (OGB's choice for them) and accuracy for the rest.
+
+    ROC-AUC needs two classes or several labels: a graph of a ROC-AUC dataset's name with more classes gets the rest's.
+    """
     if meta.get("metric") in METRICS:
         return meta["metric"]
-    name = str(meta.get("dataset") or "")
-    if name.startswith("ogbn-"):
-        from ogb.nodeproppred import Evaluator
-
-        try:
-            return Evaluator(name).eval_metric
-        except ValueError:  # an ogbn-* name outside OGB's table: the rules below
-            pass
-    if name.replace("_", "-") in ROCAUC_DATASETS and int(meta.get("classes", 0)) == 2:
-        return "rocauc"
-    if meta.get("multilabel"):
-        return "rocauc"  # multi-label tasks without a metric of their own: OGB's choice for them (ogbn-proteins)
-    return "acc"
+    spec = dataset_spec(str(meta.get("dataset") or ""))
+    multilabel = bool(meta.get("multilabel"))
+    declared = spec.metric if spec is not None else None
+    if declared in METRICS and (declared != "rocauc" or multilabel or int(meta.get("classes", 0)) == 2):
+        return declared
+    return "rocauc" if multilabel else "acc"
 
 
 def predictions(logits: Tensor, multilabel: bool) -> Tensor:
@@ -236,23 +240,12 @@ def auc_ap(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> tuple[float, float]:
     return roc_auc(y, score), average_precision(y, score)
 
 
-def parse_link_metric(name: str) -> tuple[str, int | None]:
-    """``"auc"`` -> ``("auc", None)``, ``"mrr"`` -> ``("mrr", None)``, ``"hits@50"`` -> ``("hits", 50)``;
-    any other name is a one-line :class:`UserError`."""
-    kind, at, k = name.partition("@")
-    if not at and kind in ("auc", "mrr"):
-        return kind, None
-    if kind == "hits" and k.isascii() and k.isdigit() and int(k) >= 1:
-        return kind, int(k)
-    raise UserError(f"link metric {name!r}: expected auc, mrr or hits@K with a whole K >= 1 (such as hits@50)")
-
-
 def link_metrics(metric: str, pos: Tensor, neg: Tensor, grid: ProcessGrid) -> dict[str, float]:
     """The link-prediction ``metric`` of the split every rank holds a slice of (collective).
 
     ``"auc"`` -> ``{"auc", "ap"}`` (:func:`auc_ap`), ``"hits@K"`` -> ``{"hits@K"}`` (:func:`hits_at_k`),
     ``"mrr"`` -> ``{"mrr"}`` (:func:`mrr`). Names are checked where the user writes them
-    (:func:`parse_link_metric`); here an unknown one is a ``ValueError``.
+    (:func:`gnndist.config.parse_link_metric`); here an unknown one is a ``ValueError``.
 
     Shapes:
         pos ``[n_local]``; neg ``[m_local]`` (auc, hits: shared negatives) or ``[n_local, K]`` (mrr)
