@@ -90,7 +90,8 @@ def run_row(cmd: list[str]) -> dict:
 
     import gnndist
     from gnndist.cli import build_parser, run_data_config
-    from gnndist.config import PartitionConfig, build_section
+    from gnndist.config import PartitionConfig
+    from gnndist.flags import build_section
     from gnndist.parts.cache import ensure_partition
     from gnndist.presets import dataset_recipe, from_args
 

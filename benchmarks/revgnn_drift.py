@@ -49,7 +49,8 @@ import time
 def _config(dataset: str, model: str, layers: int, epochs: int, dropout: float | None, flags: str):
     """The ``TrainConfig`` and partition settings ``gnndist run DATASET --model MODEL ...`` would build."""
     from gnndist.cli import build_parser
-    from gnndist.config import DataConfig, PartitionConfig, build_section
+    from gnndist.config import DataConfig, PartitionConfig
+    from gnndist.flags import build_section
     from gnndist.presets import from_args as train_config_from_args
 
     argv = ["run", dataset, "--model", model, "--layers", str(layers), "--epochs", str(epochs), "--no-progress"]

@@ -24,11 +24,9 @@ from gnndist.config import (
     RunConfig,
     SimulateConfig,
     TaskConfig,
-    add_section,
-    add_train_args,
-    build_section,
 )
 from gnndist.errors import RanksFailed, RanksStopped, UserError
+from gnndist.flags import add_section, add_train_args, build_section
 from gnndist.parts.cache import ensure_partition, link_data, make_partition, partition_dir
 from gnndist.presets import from_args
 

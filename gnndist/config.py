@@ -1,4 +1,4 @@
-"""One config tree: a root dataclass of small sections; the CLI flags are derived from it.
+"""One config tree: a root dataclass of small sections; the CLI flags are derived from it (:mod:`gnndist.flags`).
 
 Each field's ``metadata`` carries its flag help (and choices); validation lives in
 ``__post_init__`` and its errors name the flag.
@@ -6,7 +6,6 @@ Each field's ``metadata`` carries its flag help (and choices); validation lives 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -376,51 +375,6 @@ class TrainConfig:
                       for name, sub in d.items() if name in TRAIN_SECTIONS})
 
 
-def flag_of(f: dataclasses.Field) -> str:
-    """The flag of a config field: its name, ``--name-with-dashes``."""
-    return "--" + f.name.replace("_", "-")
-
-
-def add_section(parser: argparse.ArgumentParser, section: type, skip: tuple[str, ...] = (),
-                suppress: bool = False, only: tuple[str, ...] | None = None, help: dict[str, str] | None = None,
-                choices: dict[str, tuple] | None = None) -> None:
-    """Add one flag per field of a section dataclass (defaults, help and choices from the field).
-
-    ``skip`` leaves fields out (a subcommand with a flag of its own); ``only`` keeps just those.
-    ``help`` and ``choices`` (by field name) say what a field means to one subcommand (``--json``'s output,
-    the layouts ``predict`` runs). With ``suppress``, a flag the user does not pass leaves no attribute, so
-    that model presets can fill it (:func:`gnndist.presets.compose`).
-    """
-    group = parser.add_argument_group(section.__name__.removesuffix("Config").lower())
-    for f in dataclasses.fields(section):
-        if f.name in skip or (only is not None and f.name not in only):
-            continue
-        kw: dict[str, Any] = {"dest": f"{section.__name__}.{f.name}",
-                              "help": (help or {}).get(f.name, f.metadata.get("help", ""))}
-        default = f.default
-        allowed = (choices or {}).get(f.name, f.metadata.get("choices"))
-        if isinstance(default, bool):
-            kw["action"] = argparse.BooleanOptionalAction
-            kw["default"] = default
-        else:
-            tp = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-            kw.update(type=tp, default=default, metavar=None if allowed else f.name.upper())
-            if allowed:
-                kw["choices"] = allowed
-        kw["help"] += f" (default: {default})" if default not in (None, False) else ""
-        if suppress:
-            kw["default"] = argparse.SUPPRESS
-        group.add_argument(flag_of(f), **kw)
-
-
-def build_section(section: type, args: argparse.Namespace):
-    """Instantiate a section from parsed args (fields not on the parser keep their defaults)."""
-    ns = vars(args)
-    kw = {f.name: ns[f"{section.__name__}.{f.name}"] for f in dataclasses.fields(section)
-          if f"{section.__name__}.{f.name}" in ns}
-    return section(**kw)
-
-
 # section -> {a field's name in checkpoints written before issue 37: its name now, its flag's}
 FORMER_NAMES = {"dist": {"nproc": "ranks"}, "run": {"log": "log_file"}}
 
@@ -430,29 +384,8 @@ TRAIN_SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "dist": DistConfig
                   "run": RunConfig, "eval": EvalConfig, "task": TaskConfig}
 
 
-def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
-    """The training flags (``model_help``: ``--model``'s, listing the registered models); ``--metric``'s and
-    ``--task``'s help name the datasets whose specs declare their own metric or edge split
-    (:mod:`gnndist.datasets.spec`)."""
-    from gnndist.datasets.spec import declared_metrics, link_datasets
-
-    own = {f.name: f.metadata["help"] for sec in (EvalConfig, TaskConfig) for f in dataclasses.fields(sec)}
-    help = {"metric": f"{own['metric']}; the datasets' own: {declared_metrics()}",
-            "task": f"{own['task']}; the datasets with their own: {', '.join(link_datasets())}",
-            **({"model": model_help} if model_help else {})}
-    for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec, suppress=True, help=help)
-
-
 def with_fields(cfg: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:
     """A copy of ``cfg`` with the given fields of the given sections replaced (validated like flags), e.g.
     ``with_fields(cfg, model={"hidden": 64}, optim={"lr": 0.005})``."""
     return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **fields)
                                        for name, fields in sections.items()})
-
-
-def given_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The training flags the user passed (:func:`add_train_args` leaves the others unset), by section."""
-    ns = vars(args)
-    return {name: {f.name: ns[f"{sec.__name__}.{f.name}"] for f in dataclasses.fields(sec)
-                   if f"{sec.__name__}.{f.name}" in ns} for name, sec in TRAIN_SECTIONS.items()}

@@ -96,7 +96,7 @@ def from_args(args, dataset: str | None = None, kernel_env=None, task: str | Non
     ``kernel_env``: the user's :class:`~gnndist.kernels.KernelSettings` from the environment (read once by the
     entry point), the defaults of ``--kernel`` and ``--spmm-tune`` where those flags are not given.
     """
-    from gnndist.config import given_flags
+    from gnndist.flags import given_flags
 
     given = given_flags(args)
     if kernel_env is not None:
