@@ -103,6 +103,8 @@ def load(
         data = _read(format, dataset, _path_name(dataset), seed, target)
     elif spec is not None:
         data = _fetching(key, root, spec.source, lambda: spec.load(key, root, seed, target))
+        if spec.featureless:  # declared by the spec: a link task learns every node's input row
+            data.featureless = True
     elif osp.exists(dataset):
         fmt, path = resolve(dataset)
         data = _read(fmt, path, _path_name(dataset), seed, target)

@@ -132,6 +132,9 @@ def test_a_new_dataset_is_one_registration(tmp_path, capsys, monkeypatch):
             in _help(capsys, monkeypatch)
         assert default_metric({"dataset": "toy-binary", "classes": 2}) == "rocauc"
         assert task_of({}, "toy-binary") == "node" and "Amazon" in dataset_recipe("toy_binary.npz")[0]
+        assert "featureless" not in data  # the spec declares features: none is made up
+        register("toy-binary", load_toy, featureless=True, licence="CC-0", citation="nobody")
+        assert load("toy-binary", root=str(tmp_path)).featureless  # the spec's declaration reaches the data
     finally:
         DATASETS.pop("toy-binary", None)
     assert dataset_spec("toy-binary") is None
