@@ -36,18 +36,18 @@ def _data(featureless: bool = False, mrr: bool = False):
     return data
 
 
-def _cfg(model, decoder, batch, metric):
+def _cfg(model, decoder, batch, metric, epochs=EPOCHS):
     from gnndist.config import TrainConfig
 
     cfg = TrainConfig()
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = model, 8, 0.5, False
     cfg.task.task, cfg.task.decoder, cfg.task.edge_batch = "link", decoder, batch
     cfg.eval.metric = metric if metric != "mrr" else "auto"
-    cfg.optim.epochs, cfg.run.progress = EPOCHS, False
+    cfg.optim.epochs, cfg.run.progress = epochs, False
     return cfg
 
 
-def _rank_job(grid, dirs):
+def _rank_job(grid, dirs, epochs=EPOCHS):
     from gnndist.graph import DistGraph
     from gnndist.training.trainer import Trainer
 
@@ -55,9 +55,9 @@ def _rank_job(grid, dirs):
     for case in CASES:
         model, decoder, batch, featureless, metric = case
         graph = DistGraph.load(dirs[(featureless, metric == "mrr")], grid)
-        trainer = Trainer(graph, _cfg(model, decoder, batch, metric))
+        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs))
         losses, grads = [], None
-        for epoch in range(EPOCHS):
+        for epoch in range(epochs):
             with graph.context.step(seed=0, epoch=epoch):
                 losses.append(trainer.train_step(epoch))
             if grads is None:
@@ -98,7 +98,7 @@ def test_link_training_equals_one_process(runs, world, case):
         scale = max(g.abs().max().item() for g in one["grads"].values())
         assert set(got["grads"]) == set(one["grads"])
         for name, g in one["grads"].items():  # the first step's gradients, every replicated parameter
-            assert (got["grads"][name] - g).abs().max().item() <= 1e-5 * scale, name
+            assert (got["grads"][name] - g).abs().max().item() <= 1e-6 * scale, name  # the decoder sums in fp64
         assert got["metrics"].keys() == one["metrics"].keys()
         for key, value in one["metrics"].items():  # the same weights would score alike: the trajectory is close
             assert abs(got["metrics"][key] - value) <= 1e-4, key
