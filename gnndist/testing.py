@@ -33,6 +33,21 @@ def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float = 
     )
 
 
+def assert_clean(data) -> None:
+    """A loaded graph as every loader must give it: symmetric, sorted by (row, col), no duplicates, no self-loops,
+    the contract's dtypes, and :func:`gnndist.datasets.validate`'s checks."""
+    from gnndist.datasets import validate
+
+    ei, n = data.edge_index, data.num_nodes
+    assert ei.dtype == torch.int64 and data.x.dtype == torch.float32 and data.y.dtype == torch.int64
+    assert not bool((ei[0] == ei[1]).any())
+    key = ei[0] * n + ei[1]
+    assert bool((key[1:] > key[:-1]).all())  # strictly increasing: sorted and unique
+    assert torch.equal(torch.sort(ei[1] * n + ei[0]).values, key)
+    assert isinstance(data.name, str) and isinstance(data.num_classes, int)
+    validate(data)
+
+
 HAS_CUDA = torch.cuda.is_available()
 # The partition of tests that check what the ranks compute (every partition is exact): plain METIS with
 # node balance, a fraction of a second, where the default search (``--method auto --balance auto``) takes
@@ -95,8 +110,9 @@ class _RankPool:
 
     Each call forms a new process group on a fresh port with the parent's current environment,
     exactly as a fresh spawn would; the processes (their imports and caches) are what is reused.
-    After a failure or a timeout the pool is closed (a rank may still wait in a collective) and
-    the next call spawns a new one.
+    A call that every rank answered, with an error or not, leaves the pool as it was (each rank
+    destroyed its group); after a dead rank or a timeout (a rank may still wait in a collective)
+    the pool is closed and the next call spawns a new one.
     """
 
     def __init__(self, world: int):
@@ -175,7 +191,7 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
     One rank runs in this process with a solo grid. Otherwise the ranks are spawned processes
     kept for the next call of the same world size (``fn`` must be importable at module level;
     each call forms a fresh process group with the caller's current environment); if any rank
-    fails, the error names every failing rank with its traceback, and the pool is replaced.
+    fails, the error names every failing rank with its traceback (a rank that never answered replaces the pool).
     """
     if world_size == 1:
         from gnndist.dist.grid import ProcessGrid
@@ -191,7 +207,8 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 300.0) -> list:
 
 
 def _on_pool(runner, fn, world_size: int, args: tuple, timeout: float, grace: float = 0.0) -> dict:
-    """``runner`` on the pool of ``world_size`` ranks (started on first use); a pool that failed is replaced."""
+    """``runner`` on the pool of ``world_size`` ranks (started on first use); a pool whose rank died, timed out or
+    did not answer is replaced."""
     import atexit
 
     pool = _POOLS.get(world_size)
@@ -204,9 +221,9 @@ def _on_pool(runner, fn, world_size: int, args: tuple, timeout: float, grace: fl
     except BaseException:
         _POOLS.pop(world_size).close(wait=1.0)
         raise
-    if len(results) < world_size or not all(ok for ok, _ in results.values()):
-        _POOLS.pop(world_size).close(wait=1.0)  # a rank may still wait in a collective
-    return results
+    if len(results) < world_size:
+        _POOLS.pop(world_size).close(wait=1.0)  # a rank that did not answer may still wait in a collective
+    return results  # every rank answered (failed or not): each left its group and waits for the next task
 
 
 @contextlib.contextmanager

@@ -123,7 +123,8 @@ def _tracked_sources() -> set[str]:
 
 # The README's commands on Cora, as a user types them (cwd: a scratch folder outside the checkout), in phases of
 # two lanes that run side by side (a lane's commands in order): what a later phase reads, an earlier one wrote.
-# predict: every --what, at 1 rank and at 3 (probs and embedding at both: the same rows)
+# predict: every --what at 1 rank, and class and embedding at 3 (the same classes as 1 rank's probs, the same rows as
+# its embedding; probs at 3 ranks, compared with nothing, was one more 3-rank launch)
 def _predict(data: str, ranks: str, what: str) -> list[str]:
     return ["predict", data, "--checkpoint", "ck", "--out", f"{data}-{what}.npy", "--ranks", ranks, "--what", what,
             *(["--layer", "0"] if what == "embedding" else []), "--no-progress"]
@@ -138,9 +139,9 @@ SMOKE = [
       ["info", "p3"],
       ["simulate", "cora", "--parts", "4"]]),
     ([_predict("cora", "1", "probs"), _predict("cora", "1", "logits"), _predict("cora", "1", "embedding"),
-      _predict("p3", "3", "probs"), ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"]],
+      ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"],
+      ["run", "cora", "--ranks", "1", "--epochs", "3", "--no-progress"]],
      [_predict("p3", "3", "class"), _predict("p3", "3", "embedding"),
-      ["run", "cora", "--ranks", "1", "--epochs", "3", "--no-progress"],
       ["bench", "peer", "--quick", "--dataset", "cora", "--out", "bench"]]),
 ]
 

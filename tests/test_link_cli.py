@@ -10,6 +10,9 @@ import torch
 
 from gnndist.cli import main
 
+# what the ranks compute is under test here, not how they start: the suite's pooled ranks (conftest.pooled_ranks)
+pytestmark = pytest.mark.usefixtures("pooled_ranks")
+
 
 @pytest.fixture(scope="module")
 def graph_file(tmp_path_factory):

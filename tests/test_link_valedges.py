@@ -161,7 +161,7 @@ def test_second_graph_holds_training_and_validation_edges_and_no_test_edge(tmp_p
     assert main(["info", root]) == 0  # its files are verified with the partition's
 
 
-def test_run_ogbl_collab_layout_with_valedges_on_two_ranks(tmp_path, capsys, monkeypatch):
+def test_run_ogbl_collab_layout_with_valedges_on_two_ranks(tmp_path, capsys, monkeypatch, pooled_ranks):
     """OGB's collab layout by name with the flag: the cached partition is another (``-valedges``) and holds it."""
     from gnndist.datasets import synthetic
     from gnndist.datasets.ogbl import write_ogbl

@@ -146,18 +146,19 @@ def test_peer_model_is_gnndists(peers, peer, problem, gnndist_graph, tmp_path):
 
 @pytest.mark.parametrize("peer", PEERS)
 def test_training_sends_setup_evals_and_done(peers, peer, problem, tmp_path):
-    """A 3-second run answered ``ok``: setup, evaluations whose snapshots gnndist loads, then done."""
+    """A 1.5-second run answered ``ok``: setup, evaluations whose snapshots gnndist loads, then done."""
     _need(peers, peer)
-    events = _run(peers.python, _job(problem[0], tmp_path, peer, "train", budget_s=3.0, eval_every_s=1.0),
+    budget, every = 1.5, 0.5  # three evaluation periods, as 3 s at 1 s showed (half the suite's wait, per peer)
+    events = _run(peers.python, _job(problem[0], tmp_path, peer, "train", budget_s=budget, eval_every_s=every),
                   tmp_path)
     kinds = [e["event"] for e in events]
     assert kinds[0] == "setup" and kinds[-1] == "done" and set(kinds[1:-1]) == {"eval"}, kinds
     assert events[0]["setup_s"] >= 0 and set(events[0]["versions"]) >= {"torch", "numpy"}
     evals, done = events[1:-1], events[-1]
-    assert len(evals) >= 3  # the epoch ends and every second of 3
+    assert len(evals) >= round(budget / every)  # the epoch ends and every period of the budget
     for a, b in zip(evals, evals[1:]):
         assert b["train_s"] >= a["train_s"] and b["steps"] > a["steps"] and b["epoch"] > a["epoch"]
-    assert done["train_s"] >= 3.0 and done["steps"] == evals[-1]["steps"] > 0
+    assert done["train_s"] >= budget and done["steps"] == evals[-1]["steps"] > 0
     assert done["epochs"] == pytest.approx(evals[-1]["epoch"])
     assert done["s_per_epoch"] == pytest.approx(done["train_s"] / done["epochs"], rel=1e-3)
     with np.load(evals[-1]["snapshot"]) as z:

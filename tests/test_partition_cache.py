@@ -202,7 +202,8 @@ def _as_format_1(folder, to):
 
 @pytest.mark.parametrize("dataset,flags", [("synthetic-200", []), ("synthetic-mag-200", ["--model", "rgcn"])],
                          ids=["homogeneous", "typed"])
-def test_a_format_1_partition_with_int64_ids_trains_to_the_same_numbers(tmp_path, capsys, dataset, flags):
+def test_a_format_1_partition_with_int64_ids_trains_to_the_same_numbers(tmp_path, capsys, dataset, flags,
+                                                                      pooled_ranks):
     """Format 2 stores every id array in int32 (issue 49); a format 1 partition (the same values in int64) is read
     as it is, never misread: the same loss and accuracies, to the last digit, at 2 ranks."""
     new, _ = make_partition(dataset, PartitionConfig(parts=2, method="metis", balance="nodes"), DataConfig(),
