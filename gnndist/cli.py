@@ -1,4 +1,4 @@
-"""``gnndist`` command line: partition, info, train, run, simulate, bench.
+"""``gnndist`` command line: partition, synth, info, train, run, predict, export, simulate, bench.
 
 A user error (bad name, bad path, corrupt file, wrong world size) prints one line to
 standard error and exits 2; ``--json`` makes the last line of standard output one JSON object.
