@@ -60,21 +60,12 @@ Decisions:
 # the built-in datasets and formats: each loader module registers its own (spec.register) when imported; they import
 # torch, and torch_geometric, pandas or scipy only where they read a file
 from . import hetero, npy_folder, npz, ogb, ogbl, planetoid, pyg_file, sbm, snap, social  # noqa: F401
+from .contract import validate
 from .ogb import write_ogb
+from .registry import load
 from .root import default_root
 from .sbm import synthetic
 from .spec import dataset_spec, names, register, register_format
 
 __all__ = ["dataset_spec", "default_root", "load", "names", "register", "register_format", "synthetic", "validate",
            "write_ogb"]
-# load and validate import gnndist.partition (contract.py), which imports this package's edge_split: imported when
-# first used
-_LAZY = {"load": ".registry", "validate": ".contract"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

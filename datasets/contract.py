@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from gnndist.partition.format import drop_pages
 
 from gnndist.errors import UserError
+from gnndist.files import drop_pages
 from gnndist.machine import CHUNK
 
 if TYPE_CHECKING:

@@ -8,12 +8,14 @@
 A reader sees the old file (or folder) or the new one, never a part: the writing goes to a sibling named by
 host, process and a random part (so processes of several hosts sharing the folder never collide), renamed over
 the target only when the body ends without an error; on any error, Ctrl-C included, the sibling is removed.
-Bottom layer: the standard library only.
+And :func:`drop_pages`, which lets a memory-mapped array's resident pages go. Bottom layer: the standard library
+and numpy only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import shutil
 import socket
@@ -22,6 +24,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+import numpy as np
 
 
 def _tag() -> str:
@@ -71,3 +75,25 @@ def atomic_dir(out: str | Path, replace: bool = True) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def drop_pages(arr: np.ndarray, start: int = 0, stop: int | None = None) -> None:
+    """Let this process's resident pages of rows ``[start, stop)`` of a memory-mapped array go (``MADV_DONTNEED``).
+
+    The page cache keeps them: touching the rows maps them again. A no-op for an array that is
+    not memory-mapped (or a platform without ``madvise``).
+    """
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or arr.size == 0:
+        return
+    row = arr.strides[0] if arr.ndim else arr.itemsize
+    stop = len(arr) if stop is None else stop
+    base = np.frombuffer(mm, np.uint8).ctypes.data  # where the mapping starts
+    lo = arr.ctypes.data - base + start * row
+    hi = arr.ctypes.data - base + stop * row
+    lo -= lo % mmap.PAGESIZE  # madvise takes whole pages: the partial first page goes too (mapped again if read)
+    if hi > lo:
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, lo, min(hi, len(mm)) - lo)
+        except (OSError, ValueError):
+            pass

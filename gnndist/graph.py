@@ -35,11 +35,12 @@ from gnndist.dist.comm import fold, gather
 from gnndist.dist.grid import ProcessGrid, together
 from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
+from gnndist.files import drop_pages
 from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
 from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import node_keys
 from gnndist.partition.components import SPLIT_ARRAYS, read_fields
-from gnndist.partition.format import drop_pages, read_inner, read_meta, read_part
+from gnndist.partition.format import read_inner, read_meta, read_part
 from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, dropout_rows, feature_density, normalize_rows, rows_of
 from gnndist.strategies import Halo1D, Strategy, Structure, strategy_from_config
 

@@ -31,7 +31,6 @@ import torch
 from gnndist.datasets.schema import HeteroSchema
 from gnndist.kernels import CSR
 from gnndist.partition.book import LocalPart, build_local_parts, edge_values_in_csr, renumbered_csr, symmetric_csr
-from gnndist.partition.format import drop_pages
 from gnndist.partition.hetero import RelationSlicer
 from gnndist.partition.layouts import LayoutCounts, layout_counts
 from gnndist.partition.link import (
@@ -46,6 +45,7 @@ from gnndist.partition.link import (
 from gnndist.partition.progress import stages_of
 from torch import Tensor
 
+from gnndist.files import drop_pages
 from gnndist.machine import CHUNK
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import shlex
 import shutil
 from collections.abc import Iterable
@@ -199,7 +198,7 @@ def read_part(root: str | Path, rank: int, meta: dict | None = None) -> dict[str
 
     Nothing is copied: the checksum streams the file in 4 MiB reads (the page cache, not this
     process's memory) and the arrays are the file's pages, resident only once touched
-    (:func:`drop_pages` lets them go again). The arrays are read-only: a part is never written.
+    (:func:`gnndist.files.drop_pages` lets them go again). The arrays are read-only: a part is never written.
     """
     root = Path(root)
     meta = meta or read_meta(root)
@@ -209,28 +208,6 @@ def read_part(root: str | Path, rank: int, meta: dict | None = None) -> dict[str
     for rel in _files_of(root, rank, meta):
         arrays[Path(rel).stem] = np.load(_checked(root, rel, meta), mmap_mode="r", allow_pickle=False)
     return arrays
-
-
-def drop_pages(arr: np.ndarray, start: int = 0, stop: int | None = None) -> None:
-    """Let this process's resident pages of rows ``[start, stop)`` of a memory-mapped array go (``MADV_DONTNEED``).
-
-    The page cache keeps them: touching the rows maps them again. A no-op for an array that is
-    not memory-mapped (or a platform without ``madvise``).
-    """
-    mm = getattr(arr, "_mmap", None)
-    if mm is None or not hasattr(mm, "madvise") or arr.size == 0:
-        return
-    row = arr.strides[0] if arr.ndim else arr.itemsize
-    stop = len(arr) if stop is None else stop
-    base = np.frombuffer(mm, np.uint8).ctypes.data  # where the mapping starts
-    lo = arr.ctypes.data - base + start * row
-    hi = arr.ctypes.data - base + stop * row
-    lo -= lo % mmap.PAGESIZE  # madvise takes whole pages: the partial first page goes too (mapped again if read)
-    if hi > lo:
-        try:
-            mm.madvise(mmap.MADV_DONTNEED, lo, min(hi, len(mm)) - lo)
-        except (OSError, ValueError):
-            pass
 
 
 def verify_partition(root: str | Path, meta: dict | None = None) -> int:

@@ -41,7 +41,7 @@ from gnndist.partition.choose import (
     runs_of,
 )
 from gnndist.partition.components import SUB_PARTITIONS, Component, SubPartition, held_by
-from gnndist.partition.format import drop_pages, write_partition
+from gnndist.partition.format import write_partition
 from gnndist.partition.hetero import hetero_report
 from gnndist.partition.layouts import LayoutCounts, layout_counts
 from gnndist.partition.link import VALEDGES
@@ -52,6 +52,7 @@ from gnndist.partition.report import quality
 
 from gnndist.cost import HIDDEN, Network, RankLoad, model_widths
 from gnndist.errors import UserError
+from gnndist.files import drop_pages
 from gnndist.machine import CHUNK, pin_mmap_threshold, rss_peak
 
 METHODS = ("auto", *BACKENDS)

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnndist.files import drop_pages
 from gnndist.kernels import CSR
 from gnndist.kernels.csr import index_dtype
-from gnndist.partition.format import drop_pages
 
 INDEX_CHUNK = 1 << 20  # entries read at once from a part's (memory-mapped) columns
 
