@@ -240,6 +240,8 @@ class OptimConfig:
     epochs: int = opt(200, "training epochs")
     lr: float = opt(0.01, "Adam learning rate")
     weight_decay: float = opt(5e-4, "Adam weight decay")
+    clip_grad: float = opt(0.0, "clip the gradients to this global norm, over every rank's parameters "
+                           "(torch.nn.utils.clip_grad_norm_'s rule; 0: no clipping)")
     precision: str = opt("fp32", "arithmetic of the layers: fp32, or bf16 / fp16 (autocast on the dense layers, "
                          "aggregations on half rows accumulated in fp32, weights and Adam in fp32; fp16 scales "
                          "the loss)", PRECISIONS)
@@ -250,6 +252,7 @@ class OptimConfig:
         _need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
         _need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
         _need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        _need(self.clip_grad >= 0, f"--clip-grad must be >= 0 (0: no clipping), got {self.clip_grad}")
         _need(self.precision in PRECISIONS,
               f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         _need(self.loss_scale >= 1, f"--loss-scale must be >= 1, got {self.loss_scale}")

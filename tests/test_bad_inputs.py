@@ -282,6 +282,8 @@ CASES = {
     "hetero-balance-types-kaminpar": lambda t, p1, p2, mp: (
         ["partition", _typed_file(t), "--parts", "2", "--method", "kaminpar", "--balance", "types"],
         "--method kaminpar balances one node weight, not"),
+    "clip-grad-negative": lambda t, p1, p2, mp: (["train", str(p1), "--clip-grad", "-1"] + TRAIN1,
+                                                 "--clip-grad must be >= 0 (0: no clipping), got -1.0"),
     # link prediction
     "link-task-without-edge-split": lambda t, p1, p2, mp: (["train", str(p1), "--task", "link"] + TRAIN1,
                                                            "has no edge split; gnndist partition DATASET --edge-split"),

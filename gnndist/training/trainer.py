@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from gnndist.config import ModelConfig, TrainConfig
 from gnndist.cost import model_widths
+from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import UserError
 from gnndist.graph import DistGraph
 from gnndist.kernels.csr import rows2d
@@ -146,7 +147,7 @@ class Trainer:
                 total = self.grid.all_reduce_(loss.detach().clone())
             with t.phase("other"):  # loss and gradients are global here: every rank decides alike
                 self.precision.step(self.optim, self.params, overflow, total, epoch,
-                                    check=lambda: self._check_finite(epoch, total))
+                                    check=lambda: self._before_step(epoch, total))
                 losses.append(float(total))
         return sum(losses) / len(losses)
 
@@ -231,6 +232,12 @@ class Trainer:
         return self.precision.report()
 
     # ------------------------------------------------------------------ numerical guard
+    def _before_step(self, epoch: int, loss: Tensor) -> None:
+        """On the global gradients, before the optimiser's step: the finiteness guard, then ``--clip-grad``."""
+        self._check_finite(epoch, loss)
+        if self.cfg.optim.clip_grad > 0:
+            clip_global_norm(self.params, self.sharded, self.cfg.optim.clip_grad, self.grid)
+
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
         """Stop (one line) when the global loss or a gradient is NaN/Inf, before the optimiser step spoils the
         weights."""
@@ -266,3 +273,31 @@ def model_of(m: ModelConfig, graph: DistGraph, f_in: int, f_out: int, seed: int 
     return spec.build(f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
                       m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
                       embedding=m.embedding)
+
+
+def clip_global_norm(replicated: list[nn.Parameter], sharded: list[nn.Parameter], max_norm: float,
+                     grid: ProcessGrid) -> float:
+    """Scale every gradient by ``min(1, max_norm / (norm + 1e-6))``, ``norm`` the 2-norm of all of the model's
+    gradients (``torch.nn.utils.clip_grad_norm_``'s rule) as one process has them; returns ``norm``.
+
+    The replicated parameters' gradients are already summed over ranks (the same on every rank): each rank adds
+    their squares alike. A sharded parameter's rows (learned embeddings) are this rank's own: their squares are
+    all-reduced. The squares are summed in float64, so the coefficient does not depend on P (collective when any
+    parameter is sharded on a distributed grid).
+    """
+    def squares(params: list[nn.Parameter]) -> Tensor:
+        grads = [p.grad.double().pow(2).sum() for p in params if p.grad is not None]
+        return torch.stack(grads).sum() if grads else torch.zeros((), dtype=torch.float64, device=grid.device)
+
+    total = squares(replicated)
+    if sharded and grid.distributed:
+        total = total + grid.all_reduce_(squares(sharded).reshape(1))[0]
+    elif sharded:
+        total = total + squares(sharded)
+    norm = float(total.sqrt())
+    coef = min(1.0, max_norm / (norm + 1e-6))
+    for p in replicated + sharded:
+        if p.grad is not None:
+            p.grad.mul_(coef)
+    return norm
+
