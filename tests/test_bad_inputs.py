@@ -284,6 +284,8 @@ CASES = {
         "--method kaminpar balances one node weight, not"),
     "clip-grad-negative": lambda t, p1, p2, mp: (["train", str(p1), "--clip-grad", "-1"] + TRAIN1,
                                                  "--clip-grad must be >= 0 (0: no clipping), got -1.0"),
+    "link-negatives-zero": lambda t, p1, p2, mp: (["train", _link_partition(t), "--negatives", "0"] + TRAIN1,
+                                                  "--negatives must be >= 1, got 0"),
     # link prediction
     "link-task-without-edge-split": lambda t, p1, p2, mp: (["train", str(p1), "--task", "link"] + TRAIN1,
                                                            "has no edge split; gnndist partition DATASET --edge-split"),

@@ -11,11 +11,13 @@ import torch
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 
 EPOCHS = 5
-CASES = [  # (model, decoder, edge batch, featureless, metric)
-    ("gcn", "dot", 0, False, "auc"),
-    ("sage", "mlp", 0, False, "hits@20"),
-    ("gcn", "mlp", 60, True, "auc"),
-    ("sage", "dot", 40, False, "mrr"),
+CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive)
+    ("gcn", "dot", 0, False, "auc", 1),
+    ("sage", "mlp", 0, False, "hits@20", 1),
+    ("gcn", "mlp", 60, True, "auc", 1),
+    ("sage", "dot", 40, False, "mrr", 1),
+    ("gcn", "mlp", 0, False, "auc", 3),
+    ("sage", "dot", 40, False, "mrr", 3),
 ]
 
 
@@ -36,12 +38,12 @@ def _data(featureless: bool = False, mrr: bool = False):
     return data
 
 
-def _cfg(model, decoder, batch, metric, epochs=EPOCHS):
+def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1):
     from gnndist.config import TrainConfig
 
     cfg = TrainConfig()
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = model, 8, 0.5, False
-    cfg.task.task, cfg.task.decoder, cfg.task.edge_batch = "link", decoder, batch
+    cfg.task.task, cfg.task.decoder, cfg.task.edge_batch, cfg.task.negatives = "link", decoder, batch, negatives
     cfg.eval.metric = metric if metric != "mrr" else "auto"
     cfg.optim.epochs, cfg.run.progress = epochs, False
     return cfg
@@ -53,9 +55,9 @@ def _rank_job(grid, dirs, epochs=EPOCHS):
 
     out = {}
     for case in CASES:
-        model, decoder, batch, featureless, metric = case
+        model, decoder, batch, featureless, metric, negatives = case
         graph = DistGraph.load(dirs[(featureless, metric == "mrr")], grid)
-        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs))
+        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs, negatives))
         losses, grads = [], None
         for epoch in range(epochs):
             with graph.context.step(seed=0, epoch=epoch):

@@ -10,8 +10,9 @@ What does not depend on P:
 
 * which rank holds a pair: part ``k`` stores slice ``k`` of each pair array (:mod:`gnndist.partition.link`);
   a pair's global index is its position in the split;
-* training negatives: one per positive, global uniform node pairs (``corrupt``: the positive's source with a
-  uniform destination, citation2's) from a hash of (seed, epoch, the positive's global index), in dataset ids;
+* training negatives: ``--negatives K`` per positive (one by default), global uniform node pairs (``corrupt``: the
+  positive's source with a uniform destination, citation2's) from a hash of (seed, epoch, the positive's global
+  index, j < K), in dataset ids;
 * ``--edge-batch B``: positive ``i`` belongs to step ``hash(seed, epoch, i) mod S`` of the ``S = ceil(E / B)``
   steps of an epoch (about ``B`` each), so one process and P ranks make the same steps.
 
@@ -184,16 +185,18 @@ class LinkTask(Task):
         chosen = (of == step).nonzero().view(-1)
         pos = self.pairs["train"][chosen]  # [n, 2] new ids
         index = chosen + self.first["train"]  # [n] global indices of the positives
+        k = self.cfg.task.negatives  # column j of a positive's hash row: its negative j (K = 1: as before)
         if self.per_positive:  # corrupt the destination
-            dst = uniform_nodes(index, 1, self.num_nodes, seed, epoch, NEGATIVE_KEY)
-            neg = torch.cat([pos[:, :1], self.directory.new_ids(dst, counter=g.context.counter)], dim=1)
+            dst = uniform_nodes(index, k, self.num_nodes, seed, epoch, NEGATIVE_KEY).reshape(-1, 1)  # [n K, 1]
+            src = pos[:, :1].repeat_interleave(k, dim=0)
+            neg = torch.cat([src, self.directory.new_ids(dst, counter=g.context.counter)], dim=1)
         else:
-            neg = self.directory.new_ids(uniform_nodes(index, 2, self.num_nodes, seed, epoch, NEGATIVE_KEY),
-                                         counter=g.context.counter)
+            drawn = uniform_nodes(index, 2 * k, self.num_nodes, seed, epoch, NEGATIVE_KEY).reshape(-1, 2)  # [n K, 2]
+            neg = self.directory.new_ids(drawn, counter=g.context.counter)
         h = model(g, g.x)  # [n_owned, d]
         score = self.scores(model, h, torch.cat([pos, neg]))
-        n = pos.shape[0]
-        return (F.softplus(-score[:n]).sum() + F.softplus(score[n:]).sum()) / total
+        n = pos.shape[0]  # each mean over its global count: of positives, and of K x as many negatives
+        return (F.softplus(-score[:n]).sum() + F.softplus(score[n:]).sum() / k) / total
 
     def scores(self, model: nn.Module, h: Tensor, pairs: Tensor) -> Tensor:
         """The decoder's logit of each pair (new ids), its rows from their owners (collective).
