@@ -320,6 +320,7 @@ class TaskConfig:
     edge_batch: int = opt(0, "--task link: training positives per optimisation step, each step one encoder pass "
                           "(0: every positive, one step an epoch)")
     out_dim: int = opt(0, "--task link: the width of the encoder's output rows, which the decoder reads (0: --hidden)")
+    decoder_layers: int = opt(3, "--task link, --decoder mlp: the decoder's linear layers (OGB's LinkPredictor: 3)")
     negatives: int = opt(1, "--task link: training negatives per positive, global uniform node pairs hashed from "
                          "(seed, epoch, the positive's index): the same on any P")
     use_valedges_as_input: bool = opt(False, "--task link: score the test split with the encoder run over the "
@@ -332,6 +333,7 @@ class TaskConfig:
         _need(self.edge_batch >= 0, f"--edge-batch must be >= 0 (0: every positive), got {self.edge_batch}")
         _need(self.out_dim >= 0, f"--out-dim must be >= 0 (0: --hidden), got {self.out_dim}")
         _need(self.negatives >= 1, f"--negatives must be >= 1, got {self.negatives}")
+        _need(self.decoder_layers >= 1, f"--decoder-layers must be >= 1, got {self.decoder_layers}")
         _need(not (self.use_valedges_as_input and self.task == "node"),
               "--use-valedges-as-input is for link prediction (--task link), not --task node")
 

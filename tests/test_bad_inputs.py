@@ -286,6 +286,11 @@ CASES = {
                                                  "--clip-grad must be >= 0 (0: no clipping), got -1.0"),
     "link-negatives-zero": lambda t, p1, p2, mp: (["train", _link_partition(t), "--negatives", "0"] + TRAIN1,
                                                   "--negatives must be >= 1, got 0"),
+    "link-decoder-layers-zero": lambda t, p1, p2, mp: (["train", _link_partition(t), "--decoder-layers", "0"] + TRAIN1,
+                                                       "--decoder-layers must be >= 1, got 0"),
+    "link-decoder-layers-on-dot": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t), "--decoder", "dot", "--decoder-layers", "2"] + TRAIN1,
+        "--decoder-layers 2 is for --decoder mlp; this run's decoder is dot"),
     # link prediction
     "link-task-without-edge-split": lambda t, p1, p2, mp: (["train", str(p1), "--task", "link"] + TRAIN1,
                                                            "has no edge split; gnndist partition DATASET --edge-split"),

@@ -11,13 +11,13 @@ import torch
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 
 EPOCHS = 5
-CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive)
-    ("gcn", "dot", 0, False, "auc", 1),
-    ("sage", "mlp", 0, False, "hits@20", 1),
-    ("gcn", "mlp", 60, True, "auc", 1),
-    ("sage", "dot", 40, False, "mrr", 1),
-    ("gcn", "mlp", 0, False, "auc", 3),
-    ("sage", "dot", 40, False, "mrr", 3),
+CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive, the MLP decoder's layers)
+    ("gcn", "dot", 0, False, "auc", 1, 3),
+    ("sage", "mlp", 0, False, "hits@20", 1, 3),
+    ("gcn", "mlp", 60, True, "auc", 1, 3),
+    ("sage", "dot", 40, False, "mrr", 1, 3),
+    ("gcn", "mlp", 0, False, "auc", 3, 2),
+    ("sage", "dot", 40, False, "mrr", 3, 3),
 ]
 
 
@@ -38,12 +38,13 @@ def _data(featureless: bool = False, mrr: bool = False):
     return data
 
 
-def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1):
+def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1, decoder_layers=3):
     from gnndist.config import TrainConfig
 
     cfg = TrainConfig()
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = model, 8, 0.5, False
     cfg.task.task, cfg.task.decoder, cfg.task.edge_batch, cfg.task.negatives = "link", decoder, batch, negatives
+    cfg.task.decoder_layers = decoder_layers
     cfg.eval.metric = metric if metric != "mrr" else "auto"
     cfg.optim.epochs, cfg.run.progress = epochs, False
     return cfg
@@ -55,9 +56,9 @@ def _rank_job(grid, dirs, epochs=EPOCHS):
 
     out = {}
     for case in CASES:
-        model, decoder, batch, featureless, metric, negatives = case
+        model, decoder, batch, featureless, metric, negatives, layers = case
         graph = DistGraph.load(dirs[(featureless, metric == "mrr")], grid)
-        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs, negatives))
+        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs, negatives, layers))
         losses, grads = [], None
         for epoch in range(epochs):
             with graph.context.step(seed=0, epoch=epoch):

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnndist.config import TaskConfig
 from gnndist.errors import UserError
 from gnndist.kernels.dropout.reference import hash_bits
 from gnndist.nn.models.link import LinkModel, decoder
@@ -150,7 +151,10 @@ class LinkTask(Task):
             return encoder
         f_in, f_out = self.widths(cfg.model.hidden)
         embedding = NodeEmbedding(self.graph, f_in, seed) if self.featureless else None
-        return LinkModel(encoder, decoder(self.decoder, f_out), embedding)
+        layers = cfg.task.decoder_layers
+        if self.decoder == "dot" and layers != TaskConfig.decoder_layers:
+            raise UserError(f"--decoder-layers {layers} is for --decoder mlp; this run's decoder is dot")
+        return LinkModel(encoder, decoder(self.decoder, f_out, layers), embedding)
 
     @property
     def decoder(self) -> str:

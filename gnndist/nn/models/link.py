@@ -52,12 +52,12 @@ class MLPDecoder(nn.Module):
         return self.lins[-1](x).view(-1)
 
 
-def decoder(name: str, width: int) -> nn.Module:
-    """The decoder ``--decoder name`` for encoder rows of width ``width``."""
+def decoder(name: str, width: int, layers: int = 3) -> nn.Module:
+    """The decoder ``--decoder name`` for encoder rows of width ``width`` (``layers``: the MLP's linear layers)."""
     if name == "dot":
         return DotDecoder()
     if name == "mlp":
-        return MLPDecoder(width)
+        return MLPDecoder(width, layers)
     raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODERS)}")
 
 
