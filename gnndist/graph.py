@@ -143,8 +143,8 @@ class DistGraph:
         grid.agree(meta_digest(meta), "partition (META.json differs: hosts that see different partitions at one "
                    "path, or one re-made while the job read it)", must_match=True)
         strat.build(structure, grid, context.counter, kernel, wire)
-        # every part component's fields (partition.components): ids, degrees, rows, labels, masks, relations, ...
-        fields = read_fields(t, meta, n_owned, n_halo)
+        fields = read_fields(t, meta, n_owned, n_halo)  # every part component's (partition.components); relations:
+        fields["relations"] = tuple(CSR(rp, col, n_owned + n_halo) for rp, col in fields["relations"])  # kernels' CSRs
         if normalize_features:
             fields["x"] = normalize_rows(t["x"], grid)
             if fields["x"] is not t["x"]:

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from gnndist.datasets.schema import HeteroSchema
-from gnndist.kernels import CSR
 from gnndist.partition.book import LocalPart, build_local_parts, edge_values_in_csr, renumbered_csr, symmetric_csr
 from gnndist.partition.hetero import RelationSlicer
 from gnndist.partition.layouts import LayoutCounts, layout_counts
@@ -303,11 +302,10 @@ class Relations(Component):
         return 4 * (len(s.relations) * (int(part.csr.num_nodes) + part.book.parts) + len(s.rel_src))  # int32
 
     def read(self, t, meta, n_owned, n_halo):
-        # its HeteroSchema, the type of every local node and one CSR per relation,
+        # its HeteroSchema, the type of every local node and each relation's (rowptr, col),
         # [n_owned, n_owned + n_halo] in local ids (partition.hetero); None and () on a homogeneous graph
         schema = HeteroSchema.from_meta(meta["hetero"]) if "hetero" in meta else None
-        return {"hetero": schema, "node_type": node_types(schema, t["orig_id"]),
-                "relations": relations(t, n_owned, n_halo)}
+        return {"hetero": schema, "node_type": node_types(schema, t["orig_id"]), "relations": relations(t)}
 
 
 def node_types(schema: HeteroSchema | None, orig_id: Tensor) -> Tensor | None:
@@ -319,13 +317,14 @@ def node_types(schema: HeteroSchema | None, orig_id: Tensor) -> Tensor | None:
     return torch.searchsorted(offsets, orig_id.long(), right=True) - 1
 
 
-def relations(t: dict, n_owned: int, n_halo: int) -> tuple[CSR, ...]:
-    """One CSR per relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``), else ();
-    in the dtype stored (int32 since partition format 2, int64 before: both index the kernels' CSRs)."""
+def relations(t: dict) -> tuple[tuple[Tensor, Tensor], ...]:
+    """``(rowptr, col)`` of each relation of a typed graph's part (``rel_rowptr`` ``[R, n_owned + 1]``, ``rel_col``),
+    columns in ``[0, n_owned + n_halo)``, else (); in the dtype stored (int32 since partition format 2, int64
+    before). :class:`~gnndist.graph.DistGraph` makes the kernels' CSRs of them (this layer is below kernels)."""
     if "rel_rowptr" not in t:
         return ()
     rowptr, col = t["rel_rowptr"], t["rel_col"]
-    return tuple(CSR(rp - rp[0], col[rp[0] : rp[-1]], n_owned + n_halo) for rp in rowptr)
+    return tuple((rp - rp[0], col[rp[0] : rp[-1]]) for rp in rowptr)
 
 
 class LinkSplit(Component):
