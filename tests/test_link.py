@@ -127,6 +127,31 @@ def test_metric_keys_of_a_link_run(runs):
     assert set(runs[1][0][CASES[3]]["metrics"]) == {"train_mrr", "val_mrr", "test_mrr"}
 
 
+def test_the_train_metric_scores_a_spread_subset_the_same_at_any_p():
+    """About E_val of the E_train positives, from the whole split (not its first E_val), the union of every rank's
+    slice at P = 2, 3, 4 the subset of one process; another seed, another subset."""
+    from gnndist.partition.link import pair_slice
+
+    from gnndist.tasks.link import train_eval_subset
+
+    e_train, e_val = 20_000, 2_000
+    every = torch.arange(e_train)
+    one = every[train_eval_subset(every, e_train, e_val, seed=0)]
+    assert abs(one.numel() - e_val) < 5 * e_val ** 0.5
+    assert one.max() > e_train - 100 and one.min() < 100  # spread over the split
+    halves = (one < e_train // 2).sum().item()
+    assert abs(halves - one.numel() / 2) < 5 * e_val ** 0.5
+    for world in (2, 3, 4):
+        parts = []
+        for rank in range(world):
+            lo, hi = pair_slice(e_train, rank, world)
+            index = torch.arange(lo, hi)
+            parts.append(index[train_eval_subset(index, e_train, e_val, seed=0)])
+        assert torch.equal(torch.cat(parts), one)
+    assert not torch.equal(every[train_eval_subset(every, e_train, e_val, seed=1)], one)
+    assert train_eval_subset(every, e_train, e_train, seed=0).all()  # E_val = E_train: every positive
+
+
 def test_message_graph_holds_no_validation_or_test_edge(tmp_path):
     """Every rank's rows of A (in dataset ids) miss every validation and test edge, in both directions."""
     from gnndist.partition import partition

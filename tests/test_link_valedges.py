@@ -70,17 +70,37 @@ def _rank_job(grid, partdir):
             scores = task.scores(model, h, task.pairs["test"])  # this rank's slice of the test positives
         out[case] = dict(with_flag=with_flag, without=without, scores=scores, rows=h,
                          ids=task.test_graph.orig_id[: graph.n_owned].long())
+    if grid.world_size == 4:  # two candidate layouts (1d, 2d): which of the valedges graph's auto builds
+        out["auto"] = _auto_built(grid, partdir)
     return out
+
+
+def _auto_built(grid, partdir):
+    """Under ``--strategy auto`` (a fixed network: no probe), which candidates of the valedges graph are built after an
+    evaluation, and which each layer chose."""
+    from gnndist.partition import load
+
+    from gnndist.graph import DistGraph
+    from gnndist.training.trainer import Trainer
+
+    cfg = _cfg("gcn", "dot", True)
+    cfg.dist.strategy, cfg.dist.network = "auto", "ethernet"
+    trainer = Trainer(DistGraph.from_config(*load(partdir, grid.rank), grid, cfg, root=partdir), cfg)
+    trainer.evaluate()
+    strategy = trainer.task.test_graph.strategy
+    return {"built": sorted(o.describe() for o in strategy.options if o.built),
+            "chosen": sorted({o.describe() for o in strategy.chosen.values()}),
+            "candidates": [o.describe() for o in strategy.options]}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     data = _data()
     return {world: run_distributed(_rank_job, world, _partition(data, world, tmp_path_factory.mktemp(f"v{world}")))
-            for world in (1, 2, 3)}
+            for world in (1, 2, 4)}
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(c))
 def test_test_metric_and_scores_equal_one_process(runs, world, case):
     one = runs[1][0][case]
@@ -97,13 +117,22 @@ def test_test_metric_and_scores_equal_one_process(runs, world, case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(c))
 def test_the_flag_changes_the_test_metric_alone(runs, case):
-    for got in runs[1] + runs[3]:
+    for got in runs[1] + runs[4]:
         with_flag, without = got[case]["with_flag"], got[case]["without"]
         assert with_flag.keys() == without.keys()
         for key in with_flag:  # train and validation: the training edges' rows, bit for bit
             if not key.startswith("test_"):
                 assert with_flag[key] == without[key], key
         assert all(with_flag[k] != without[k] for k in with_flag if k.startswith("test_")), (with_flag, without)
+
+
+def test_auto_on_the_valedges_graph_builds_only_what_it_chose(runs):
+    """The sub-partition stores every layout's counts, so ``auto`` decides from them and builds the chosen layout
+    alone (an earlier version built every candidate to count it)."""
+    for got in runs[4]:
+        auto = got["auto"]
+        assert len(auto["candidates"]) > 1  # at P = 4: 1d and 2d
+        assert auto["built"] == auto["chosen"] and auto["chosen"], auto
 
 
 def test_test_rows_are_those_of_the_training_and_validation_graph(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 
 import numpy as np
@@ -347,7 +348,11 @@ def test_bench_tta_end_to_end_gnndist_only(tmp_path, capsys):
                                                                                  ("gnndist", "default", 1, "ok")]
     for r in rows:
         assert r["dataset"] == GRAPH and r["depth"] == 2 and r["hidden"] == 16 and r["evals"] >= 1
-        assert r["best_val"] <= r["target"] / 0.98 + 1e-12 and r["load_start"] >= 0 and r["eval_s"] > 0
+        assert r["load_start"] >= 0 and r["eval_s"] > 0
+    # one side, one config: T is 0.98 x the median over its seeds of their best validation accuracy (a seed's own
+    # best may lie above it, as the budget lets one seed train further than the other)
+    assert rows[0]["target"] == pytest.approx(0.98 * statistics.median(r["best_val"] for r in rows))
+    for r in rows:
         assert r["time_to_target_s"] is None or r["time_to_target_s"] <= r["train_s"]
     assert any(r["time_to_target_s"] is not None for r in rows)  # the best median reaches 0.98 of itself
     points = [json.loads(ln) for ln in (out / "tta_curves.jsonl").read_text().splitlines()]

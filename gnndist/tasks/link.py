@@ -47,6 +47,7 @@ from gnndist.tasks.pairs import Directory, fetch_rows
 NEGATIVE_KEY = 0x4E454721  # the hash stream of training negatives (apart from dropout's and embeddings')
 BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positive
 TRAIN_EVAL_KEY = 0x54524E45  # the hash stream of the train metric's per-positive negatives (fixed: every epoch alike)
+TRAIN_SUBSET_KEY = 0x54535542  # the hash stream of the train metric's positives (fixed: every epoch alike)
 LINK_FIX = "gnndist partition DATASET --edge-split 85,5,10 stores a seeded random edge split (gnndist run DATASET " \
            "--task link makes one)"
 def valedges_graph(graph, dist):
@@ -69,6 +70,17 @@ def uniform_nodes(ids: Tensor, width: int, num_nodes: int, seed: int, epoch: int
         ids ``[n]`` int64 -> ``[n, width]`` int64
     """
     return (hash_bits(ids, width, seed, epoch, key).long() * num_nodes) >> 31
+
+
+def train_eval_subset(index: Tensor, e_train: int, e_val: int, seed: int) -> Tensor:
+    """Which training positives (by global index) the train metric scores: each with probability
+    ``E_val / E_train`` from a hash of its index, so about ``E_val`` of them, spread over the split, the same at any P.
+
+    Shapes:
+        index ``[n]`` int64 -> ``[n]`` bool
+    """
+    bits = hash_bits(index, 1, seed, 0, TRAIN_SUBSET_KEY)[:, 0].long()  # [n] in [0, 2**31)
+    return bits * e_train < e_val << 31
 
 
 def read_pairs(path: str, rank: int, parts: int) -> np.ndarray:
@@ -217,8 +229,8 @@ class LinkTask(Task):
     def evaluate(self, model: nn.Module, autocast) -> dict[str, float]:
         """The metric on train / val / test over every rank, keyed ``val_hits@50`` etc. (AUC: AP beside it).
 
-        Validation and test positives are scored against their split's negatives; the train value
-        scores the first ``E_val`` training positives against the validation negatives (OGB's practice).
+        Validation and test positives are scored against their split's negatives; the train value scores a hashed
+        random subset of about ``E_val`` training positives against the validation negatives (OGB's practice).
         The test split's rows are :meth:`rows` of :attr:`test_graph` (``--use-valedges-as-input``: a second pass).
         """
         h = self.rows(model, self.graph, autocast)
@@ -239,14 +251,17 @@ class LinkTask(Task):
             return model(graph, graph.x)
 
     def _train_eval(self) -> tuple[Tensor, Tensor]:
-        """The train metric's positives (global index below ``E_val``) and negatives (the validation negatives,
-        or hashed destinations per positive)."""
+        """The train metric's positives and negatives (the validation negatives, or hashed destinations per positive).
+
+        The positives are a random subset of about ``E_val`` of them (OGB's examples: ``randperm(E_train)[:E_val]``),
+        each kept by a hash of its global index: the same subset at any P; never the first ``E_val`` of the split,
+        which a split ordered by time or by node would bias."""
         pos = self.pairs["train"]
-        keep = (torch.arange(pos.shape[0], device=pos.device) + self.first["train"]) < self.counts["valid"]
-        pos = pos[keep]
+        index = torch.arange(pos.shape[0], device=pos.device) + self.first["train"]  # [n] global indices
+        keep = train_eval_subset(index, self.counts["train"], self.counts["valid"], self.cfg.run.seed)
+        pos, index = pos[keep], index[keep]
         if not self.per_positive:
             return pos, self.pairs["valid_neg"]
-        index = keep.nonzero().view(-1) + self.first["train"]
         k = self.pairs["valid_neg"].shape[1]
         dst = uniform_nodes(index, k, self.num_nodes, self.cfg.run.seed, 0, TRAIN_EVAL_KEY)
         return pos, self.directory.new_ids(dst)
@@ -293,9 +308,15 @@ def wide(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
     share is rounded once, and the shares' all-reduce adds P float32 values: the same bound as every other
     parameter of gnndist's, for any decoder module, built in or the user's, with nothing written for it.
 
+    A decoder without floating-point parameters (the inner product) has no such sum: it runs as it is, in the
+    rows' precision (``benchmarks/link_decoder_cost.py``, 200k pairs of width 256, 2 threads: float64 costs the
+    inner product 3.3x its forward and backward time and 4x its peak bytes; the MLP 2.3x and 2.8x).
+
     Shapes:
         hu, hv ``[n, d]`` -> ``[n]`` float32
     """
+    if not any(p.is_floating_point() for p in decoder.parameters()):
+        return decoder(hu, hv).float()
     state = {name: t.double() if t.is_floating_point() else t
              for name, t in [*decoder.named_parameters(), *decoder.named_buffers()]}
     with torch.autocast(hu.device.type, enabled=False):
