@@ -98,6 +98,16 @@ def test_sides_declare_defaults_and_a_seeded_search():
         assert len(h.fanouts) == 3 and h.layers == 3 and h.model == "sage"
 
 
+def test_trials_are_paired_across_sides_in_the_shared_fields():
+    """Trial j of every side tries the same lr, dropout and width; the sampler's own fields are its own draws."""
+    draws = {name: side.trials(side.default(2, 96, 15_500), 8, seed=0) for name, side in SIDES.items()}
+    shared = {name: [(h.lr, h.dropout, h.hidden) for h in hs] for name, hs in draws.items()}
+    assert len({tuple(v) for v in shared.values()}) == 1  # every side alike, trial by trial
+    assert len(set(shared["gnndist"])) > 1  # and the trials differ
+    assert len({h.batch_size for h in draws["pyg-neighbor"]}) > 1  # the sampler's fields are drawn too
+    assert [h.fanouts for h in draws["pyg-neighbor"]] != [h.fanouts for h in draws["dgl-neighbor"]]  # apart
+
+
 def test_summary_over_seeds():
     h = Hyper("sage", 2, 16, 0.5, 0.01, 0.0)
     runs = [Run("g", 2, "gnndist", "default", s, h, _curve(*v), s_per_epoch=0.1 * (s + 1), load_start=1.0,

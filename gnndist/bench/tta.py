@@ -22,8 +22,9 @@ The protocol, step by step (the pure pieces are in :mod:`gnndist.bench.tta_proto
 4. **One evaluator** (:class:`FullGraphEvaluator`): gnndist's model on one process over the whole graph, eval
    mode, no sampling, scores every side's weights (gnndist's after every epoch), outside every clock; its
    seconds are reported per run.
-5. **Tuning** (``--trials K``, the same K per side): a seeded random search per side, one seed a trial, each
-   trial ranked by time to the target of all trials of all sides (those that never reach it by best
+5. **Tuning** (``--trials K``, the same K per side): a seeded random search per side, paired across sides (trial j
+   of every side tries the same lr, dropout and width; :meth:`~gnndist.bench.tta_protocol.Side.trials`), one seed a
+   trial, each trial ranked by time to the target of all trials of all sides (those that never reach it by best
    validation); the chosen config (``tuned``) and the side's defaults (``default``) then run over ``--seeds``.
 6. **The target** ``T`` = 0.98 x the best median over seeds of the best validation accuracy of a side and config;
    per run: time, epochs and steps to ``T``, s/epoch, test accuracy at the best validation (the first maximum).

@@ -206,12 +206,19 @@ class Side:
         return h
 
     def trials(self, base: Hyper, k: int, seed: int) -> list[Hyper]:
-        """``k`` configurations drawn at random (seeded by ``seed``, the side and the depth) from :attr:`space`
-        around ``base``: each field of the space independently, uniformly."""
-        rng = random.Random(f"tta:{seed}:{self.name}:{base.layers}")
+        """``k`` configurations drawn at random from :attr:`space` around ``base``, each field uniformly.
+
+        Paired across sides: the fields every side tunes (:data:`COMMON_SPACE`: lr, dropout, width) come from one
+        stream seeded by ``seed`` and the depth, so trial ``j`` of every side tries the same lr, dropout and width;
+        the sampler's own fields (batch size, fan-outs, clusters per batch) from a stream of the side's. With few
+        trials, independent draws made the comparison a matter of which side drew the good learning rate."""
+        shared = random.Random(f"tta:{seed}:shared:{base.layers}")
+        own = random.Random(f"tta:{seed}:{self.name}:{base.layers}")
         out = []
         for _ in range(k):
-            drawn = {name: rng.choice(values) for name, values in self.space.items()}
+            drawn = {name: shared.choice(values) for name, values in COMMON_SPACE.items()}
+            drawn = {name: drawn[name] if name in COMMON_SPACE else own.choice(values)
+                     for name, values in self.space.items()}
             base_fanouts = drawn.pop("fanout_base", None)
             h = replace(base, **drawn)
             if base_fanouts is not None:
