@@ -3,10 +3,10 @@
     python benchmarks/link_decoder_cost.py [--pairs 200000] [--width 256] [--decoders dot,mlp] [--threads 2]
 
 Per decoder: one forward and backward over ``--pairs`` pairs of ``[--width]`` endpoint rows (the shape a link step's
-pairs have after their rows arrive), in float32 as the decoder is and in float64 as ``wide`` runs a decoder with
-weights (one without floating-point parameters it runs in float32: ``gnndist_runs``); the median of ``--reps`` timed
-calls after one untimed, and the bytes the call adds to the peak memory of a fresh process holding its inputs
-(``VmHWM``; Linux). Prints one JSON line per decoder and precision, with the load average.
+pairs have after their rows arrive), in float32 as the decoder is and in float64 (``in_float64``, as ``wide`` runs a
+decoder with weights; one without floating-point parameters it runs in float32: ``gnndist_runs``); the median of
+``--reps`` timed calls after one untimed, and the bytes the call adds to the peak memory of a fresh process holding
+its inputs (``VmHWM``; Linux). Prints one JSON line per decoder and precision, with the load average.
 The exchange is untouched: rows travel in float32 either way, the cast happens after they arrive.
 """
 
@@ -14,38 +14,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from gnndist.bench.common import loadavg
 from gnndist.nn.models.link import decoder as make_decoder
-
-
-def double(decoder: torch.nn.Module, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
-    """``decoder(hu, hv)`` in float64, weights cast (what ``wide`` does to a decoder with weights), as float32."""
-    state = {n: t.double() if t.is_floating_point() else t
-             for n, t in [*decoder.named_parameters(), *decoder.named_buffers()]}
-    return torch.func.functional_call(decoder, state, (hu.double(), hv.double())).float()
+from gnndist.tasks.link import in_float64
 
 
 def _peak_bytes(decoder: str, precision: str, pairs: int, width: int, threads: int) -> int:
     """The bytes one forward and backward adds to the peak resident memory of a fresh process that holds only the
     inputs: its ``VmHWM`` after the call minus before it (``ru_maxrss`` would start at this process's size)."""
     hwm = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) * 1024"
-    code = (f"import torch; from gnndist.nn.models.link import decoder; from link_decoder_cost import double; "
+    code = (f"import torch; from gnndist.nn.models.link import decoder; from gnndist.tasks.link import in_float64; "
             f"torch.set_num_threads({threads}); torch.manual_seed(0); "
             f"hu = torch.randn({pairs}, {width}, requires_grad=True); hv = torch.randn({pairs}, {width}, "
             f"requires_grad=True); dec = decoder({decoder!r}, {width}); before = {hwm}; "
-            f"(double(dec, hu, hv) if {precision == 'fp64'} else dec(hu, hv)).sum().backward(); "
+            f"(in_float64(dec, hu, hv) if {precision == 'fp64'} else dec(hu, hv)).sum().backward(); "
             f"print({hwm} - before)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1])
 
 
@@ -65,7 +56,7 @@ def main() -> None:
         dec = make_decoder(name, args.width)
         base = None
         runs = "fp64" if any(p.is_floating_point() for p in dec.parameters()) else "fp32"
-        for precision, call in (("fp32", lambda: dec(hu, hv)), ("fp64", lambda: double(dec, hu, hv))):
+        for precision, call in (("fp32", lambda: dec(hu, hv)), ("fp64", lambda: in_float64(dec, hu, hv))):
             def step():
                 call().sum().backward()
             step()

@@ -79,8 +79,7 @@ def train_eval_subset(index: Tensor, e_train: int, e_val: int, seed: int) -> Ten
     Shapes:
         index ``[n]`` int64 -> ``[n]`` bool
     """
-    bits = hash_bits(index, 1, seed, 0, TRAIN_SUBSET_KEY)[:, 0].long()  # [n] in [0, 2**31)
-    return bits * e_train < e_val << 31
+    return uniform_nodes(index, 1, e_train, seed, 0, TRAIN_SUBSET_KEY)[:, 0] < e_val  # a uniform draw in [0, E_train)
 
 
 def read_pairs(path: str, rank: int, parts: int) -> np.ndarray:
@@ -317,6 +316,11 @@ def wide(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
     """
     if not any(p.is_floating_point() for p in decoder.parameters()):
         return decoder(hu, hv).float()
+    return in_float64(decoder, hu, hv)
+
+
+def in_float64(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
+    """``decoder(hu, hv)`` in float64 (its weights and buffers cast, autocast off), returned as float32. ``[n]``"""
     state = {name: t.double() if t.is_floating_point() else t
              for name, t in [*decoder.named_parameters(), *decoder.named_buffers()]}
     with torch.autocast(hu.device.type, enabled=False):
