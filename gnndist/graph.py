@@ -38,7 +38,7 @@ from gnndist.errors import UserError
 from gnndist.files import drop_pages
 from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
 from gnndist.kernels.csr import degree_divisor
-from gnndist.kernels.dropout.reference import node_keys
+from gnndist.kernels.dropout.reference import apply_dropout, drop_mask, node_keys
 from gnndist.partition.components import SPLIT_ARRAYS, read_fields
 from gnndist.partition.format import read_inner, read_meta, read_part
 from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, dropout_rows, feature_density, normalize_rows, rows_of
@@ -431,10 +431,17 @@ class DistGraph:
         features = x is self.x and self.feature_density < SPARSE_FEATURES
         dtype = compute_dtype(x[:0]).dtype if x is self.x else x.dtype
         version = x._version
+        masks: list[Tensor] = []  # on the CPU: the mask (1 B per cell), hashed once for the output and its rebuild
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
-            out = dropout_rows(self.nonzeros(), keys, p).to_dense() if features else dropout(x, keys, p)
-            return out.to(dtype)  # the dispatcher's dropout: one fused Triton pass on CUDA
+            if features:
+                out = dropout_rows(self.nonzeros(), keys, p).to_dense()
+            elif x.device.type == "cpu":  # the dispatcher's CPU path, its mask kept
+                masks[:] = masks or [drop_mask(keys, x.shape[1], p)]
+                out = apply_dropout(x, masks[0], p)
+            else:
+                out = dropout(x, keys, p)  # the dispatcher's dropout: one fused Triton pass on CUDA, nothing kept
+            return out.to(dtype)
         return self.context.rebuildable(build(), build)
 
     def input_rows(self, x: Tensor) -> Tensor | SparseRows:

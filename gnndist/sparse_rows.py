@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnndist.kernels import CSR, KernelSettings, spmm
-from gnndist.kernels.dropout.reference import apply_dropout, cell_bits
+from gnndist.kernels.dropout.reference import apply_dropout, cell_draws, mask_threshold
 
 if TYPE_CHECKING:
     from gnndist.dist.grid import ProcessGrid
@@ -161,5 +161,5 @@ def dropout_rows(rows: SparseRows, keys: Tensor, p: float) -> SparseRows:
     Shapes:
         rows ``[n, F]``, keys ``[n]`` (:func:`~gnndist.kernels.dropout.reference.node_keys` of the rows' nodes)
     """
-    drop = cell_bits(keys[rows.csr.row.long()], rows.csr.col) < int(p * 2**31)  # [nnz]
+    drop = cell_draws(keys[rows.csr.row.long()], rows.csr.col, rows.shape[1]) < mask_threshold(p)  # [nnz]
     return rows.with_values(apply_dropout(rows.values, drop, p))

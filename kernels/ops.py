@@ -85,8 +85,9 @@ def segment_softmax(csr: CSR, scores: Tensor, *, impl: str | None = None) -> Ten
 
 
 def dropout(x: Tensor, keys: Tensor, p: float, *, impl: str | None = None) -> Tensor:
-    """Partition-invariant dropout: cell ``(i, j)`` of ``x`` is dropped where ``cell_bits(keys[i], j) < p * 2**31``
-    (:mod:`gnndist.kernels.dropout.reference`), the others scaled by ``1 / (1 - p)``; the same bits on any device.
+    """Partition-invariant dropout: cell ``(i, j)`` of ``x`` is dropped where its 16-bit draw
+    ``cell_draws(keys[i], j)`` is below ``mask_threshold(p)`` (:mod:`gnndist.kernels.dropout.reference`: ``p``
+    rounded to a multiple of ``2**-16``), the others scaled by ``1 / (1 - p)``; the same bits on any device.
 
     Args:
         x: the rows to drop from.
