@@ -71,11 +71,11 @@ widths): the bytes every moment of the step holds, plus the largest of what a mo
                                                         rows sent and received; under half + 4 * 2
                                                         min(w, HALF_COLUMNS) rows (the CPU path's fp32
                                                         column chunk of the input and the output)
-      layer l >= 1's linear in the backward             what the forward kept + (2 a + 1) w_in rows:
-                                                        its input rebuilt from the dropout, its
-                                                        gradient, the mask
+      layer l >= 1's linear in the backward             what the forward kept + 2 a w_in rows: its
+                                                        input rebuilt from the dropout, its gradient
 
-where what a layer keeps is its ReLU output (a w rows; every layer but the last) and, for a first
+where what a layer keeps is its ReLU output (a w rows; every layer but the last) and the next dropout's
+mask (1 w rows, CPU), the features' dropout mask (1 F rows, CPU: the rebuild reuses it), and, for a first
 layer that aggregates first (:func:`gnndist.cost.aggregate_first`), its aggregate (a F rows, the
 linear map's input). A dropped copy is made again for the backward, not kept
 (``RunContext.rebuildable``).
@@ -206,7 +206,7 @@ def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], pr
     mask = MASK_BYTES if cpu else 0
     feat = widths[0]
     phases = [(ELEM + mask + (act if act != ELEM else 0)) * feat * rows]
-    kept = 0  # bytes the forward keeps for the backward so far
+    kept = mask * feat * rows  # bytes the forward keeps for the backward so far: the features' dropout mask
     for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
         agg = i == 0 and cost.aggregate_first(f_in, f_out)
         width = f_in if agg else f_out
@@ -216,7 +216,8 @@ def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], pr
         phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send) + chunk)
         kept += act * f_in * rows if agg else 0  # the aggregate, the linear map's saved input
         kept += act * f_out * rows if i < len(widths) - 2 else 0  # the ReLU's output
-    phases += [kept + (2 * act + mask) * w * rows for w in widths[1:-1]]
+        kept += mask * f_out * rows if i < len(widths) - 2 else 0  # the next layer's dropout mask
+    phases += [kept + 2 * act * w * rows for w in widths[1:-1]]
     return phases
 
 
