@@ -24,6 +24,7 @@ from gnndist.bench.tta import Block, Evaluators, FullGraphEvaluator, _config, ch
 from gnndist.bench.tta_driver import peer_job, run_peer
 from gnndist.bench.tta_problem import export_problem, gnndist_partition, load_graph, load_problem
 from gnndist.bench.tta_protocol import (
+    COMMON_SPACE,
     SIDES,
     Hyper,
     Point,
@@ -104,6 +105,10 @@ def test_trials_are_paired_across_sides_in_the_shared_fields():
     shared = {name: [(h.lr, h.dropout, h.hidden) for h in hs] for name, hs in draws.items()}
     assert len({tuple(v) for v in shared.values()}) == 1  # every side alike, trial by trial
     assert len(set(shared["gnndist"])) > 1  # and the trials differ
+    for field, values in COMMON_SPACE.items():  # stratified: every value once in each run of len(values) trials
+        column = [getattr(h, field) for h in draws["gnndist"]]
+        for a in range(0, 8, len(values)):
+            assert sorted(column[a : a + len(values)]) == sorted(values), (field, column)
     assert len({h.batch_size for h in draws["pyg-neighbor"]}) > 1  # the sampler's fields are drawn too
     assert [h.fanouts for h in draws["pyg-neighbor"]] != [h.fanouts for h in draws["dgl-neighbor"]]  # apart
 

@@ -206,18 +206,21 @@ class Side:
         return h
 
     def trials(self, base: Hyper, k: int, seed: int) -> list[Hyper]:
-        """``k`` configurations drawn at random from :attr:`space` around ``base``, each field uniformly.
+        """``k`` configurations around ``base``: the shared fields stratified, the sampler's own drawn at random.
 
-        Paired across sides: the fields every side tunes (:data:`COMMON_SPACE`: lr, dropout, width) come from one
+        Paired and stratified: the fields every side tunes (:data:`COMMON_SPACE`: lr, dropout, width) come from one
         stream seeded by ``seed`` and the depth, so trial ``j`` of every side tries the same lr, dropout and width;
-        the sampler's own fields (batch size, fan-outs, clusters per batch) from a stream of the side's. With few
-        trials, independent draws made the comparison a matter of which side drew the good learning rate."""
+        each field runs through a shuffle of its values before any value repeats, so four trials try each of the
+        four learning rates once (a Latin square over the shared fields). The sampler's own fields (batch size,
+        fan-outs, clusters per batch) come from a stream of the side's, uniformly. With few trials, independent
+        draws made the comparison a matter of which side drew the good learning rate, and paired random draws of
+        whether any side drew it."""
         shared = random.Random(f"tta:{seed}:shared:{base.layers}")
         own = random.Random(f"tta:{seed}:{self.name}:{base.layers}")
+        columns = {name: stratified(values, k, shared) for name, values in COMMON_SPACE.items()}
         out = []
-        for _ in range(k):
-            drawn = {name: shared.choice(values) for name, values in COMMON_SPACE.items()}
-            drawn = {name: drawn[name] if name in COMMON_SPACE else own.choice(values)
+        for j in range(k):
+            drawn = {name: columns[name][j] if name in COMMON_SPACE else own.choice(values)
                      for name, values in self.space.items()}
             base_fanouts = drawn.pop("fanout_base", None)
             h = replace(base, **drawn)
@@ -227,6 +230,16 @@ class Side:
                 h = replace(h, clusters_per_batch=min(h.clusters_per_batch, h.num_parts))
             out.append(h)
         return out
+
+
+def stratified(values: Sequence, k: int, rng: random.Random) -> list:
+    """``k`` values: shuffles of ``values`` one after another, so each value comes once before any comes twice."""
+    out: list = []
+    while len(out) < k:
+        block = list(values)
+        rng.shuffle(block)
+        out += block
+    return out[:k]
 
 
 COMMON_SPACE = {"lr": (0.001, 0.003, 0.01, 0.03), "dropout": (0.0, 0.2, 0.5, 0.7), "hidden": (64, 128, 256, 512)}
