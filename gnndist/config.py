@@ -213,7 +213,9 @@ class ModelConfig:
                          "bases (0: a full weight per relation)")
     embedding: str = opt("zero", "--model rgcn: the input rows of featureless node types: zero (no input of their "
                          "own: the first layer gives them their neighbours' mean) or learn (a learnable row per node, "
-                         "each rank its own; it overfits few labels: docs/heterogeneous.md)", ("zero", "learn"))
+                         "each rank its own; it overfits few labels: docs/heterogeneous.md); --task link on a graph "
+                         "with features: learn appends a learnable row of --hidden to each node's features "
+                         "(Refined-GAE's embeddings)", ("zero", "learn"))
     arch: str = opt("plain", "plain: the model's own layers; residual (gcn, sage, gat, gin): input linear, then "
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))

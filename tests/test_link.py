@@ -11,13 +11,15 @@ import torch
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 
 EPOCHS = 5
-CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive, the MLP decoder's layers)
-    ("gcn", "dot", 0, False, "auc", 1, 3),
-    ("sage", "mlp", 0, False, "hits@20", 1, 3),
-    ("gcn", "mlp", 60, True, "auc", 1, 3),
-    ("sage", "dot", 40, False, "mrr", 1, 3),
-    ("gcn", "mlp", 0, False, "auc", 3, 2),
-    ("sage", "dot", 40, False, "mrr", 3, 3),
+CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive, the MLP decoder's layers,
+    #         --embedding: learn on a featured graph puts learned rows beside the features)
+    ("gcn", "dot", 0, False, "auc", 1, 3, "zero"),
+    ("sage", "mlp", 0, False, "hits@20", 1, 3, "zero"),
+    ("gcn", "mlp", 60, True, "auc", 1, 3, "zero"),
+    ("sage", "dot", 40, False, "mrr", 1, 3, "zero"),
+    ("gcn", "mlp", 0, False, "auc", 3, 2, "zero"),
+    ("sage", "dot", 40, False, "mrr", 3, 3, "zero"),
+    ("gcn", "mlp", 0, False, "hits@20", 1, 3, "learn"),
 ]
 
 
@@ -38,13 +40,13 @@ def _data(featureless: bool = False, mrr: bool = False):
     return data
 
 
-def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1, decoder_layers=3):
+def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1, decoder_layers=3, embedding="zero"):
     from gnndist.config import TrainConfig
 
     cfg = TrainConfig()
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = model, 8, 0.5, False
     cfg.task.task, cfg.task.decoder, cfg.task.edge_batch, cfg.task.negatives = "link", decoder, batch, negatives
-    cfg.task.decoder_layers = decoder_layers
+    cfg.task.decoder_layers, cfg.model.embedding = decoder_layers, embedding
     cfg.eval.metric = metric if metric != "mrr" else "auto"
     cfg.optim.epochs, cfg.run.progress = epochs, False
     return cfg
@@ -56,9 +58,9 @@ def _rank_job(grid, dirs, epochs=EPOCHS):
 
     out = {}
     for case in CASES:
-        model, decoder, batch, featureless, metric, negatives, layers = case
+        model, decoder, batch, featureless, metric, negatives, layers, embedding = case
         graph = DistGraph.load(dirs[(featureless, metric == "mrr")], grid)
-        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs, negatives, layers))
+        trainer = Trainer(graph, _cfg(model, decoder, batch, metric, epochs, negatives, layers, embedding))
         losses, grads = [], None
         for epoch in range(epochs):
             with graph.context.step(seed=0, epoch=epoch):
@@ -105,7 +107,7 @@ def test_link_training_equals_one_process(runs, world, case):
         assert got["metrics"].keys() == one["metrics"].keys()
         for key, value in one["metrics"].items():  # the same weights would score alike: the trajectory is close
             assert abs(got["metrics"][key] - value) <= 1e-4, key
-    if case[3]:  # featureless: the learned rows, gathered by dataset id, equal one process's
+    if case[3] or case[7] == "learn":  # learned rows (featureless, or beside): gathered by id, equal one process's
         ids1, rows1 = one["rows"]
         full = torch.full_like(rows1, float("nan"))
         for got in runs[world]:

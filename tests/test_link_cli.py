@@ -28,14 +28,16 @@ def graph_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("decoder", ["dot", "mlp"])
-def test_train_predict_export_on_two_ranks(graph_file, tmp_path, capsys, decoder):
+@pytest.mark.parametrize("decoder,embedding", [("dot", "zero"), ("mlp", "learn")], ids=["dot", "mlp-learned-rows"])
+def test_train_predict_export_on_two_ranks(graph_file, tmp_path, capsys, decoder, embedding):
+    """Train, predict and export on two ranks; the exported PyG twin gives the same rows and scores. With
+    ``--embedding learn`` a learned row of --hidden sits beside each node's features, in the twin as well."""
     part, ck = tmp_path / "part", tmp_path / "ck"
     assert main(["partition", str(graph_file), "--parts", "2", "--edge-split", "80,10,10", "--out", str(part),
                  "--json"]) == 0
     capsys.readouterr()
     assert main(["train", str(part), "--ranks", "2", "--epochs", "3", "--decoder", decoder, "--hidden", "8",
-                 "--checkpoint", str(ck), "--no-progress", "--json"]) == 0
+                 "--embedding", embedding, "--checkpoint", str(ck), "--no-progress", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"test_auc", "test_ap", "val_auc", "val_ap"} <= set(out) and 0.0 <= out["test_auc"] <= 1.0
 
@@ -54,13 +56,17 @@ def test_train_predict_export_on_two_ranks(graph_file, tmp_path, capsys, decoder
     from gnndist.datasets.edge_split import random_edge_split
 
     f = torch.load(tmp_path / "pyg.pt", weights_only=False)
-    assert f["task"] == "link" and f["decoder"]["kind"] == decoder and f["embedding"] is None
+    assert f["task"] == "link" and f["decoder"]["kind"] == decoder
+    assert (f["embedding"] is None) == (embedding == "zero") and f["embedding_beside"] == (embedding == "learn")
     model = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
     model.load_state_dict(f["state_dict"])
     model.eval()
     data = load(str(graph_file))
     _, message = random_edge_split(data.edge_index, data.num_nodes, (0.8, 0.1, 0.1), seed=0)
     x = data.x / data.x.sum(dim=1, keepdim=True) if f["normalize_features"] else data.x
+    if f["embedding_beside"]:
+        assert f["embedding"].shape == (150, 8)
+        x = torch.cat([x, f["embedding"]], 1)  # [N, 6 + 8]
     with torch.no_grad():
         h = model(x, message)
         hu, hv = h[pairs[:, 0]], h[pairs[:, 1]]
@@ -129,6 +135,9 @@ def test_predict_over_training_and_validation_edges(graph_file, tmp_path, capsys
     split, message = random_edge_split(data.edge_index, data.num_nodes, (0.8, 0.1, 0.1), seed=0)
     both = torch.cat([message, split.valid.T, split.valid.flip(1).T], dim=1)  # [2, 2 (E_train + E_val)]
     x = data.x / data.x.sum(dim=1, keepdim=True) if f["normalize_features"] else data.x
+    if f["embedding_beside"]:
+        assert f["embedding"].shape == (150, 8)
+        x = torch.cat([x, f["embedding"]], 1)  # [N, 6 + 8]
     with torch.no_grad():
         np.testing.assert_allclose(rows2, model(x, both).numpy(), rtol=1e-4, atol=1e-5)
 

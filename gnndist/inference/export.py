@@ -29,10 +29,11 @@ built with the PyG layers in place. A model with a gnndist layer of its own (``-
 
 In eval mode the twin gives gnndist's logits (dropout is the only difference in training).
 
-A link predictor (``--task link``) writes its encoder so, with ``f["task"] == "link"``, its decoder and a
-featureless graph's learned rows::
+A link predictor (``--task link``) writes its encoder so, with ``f["task"] == "link"``, its decoder and its
+learned rows (a featureless graph's, or with ``--embedding learn`` those beside the features)::
 
-    x = f["embedding"] if f["embedding"] is not None else x          # [N, in]
+    if f["embedding"] is not None:                                    # [N, in] or [N, hidden] beside [N, F]
+        x = torch.cat([x, f["embedding"]], 1) if f["embedding_beside"] else f["embedding"]
     h = model(x, edge_index)                                          # the message graph's edges
     d = f["decoder"]                                                  # {"kind": "dot" | "mlp", "state_dict"}
     score = (h[u] * h[v]).sum(-1)                                     # dot; mlp: OGB's LinkPredictor(h[u], h[v])
@@ -137,15 +138,17 @@ def _hetero_file(twin: str, state: dict, config: dict, path: Path) -> dict:
 def link_file(state: dict, config: dict, path: Path) -> dict:
     """A link predictor's ``--format pyg`` contents: its encoder's twin (as :func:`pyg_file` writes a node model's),
     its decoder (``{"kind": "dot"}``, or ``"mlp"`` with the state dict of OGB's ``LinkPredictor(d, d, 1, 3, 0.0)``,
-    whose names it has) and a featureless graph's learned input rows (``embedding``, ``[N, in]`` in dataset order,
-    else None)."""
+    whose names it has) and its learned input rows (``embedding`` in dataset order: a featureless graph's ``[N, in]``,
+    or ``[N, hidden]`` beside the features where ``embedding_beside``; else None)."""
     def part(prefix: str) -> dict:
         return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
     encoder = pyg_file(part("encoder."), {**config, "task": {**config["task"], "task": "node"}}, path)
     kind = config["task"]["decoder"]
+    rows = state.get("embedding.weight")
+    beside = rows is not None and rows.shape[1] != config.get("in_channels")  # else the rows are the whole input
     return {**encoder, "task": "link", "decoder": {"kind": kind, "state_dict": part("decoder.")},
-            "embedding": state.get("embedding.weight")}
+            "embedding": rows, "embedding_beside": beside}
 
 
 def pyg_file(state: dict, config: dict, path: Path) -> dict:

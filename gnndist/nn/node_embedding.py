@@ -24,20 +24,27 @@ class NodeEmbedding(nn.Module):
     the number of ranks. The rows are this rank's only: :func:`sharded_parameters` names them for the
     trainer, which neither broadcasts nor all-reduces them.
 
+    With ``beside`` (a homogeneous graph with features: a link predictor's ``--embedding learn``, as
+    Refined-GAE's learnable embeddings) every node's learned row is appended to its feature row instead.
+
     Args:
         graph: the rank's graph: typed (``graph.hetero``, ``graph.node_type``, ``graph.orig_id``), or a homogeneous
             graph (``graph.hetero`` None), whose every node has a learned row.
-        dim: the width of a row (the width of the features).
+        dim: the width of a row (the width of the features; with ``beside``, its own).
         seed: seed of the initial rows.
+        beside: append the rows to the features (homogeneous graphs), rather than take the place of zero rows.
 
     Shapes:
         weight ``[n_rows, dim]`` (the owned nodes of featureless types, in local order);
-        x ``[n_owned, dim]`` -> ``[n_owned, dim]``
+        x ``[n_owned, dim]`` -> ``[n_owned, dim]``; with ``beside`` ``[n_owned, F]`` -> ``[n_owned, F + dim]``
     """
 
-    def __init__(self, graph, dim: int, seed: int = 0):
+    def __init__(self, graph, dim: int, seed: int = 0, beside: bool = False):
         super().__init__()
-        self.whole = graph.hetero is None  # a featureless homogeneous graph: every node's row is learned
+        self.whole = graph.hetero is None  # a homogeneous graph: every node's row is learned
+        if beside and not self.whole:
+            raise ValueError("learned rows beside the features are for a homogeneous graph")
+        self.beside = beside
         if self.whole:
             rows = torch.arange(graph.n_owned, device=graph.orig_id.device)
             self.table_rows = graph.num_nodes
@@ -62,6 +69,8 @@ class NodeEmbedding(nn.Module):
         self.weight = nn.Parameter(init)
 
     def forward(self, graph, x: Tensor) -> Tensor:
+        if self.beside:
+            return torch.cat([x, self.weight.to(x.dtype)], dim=1)  # [n_owned, F + dim]
         if self.whole:  # x has no columns of its own
             return self.weight.to(x.dtype) if x.is_floating_point() else self.weight  # [n_owned, dim]
         return x.index_put((self.rows,), self.weight.to(x.dtype))  # [n_owned, dim], differentiable in weight

@@ -150,18 +150,30 @@ class LinkTask(Task):
         """``cfg`` with ``--task link`` and the decoder it trains (:attr:`decoder`)."""
         return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, task="link", decoder=self.decoder))
 
+    @property
+    def rows_beside(self) -> bool:
+        """``--embedding learn`` on a graph with features: a learned row of ``--hidden`` beside each feature row."""
+        return not self.featureless and self.cfg.model.embedding == "learn"
+
     def widths(self, hidden: int) -> tuple[int, int]:
-        """The encoder's input width (the features', or ``hidden`` for learned rows) and output width
-        (``--out-dim``, else ``hidden``)."""
-        return hidden if self.featureless else self.graph.x.shape[1], self.cfg.task.out_dim or hidden
+        """The encoder's input width (the features', ``hidden`` for learned rows, the sum for learned rows beside
+        the features) and output width (``--out-dim``, else ``hidden``)."""
+        f_in = hidden if self.featureless else self.graph.x.shape[1] + (hidden if self.rows_beside else 0)
+        return f_in, self.cfg.task.out_dim or hidden
 
     def wrap(self, encoder: nn.Module, cfg, seed: int) -> nn.Module:
-        """The model trained: ``encoder`` with ``--decoder`` (and learned input rows on a featureless graph); a
+        """The model trained: ``encoder`` with ``--decoder`` (and learned input rows on a featureless graph, or beside
+        the features with ``--embedding learn``); a
         :class:`~gnndist.nn.LinkModel` handed in is the user's own encoder and decoder, trained as it is."""
         if isinstance(encoder, LinkModel):
             return encoder
         f_in, f_out = self.widths(cfg.model.hidden)
-        embedding = NodeEmbedding(self.graph, f_in, seed) if self.featureless else None
+        if self.featureless:
+            embedding = NodeEmbedding(self.graph, f_in, seed)
+        elif self.rows_beside:
+            embedding = NodeEmbedding(self.graph, cfg.model.hidden, seed, beside=True)
+        else:
+            embedding = None
         layers = cfg.task.decoder_layers
         if self.decoder == "dot" and layers != TaskConfig.decoder_layers:
             raise UserError(f"--decoder-layers {layers} is for --decoder mlp; this run's decoder is dot")
