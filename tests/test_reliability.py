@@ -72,7 +72,9 @@ def test_signal_stops_every_rank(part2, tmp_path, sig, to_group, code, line):
         _, err = p.communicate(timeout=60)
         assert p.returncode == code
         assert err.strip().splitlines() == [line]
-        time.sleep(0.5)
+        deadline = time.monotonic() + 0.5  # what is left of the group has half a second to go
+        while _group_alive(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _group_alive(p.pid) == []
     finally:
         if _group_alive(p.pid):
