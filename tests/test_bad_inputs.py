@@ -276,6 +276,8 @@ CASES = {
         "--model rgcn runs on --strategy 1d only"),
     "hetero-num-bases-on-gcn": lambda t, p1, p2, mp: (["train", str(p1), "--num-bases", "2"] + TRAIN1,
                                                       "--num-bases is for --model rgcn, not --model gcn"),
+    "embedding-learn-on-a-homogeneous-node-task": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--embedding", "learn"] + TRAIN1, "--embedding learn is for a typed graph's featureless"),
     "hetero-balance-types-on-homogeneous": lambda t, p1, p2, mp: (
         ["partition", _graph_file(t), "--parts", "2", "--balance", "types"],
         "--balance types balances every node type of a heterogeneous graph; this graph has one node type"),

@@ -55,7 +55,11 @@ class NodeTask(Task):
         return self.graph.x.shape[1], self.out_width
 
     def wrap(self, encoder: nn.Module, cfg, seed: int) -> nn.Module:
-        """The model trained: the encoder itself (its output is the head)."""
+        """The model trained: the encoder itself (its output is the head). ``--embedding learn`` is refused on a
+        homogeneous graph: a node task learns rows only for a typed graph's featureless types (``--model rgcn``)."""
+        if cfg.model.embedding == "learn" and self.graph.hetero is None:
+            raise UserError("--embedding learn is for a typed graph's featureless node types (--model rgcn) and for "
+                            "--task link; this node task's graph has one node type")
         return encoder
 
     def encoder(self, model: nn.Module) -> nn.Module:
