@@ -1,4 +1,4 @@
-"""What exactness costs the link decoder: float64 (``gnndist.tasks.link.wide``'s) against a plain float32 call.
+"""What exactness costs the link decoder: float64 (``gnndist.tasks.scoring.wide``'s) against a plain float32 call.
 
     python benchmarks/link_decoder_cost.py [--pairs 200000] [--width 256] [--decoders dot,mlp] [--threads 2]
 
@@ -23,14 +23,14 @@ import torch
 
 from gnndist.bench.common import loadavg
 from gnndist.nn.models.link import decoder as make_decoder
-from gnndist.tasks.link import in_float64
+from gnndist.tasks.scoring import in_float64
 
 
 def _peak_bytes(decoder: str, precision: str, pairs: int, width: int, threads: int) -> int:
     """The bytes one forward and backward adds to the peak resident memory of a fresh process that holds only the
     inputs: its ``VmHWM`` after the call minus before it (``ru_maxrss`` would start at this process's size)."""
     hwm = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) * 1024"
-    code = (f"import torch; from gnndist.nn.models.link import decoder; from gnndist.tasks.link import in_float64; "
+    code = (f"import torch; from gnndist.nn.models.link import decoder; from gnndist.tasks.scoring import in_float64; "
             f"torch.set_num_threads({threads}); torch.manual_seed(0); "
             f"hu = torch.randn({pairs}, {width}, requires_grad=True); hv = torch.randn({pairs}, {width}, "
             f"requires_grad=True); dec = decoder({decoder!r}, {width}); before = {hwm}; "

@@ -215,15 +215,56 @@ def _error_path(errdir: str, rank: int) -> Path:
     return Path(errdir) / f"attempt{restart_count()}-rank{rank}.json"
 
 
-def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str):
-    """Entry point of one spawned rank (run by the elastic agent): ``fn(grid, *args)``; rank 0 returns its result.
+# what the elastic agent puts in a rank's environment (LocalElasticAgent._start_workers, start_processes), besides
+# the TORCHELASTIC_* names: a forked rank keeps these over the launcher's environment
+AGENT_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+             "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+             "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 
+
+def _start_method(fn: Callable) -> str:
+    """How the agent starts ranks: forked from a forkserver that imported torch (and ``fn``'s module) once, so a
+    rank skips torch's import (about 2 s of CPU a rank with ``spawn``); the server holds no threads and forks
+    nothing else. ``spawn`` where the platform has no forkserver.
+
+    The server is this process's one (multiprocessing's), started at its first use with the preloads set here;
+    it ends when this process does, and a rank it forked dies with it (:func:`_die_with_parent`)."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    module = getattr(fn, "__module__", None)
+    mp.set_forkserver_preload(["__main__", "torch", __name__] + ([module] if module and module != "__main__" else []))
+    return "forkserver"
+
+
+def _leave_forkserver() -> None:
+    """A forked rank lets go of the forkserver's "alive" pipe, which a forked child inherits: the server then ends
+    when the launcher does (not when its last rank does), and its ranks with it (:func:`_die_with_parent`)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid is None and server._forkserver_alive_fd is not None:  # a forked child's inherited fd
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+def _worker(fn: Callable, args: tuple, opts: GroupOptions, errdir: str, env: dict[str, str], path: list[str]):
+    """Entry point of one rank (run by the elastic agent): ``fn(grid, *args)``; rank 0 returns its result.
+
+    The rank takes the launcher's environment and ``sys.path`` at the launch (``env``, ``path``: a forked rank
+    would otherwise have the server's, from its start) with the agent's variables on top.
     A signal from the launcher ends the rank at once, without a traceback; a user error is
     written to ``errdir`` for the launcher to report once, and the rank exits 2; any other
     error prints its traceback, is written there too (the root cause before any peer's "a
     peer failed") and the rank exits 1.
     """
     _die_with_parent()
+    _leave_forkserver()
+    agent = {k: v for k, v in os.environ.items() if k in AGENT_ENV or k.startswith("TORCHELASTIC_")}
+    os.environ.clear()
+    os.environ.update({**env, **agent})
+    sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rank = place().rank
@@ -337,7 +378,7 @@ def elastic_start(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts
         min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
         rdzv_configs={"timeout": int(max(opts.timeout, 1))},
-        max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
+        max_restarts=max_restarts, monitor_interval=0.1, start_method=_start_method(fn),
         logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")),
         **_supported(LaunchConfig, shutdown_timeout=5),  # not in every torch (2.11 lacks it)
     )
@@ -346,7 +387,7 @@ def elastic_start(fn: Callable, args: tuple, ranks: int, max_restarts: int, opts
     logging.disable(logging.CRITICAL)  # the agent's own logs; we print one line of our own
     stopped, failed = None, None
     try:
-        results = elastic_launch(lc, _worker)(fn, args, opts, str(errdir))
+        results = elastic_launch(lc, _worker)(fn, args, opts, str(errdir), dict(os.environ), list(sys.path))
     except SignalException as e:
         stopped = int(e.sigval)
     except ChildFailedError as e:

@@ -223,6 +223,23 @@ def straight_slow(part2_slow):
 SLOW_FLAGS = ["--epochs", "30", "--no-progress", "--json"]
 
 
+def _children(pid: int) -> list[tuple[int, str]]:
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [(int(line.split()[0]), line) for line in out.stdout.splitlines()]
+
+
+def _ranks_of(launcher: int) -> list[int]:
+    """The rank processes of a launcher: torchrun's children running gnndist.cli, or the children of the
+    forkserver that ``--ranks`` forks them from (multiprocessing's resource tracker is neither)."""
+    ranks = []
+    for pid, args in _children(launcher):
+        if "gnndist.cli" in args or "spawn_main" in args:
+            ranks.append(pid)
+        elif "forkserver" in args:
+            ranks += [child for child, _ in _children(pid)]
+    return ranks
+
+
 @pytest.mark.parametrize("launcher", ["torchrun", "nproc"])
 def test_restart_after_a_killed_rank_resumes_to_the_same_metrics(part2_slow, straight_slow, tmp_path, launcher):
     ck = tmp_path / "ck"
@@ -235,10 +252,8 @@ def test_restart_after_a_killed_rank_resumes_to_the_same_metrics(part2_slow, str
     p = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: (ck / "ckpt-000004.pt").is_file(), p)
-        children = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(p.pid)], capture_output=True,
-                                  text=True).stdout.splitlines()
-        ranks = [int(c.split()[0]) for c in children if "spawn_main" in c or "gnndist.cli" in c]
-        assert len(ranks) == 2, children
+        ranks = _ranks_of(p.pid)
+        assert len(ranks) == 2, ranks
         os.kill(ranks[-1], signal.SIGKILL)
         out, err = p.communicate(timeout=180)
     finally:

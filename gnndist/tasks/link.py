@@ -28,7 +28,6 @@ import dataclasses
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.config import TaskConfig
@@ -42,11 +41,13 @@ from gnndist.strategies import strategy_from_config
 from gnndist.tasks import metrics
 from gnndist.tasks.base import Placed, Task, register_task
 from gnndist.tasks.metrics import SPLITS, metric_key
-from gnndist.tasks.pairs import Directory, fetch_rows
+from gnndist.tasks.pairs import Directory, fetch_distinct
+from gnndist.tasks.scoring import Locate, decode, pair_loss
 
 NEGATIVE_KEY = 0x4E454721  # the hash stream of training negatives (apart from dropout's and embeddings')
 BATCH_KEY = 0x42415443  # the hash stream of --edge-batch's step of each positive
 TRAIN_EVAL_KEY = 0x54524E45  # the hash stream of the train metric's per-positive negatives (fixed: every epoch alike)
+NEGATIVE_BLOCK = 2**20  # positives whose negatives are hashed at once
 TRAIN_SUBSET_KEY = 0x54535542  # the hash stream of the train metric's positives (fixed: every epoch alike)
 LINK_FIX = "gnndist partition DATASET --edge-split 85,5,10 stores a seeded random edge split (gnndist run DATASET " \
            "--task link makes one)"
@@ -194,46 +195,68 @@ class LinkTask(Task):
         """Optimisation steps of an epoch: ``ceil(E_train / --edge-batch)`` (one with every positive by default)."""
         return self.num_steps
 
-    def _step_of(self, epoch: int) -> Tensor:
-        """The step of each of this rank's training positives in ``epoch``. ``[n_local]`` int64."""
+    def _step(self, epoch: int, step: int) -> tuple[Tensor, Tensor | None]:
+        """The global count of positives in step ``step`` of ``epoch`` and this rank's positives in it (their local
+        indices; None: every one, the whole epoch in one step)."""
+        if self.num_steps == 1:
+            return torch.tensor(float(max(self.counts["train"], 1)), dtype=torch.float64), None
         n = self.pairs["train"].shape[0]
         ids = torch.arange(self.first["train"], self.first["train"] + n, device=self.grid.device)
-        if self.num_steps == 1:
-            return torch.zeros(n, dtype=torch.int64, device=ids.device)
-        return uniform_nodes(ids, 1, self.num_steps, self.cfg.run.seed, epoch, BATCH_KEY)[:, 0]
-
-    def loss(self, model: nn.Module, epoch: int, step: int) -> Tensor:
-        """This rank's share of the global loss of step ``step``: its positives of the step and their negatives."""
-        g, seed = self.graph, self.cfg.run.seed
-        of = self._step_of(epoch)
+        of = uniform_nodes(ids, 1, self.num_steps, self.cfg.run.seed, epoch, BATCH_KEY)[:, 0]  # [n] each one's step
         if epoch not in self.step_counts:
             self.step_counts = {epoch: self.grid.all_reduce_(torch.bincount(of, minlength=self.num_steps).double())}
-        total = self.step_counts[epoch][step].clamp(min=1)
-        chosen = (of == step).nonzero().view(-1)
-        pos = self.pairs["train"][chosen]  # [n, 2] new ids
-        index = chosen + self.first["train"]  # [n] global indices of the positives
-        k = self.cfg.task.negatives  # column j of a positive's hash row: its negative j (K = 1: as before)
-        if self.per_positive:  # corrupt the destination
-            dst = uniform_nodes(index, k, self.num_nodes, seed, epoch, NEGATIVE_KEY).reshape(-1, 1)  # [n K, 1]
-            src = pos[:, :1].repeat_interleave(k, dim=0)
-            neg = torch.cat([src, self.directory.new_ids(dst, counter=g.context.counter)], dim=1)
-        else:
-            drawn = uniform_nodes(index, 2 * k, self.num_nodes, seed, epoch, NEGATIVE_KEY).reshape(-1, 2)  # [n K, 2]
-            neg = self.directory.new_ids(drawn, counter=g.context.counter)
-        h = model(g, g.x)  # [n_owned, d]
-        score = self.scores(model, h, torch.cat([pos, neg]))
-        n = pos.shape[0]  # each mean over its global count: of positives, and of K x as many negatives
-        return (F.softplus(-score[:n]).sum() + F.softplus(score[n:]).sum() / k) / total
+        return self.step_counts[epoch][step].clamp(min=1), (of == step).nonzero().view(-1)
 
+    def loss(self, model: nn.Module, epoch: int, step: int) -> Tensor:
+        """This rank's share of the global loss of step ``step``: its positives of the step and their negatives,
+        scored a block of pairs at a time (:func:`~gnndist.tasks.scoring.pair_loss`)."""
+        g = self.graph
+        total, chosen = self._step(epoch, step)
+        pos = self.pairs["train"] if chosen is None else self.pairs["train"][chosen]  # [n, 2] new ids
+        neg = self._negatives(pos, chosen, epoch)  # [n K, 2] new ids
+        h = model(g, g.x)  # [n_owned, d]
+        rows, locate = self._rows(h, pos, neg)
+        # each mean over its global count: of positives, and of K x as many negatives
+        return pair_loss(model.decoder, rows, locate, pos, neg, self.cfg.task.negatives, total)
+
+    def _negatives(self, pos: Tensor, chosen: Tensor | None, epoch: int) -> Tensor:
+        """``--negatives K`` negatives of each positive (new ids), from a hash of its global index, drawn a block of
+        positives at a time (the hash's int64 temporaries stay a block's); their dataset ids become new ids in one
+        exchange (collective).
+
+        Shapes:
+            pos ``[n, 2]``; chosen ``[n]`` local indices or None (``arange(n)``) -> ``[n K, 2]`` int64
+        """
+        k, seed, n = self.cfg.task.negatives, self.cfg.run.seed, pos.shape[0]
+        width = k if self.per_positive else 2 * k  # citation2: a destination per negative; else both endpoints
+        drawn = torch.empty(n, width, dtype=torch.int64, device=pos.device)
+        for lo in range(0, n, NEGATIVE_BLOCK):
+            hi = min(n, lo + NEGATIVE_BLOCK)
+            index = (torch.arange(lo, hi, device=pos.device) if chosen is None else chosen[lo:hi]) + self.first["train"]
+            drawn[lo:hi] = uniform_nodes(index, width, self.num_nodes, seed, epoch, NEGATIVE_KEY)
+        new = self.directory.new_ids(drawn.view(-1, 1 if self.per_positive else 2), counter=self.graph.context.counter)
+        if self.per_positive:  # corrupt the destination: [n K, 1] destinations beside their positive's source
+            return torch.cat([pos[:, :1].repeat_interleave(k, dim=0), new], dim=1)
+        return new
+
+    def _rows(self, h: Tensor, *pairs: Tensor) -> tuple[Tensor, Locate]:
+        """The distinct rows that ``pairs`` (new ids) name, from their owners (collective), and new ids -> their
+        positions among them.
+
+        Shapes:
+            h ``[n_owned, d]``; each of pairs ``[n, 2]`` -> ``[n_distinct, d]``
+        """
+        return fetch_distinct(h, pairs, self.num_nodes, self.offsets, self.grid, self.graph.context.counter, "pairs")
+
+    @torch.no_grad()
     def scores(self, model: nn.Module, h: Tensor, pairs: Tensor) -> Tensor:
-        """The decoder's logit of each pair (new ids), its rows from their owners (collective).
+        """The decoder's logit of each pair (new ids), its rows from their owners (collective), a block of pairs at a
+        time.
 
         Shapes:
             h ``[n_owned, d]``; pairs ``[n, 2]`` -> ``[n]`` float32
         """
-        rows = fetch_rows(h, pairs.reshape(-1), self.offsets, self.grid, self.graph.context.counter, "pairs")
-        rows = rows.view(pairs.shape[0], 2, h.shape[1])
-        return wide(model.decoder, rows[:, 0], rows[:, 1])
+        return decode(model.decoder, *self._rows(h, pairs), pairs)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -309,34 +332,6 @@ class LinkTask(Task):
         total = int(np.load(pairs, mmap_mode="r").shape[0])
         lo, hi = pair_slice(total, grid.rank, grid.world_size)
         return Placed(prob, np.arange(lo, hi), total)
-
-
-def wide(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
-    """``decoder(hu, hv)`` computed in float64 (its weights and buffers cast, autocast off), returned as float32.
-
-    A decoder's weight gradient is a sum over the pairs of a step, which P ranks split P ways: in float32 its
-    rounding would depend on P (4e-6 to 4e-5 of the largest gradient, MLP decoder). Summed in float64, each rank's
-    share is rounded once, and the shares' all-reduce adds P float32 values: the same bound as every other
-    parameter of gnndist's, for any decoder module, built in or the user's, with nothing written for it.
-
-    A decoder without floating-point parameters (the inner product) has no such sum: it runs as it is, in the
-    rows' precision (``benchmarks/link_decoder_cost.py``, 200k pairs of width 256, 2 threads: float64 costs the
-    inner product 3.3x its forward and backward time and 4x its peak bytes; the MLP 2.3x and 2.8x).
-
-    Shapes:
-        hu, hv ``[n, d]`` -> ``[n]`` float32
-    """
-    if not any(p.is_floating_point() for p in decoder.parameters()):
-        return decoder(hu, hv).float()
-    return in_float64(decoder, hu, hv)
-
-
-def in_float64(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
-    """``decoder(hu, hv)`` in float64 (its weights and buffers cast, autocast off), returned as float32. ``[n]``"""
-    state = {name: t.double() if t.is_floating_point() else t
-             for name, t in [*decoder.named_parameters(), *decoder.named_buffers()]}
-    with torch.autocast(hu.device.type, enabled=False):
-        return torch.func.functional_call(decoder, state, (hu.double(), hv.double())).float()
 
 
 def link_metric(given: str, stored: str) -> str:

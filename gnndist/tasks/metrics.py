@@ -141,17 +141,19 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
         vals = [v for v in vals if v == v]
         return sum(vals) / len(vals) if vals else float("nan")
     y = y.bool().view(-1)
-    s = score.double().view(-1)
     n_pos = int(y.sum())
     n_neg = y.numel() - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    s_sorted, order = torch.sort(s)
+    # sorted in the scores' own dtype (a float's widening is exact: the same order and ties as in float64)
+    s_sorted, order = torch.sort(score.view(-1))
+    y_sorted = y[order]
+    del order
     _, inverse, tie = torch.unique_consecutive(s_sorted, return_inverse=True, return_counts=True)
+    del s_sorted
     end = torch.cumsum(tie, 0).double()  # 1-based rank of each tie group's last member
     avg_rank = end - (tie.double() - 1) / 2  # [groups] mean rank inside the group
-    ranks = avg_rank[inverse]  # [n] in sorted order
-    pos_rank_sum = float(ranks[y[order]].sum())
+    pos_rank_sum = float(avg_rank[inverse[y_sorted]].sum())  # the positives' ranks, in sorted order
     return (pos_rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
@@ -168,8 +170,9 @@ def average_precision(y: Tensor, score: Tensor) -> float:
     n_pos = int(y.sum())
     if n_pos == 0:
         return float("nan")
-    s_sorted, order = torch.sort(score.double().view(-1), descending=True)
+    s_sorted, order = torch.sort(score.view(-1), descending=True)  # the scores' dtype: float64's order and ties
     _, tie = torch.unique_consecutive(s_sorted, return_counts=True)
+    del s_sorted
     seen = torch.cumsum(tie, 0)  # [groups] scores at or above each threshold
     tp = torch.cumsum(y[order].long(), 0)[seen - 1]  # [groups] positives among them
     recall_step = torch.diff(tp, prepend=tp.new_zeros(1)).double() / n_pos
@@ -233,10 +236,10 @@ def auc_ap(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> tuple[float, float]:
         pos ``[n_local]``, neg ``[m_local]`` (either may be empty)
     """
     parts = grid.all_gather_object((pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)))
-    p = torch.cat([a.double() for a, _ in parts])
-    n = torch.cat([b.double() for _, b in parts])
-    y = torch.cat([torch.ones(p.numel(), dtype=torch.bool), torch.zeros(n.numel(), dtype=torch.bool)])
-    score = torch.cat([p, n])  # [n_pos + n_neg]
+    n_pos, n_neg = sum(a.numel() for a, _ in parts), sum(b.numel() for _, b in parts)
+    y = torch.cat([torch.ones(n_pos, dtype=torch.bool), torch.zeros(n_neg, dtype=torch.bool)])
+    score = torch.cat([a for a, _ in parts] + [b for _, b in parts])  # [n_pos + n_neg], the scores' dtype
+    del parts
     return roc_auc(y, score), average_precision(y, score)
 
 

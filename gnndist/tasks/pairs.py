@@ -6,11 +6,14 @@ turns dataset ids into new ids (rank ``r`` holds the new ids of dataset ids ``[r
 
     plan = fetch_plan(ids, offsets, grid)     # ids: sorted, unique; who asks whom for what (one exchange)
     rows = gather(h, plan, counter, "pairs")  # [len(ids), F], differentiable: gradients go home to the owners
+    rows, locate = fetch_distinct(h, [pair_ids], n, offsets, grid)  # any ids: each distinct row once, and where
 
 No rank holds a whole table: a rank receives the rows its own pairs name, once each.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -44,19 +47,34 @@ def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, c
                tag: str = "pairs") -> Tensor:
     """``table``'s rows of the global ``ids`` (any order, repeats allowed), from their owners; differentiable.
 
+    :func:`fetch_distinct`'s rows, one per id. Shapes: table ``[n_owned, *]``; ids ``[*]`` int64  ->  ``[*ids, *]``
+    """
+    rows, locate = fetch_distinct(table, [ids], int(offsets[-1]), offsets, grid, counter, tag)
+    return rows.index_select(0, locate(ids).reshape(-1)).view(*ids.shape, *table.shape[1:])
+
+
+def fetch_distinct(table: Tensor, ids: Sequence[Tensor], bound: int, offsets: Tensor, grid: ProcessGrid,
+                   counter=None, tag: str = "pairs") -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """The distinct rows of ``table`` that the global ids of ``ids`` (tensors of any shape, ids in ``[0, bound)``)
+    name, from their owners, and ``locate``: any of those ids -> their rows' positions (``rows[locate(t)]`` are
+    ``t``'s rows); differentiable.
+
     Collective on several ranks. Each distinct id owned elsewhere travels once (its gradient is summed and sent
     back to its owner); this rank's own rows do not travel (nor count as bytes). ``counter`` counts, under ``tag``,
     the ids asked for (8 bytes each) and the rows that answer them (forward), and the rows' gradients (backward).
+    The rows are bounded by the nodes, not by the ids; a caller locates the ids a block at a time, so no position
+    array as long as the ids is made.
 
     Shapes:
-        table ``[n_owned, *]`` (this rank's range of the split); ids ``[n]`` int64  ->  ``[n, *]``
+        table ``[n_owned, *]`` (this rank's range of the split); ids ``[*]`` int64  ->  ``[n_distinct, *]``;
+        ``locate``: ``[*]`` -> ``[*]`` (int32 where the distinct ids fit a map over ``[0, bound)``, else int64)
     """
-    uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    uniq = _distinct(ids, bound)
     lo, hi = int(offsets[grid.rank]), int(offsets[grid.rank + 1])
     mine = (uniq >= lo) & (uniq < hi)
     near = table.index_select(0, uniq[mine] - lo)  # [n_near, *]; index_select: its backward is an index_add
     if not grid.distributed:
-        return near.index_select(0, inverse)
+        return near, _locator(uniq, torch.arange(uniq.shape[0], device=uniq.device), bound)
     plan = fetch_plan(uniq[~mine], offsets, grid)
     if counter is not None:  # the requests: one int64 id per row asked for
         counter.add(tag, "fwd", 8 * plan.n_recv, 8 * plan.n_send)
@@ -64,7 +82,34 @@ def fetch_rows(table: Tensor, ids: Tensor, offsets: Tensor, grid: ProcessGrid, c
     where = torch.empty_like(uniq)  # each distinct id's row in cat([far, near])
     where[~mine] = torch.arange(far.shape[0], device=uniq.device)
     where[mine] = torch.arange(near.shape[0], device=uniq.device) + far.shape[0]
-    return torch.cat([far, near]).index_select(0, where[inverse])
+    return torch.cat([far, near]), _locator(uniq, where, bound)
+
+
+def _dense(bound: int, count: int) -> bool:
+    """Whether a map over the id range ``[0, bound)`` (a flag and an int32 slot per id) costs less than sorting
+    ``count`` ids: a range at most about twice the ids."""
+    return bound <= 2 * count + 4096 and bound < 2**31
+
+
+def _distinct(ids: Sequence[Tensor], bound: int) -> Tensor:
+    """The sorted distinct ids of ``ids`` (each in ``[0, bound)``), int64: by a map over the range where
+    :func:`_dense` (no copy of the ids is sorted), else by ``torch.unique``."""
+    if not _dense(bound, sum(t.numel() for t in ids)):
+        return torch.unique(torch.cat([t.reshape(-1) for t in ids])).long()
+    seen = torch.zeros(bound, dtype=torch.bool, device=ids[0].device)
+    for t in ids:
+        seen[t.reshape(-1)] = True
+    return seen.nonzero().view(-1)
+
+
+def _locator(uniq: Tensor, where: Tensor, bound: int) -> Callable[[Tensor], Tensor]:
+    """ids -> ``where`` at their position in ``uniq`` (sorted, distinct): an int32 slot per id of the range where
+    :func:`_dense`, else a binary search."""
+    if _dense(bound, 2 * uniq.shape[0]):
+        slot = torch.empty(bound, dtype=torch.int32, device=uniq.device)
+        slot[uniq] = where.int()
+        return lambda t: slot[t]
+    return lambda t: where[torch.searchsorted(uniq, t.long())]
 
 
 class Directory:
@@ -81,7 +126,9 @@ class Directory:
 
     def __init__(self, home: Tensor, num_nodes: int, grid: ProcessGrid):
         per = -(-num_nodes // grid.world_size)
-        self.home, self.num_nodes, self.grid = home.long().view(-1, 1), num_nodes, grid
+        # int32 where every new id fits (the pairs it answers are then half the bytes in memory); else int64
+        self.home = home.view(-1, 1).to(torch.int32 if num_nodes < 2**31 else torch.int64)
+        self.num_nodes, self.grid = num_nodes, grid
         self.offsets = torch.tensor([min(r * per, num_nodes) for r in range(grid.world_size + 1)],
                                     dtype=torch.int64, device=home.device)
 
@@ -90,7 +137,7 @@ class Directory:
         ``counter``: the run's byte counter, which counts the ids' answers under the tag ``directory``).
 
         Shapes:
-            ids ``[*]`` int64  ->  ``[*]`` int64
+            ids ``[*]`` int64  ->  ``[*]`` int32 (N < 2**31; else int64)
         """
         flat = ids.reshape(-1).long()
         bad = bool(self.grid.all_reduce_(torch.tensor(

@@ -1,0 +1,168 @@
+"""Scoring node pairs a block at a time: the decoder over rows fetched once, the loss's gradients in the same pass.
+
+A link step's pairs name rows anywhere. :func:`~gnndist.tasks.pairs.fetch_distinct` brings each distinct row
+once (bounded by the nodes); what grew with the pairs was each pair's two endpoint rows, ``[2 n_pairs, d]``, their
+gradient, their float64 copies and the decoder's activations. Here they exist for one block of pairs at a time
+(:func:`block_pairs`: ``PAIR_BLOCK_CELLS / d`` pairs), forward and backward:
+
+    rows, locate = fetch_distinct(h, [pos, neg], N, offsets, grid)  # [n_distinct, d]; ids -> row positions
+    loss = pair_loss(decoder, rows, locate, pos, neg, k, total)  # one scalar; its backward is a product
+    scores = decode(decoder, rows, locate, pos)                  # no_grad: [n] logits, a block at a time
+
+:func:`pair_loss` computes each block's loss and backpropagates it at once, into the rows' gradient
+``[n_distinct, d]`` and the decoder's float64 weight gradients (its forward is the whole pass); its backward
+returns them times the incoming gradient (a loss scale, or 1). The encoder's backward then starts from the rows'
+gradient, as it did from the pairs'. The sums over pairs stay what they were: each pair's terms are computed
+alike, the weights' in float64 (:func:`wide`), so the block size moves nothing past float64's rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# endpoint-row cells of one block of pairs (pairs x width): 4 MiB of float32 rows a side, 8 MiB in float64; the
+# decoder's activations and their gradients a few times that (benchmarks/link_memory.py)
+PAIR_BLOCK_CELLS = 2**20
+
+
+def block_pairs(width: int) -> int:
+    """Pairs scored at once for rows of ``width``: ``PAIR_BLOCK_CELLS // width`` (at least one)."""
+    return max(1, PAIR_BLOCK_CELLS // max(1, width))
+
+
+def wide(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
+    """``decoder(hu, hv)`` computed in float64 (its weights and buffers cast, autocast off), returned as float32.
+
+    A decoder's weight gradient is a sum over the pairs of a step, which P ranks split P ways: in float32 its
+    rounding would depend on P (4e-6 to 4e-5 of the largest gradient, MLP decoder). Summed in float64, each rank's
+    share is rounded once, and the shares' all-reduce adds P float32 values: the same bound as every other
+    parameter of gnndist's, for any decoder module, built in or the user's, with nothing written for it.
+
+    A decoder without floating-point parameters (the inner product) has no such sum: it runs as it is, in the
+    rows' precision (``benchmarks/link_decoder_cost.py``, 200k pairs of width 256, 2 threads: float64 costs the
+    inner product 3.3x its forward and backward time and 4x its peak bytes; the MLP 2.3x and 2.8x).
+
+    Shapes:
+        hu, hv ``[n, d]`` -> ``[n]`` float32
+    """
+    if not any(p.is_floating_point() for p in decoder.parameters()):
+        return decoder(hu, hv).float()
+    return in_float64(decoder, hu, hv)
+
+
+def in_float64(decoder: nn.Module, hu: Tensor, hv: Tensor, state: dict[str, Tensor] | None = None) -> Tensor:
+    """``decoder(hu, hv)`` in float64 (its weights and buffers cast, autocast off; or ``state``, their float64
+    copies by name), returned as float32. ``[n]``"""
+    if state is None:
+        state = float64_state(decoder)
+    with torch.autocast(hu.device.type, enabled=False):
+        return torch.func.functional_call(decoder, state, (hu.double(), hv.double())).float()
+
+
+def float64_state(decoder: nn.Module, leaves: bool = False) -> dict[str, Tensor]:
+    """The decoder's parameters and buffers by name, floating ones cast to float64; ``leaves``: detached copies
+    that gather their own (float64) gradients, for the parameters that require one."""
+    out = {}
+    for name, t in [*decoder.named_parameters(), *decoder.named_buffers()]:
+        if t.is_floating_point():
+            t = t.detach().double().requires_grad_(t.requires_grad) if leaves else t.double()
+        out[name] = t
+    return out
+
+
+Locate = Callable[[Tensor], Tensor]  # node ids -> their rows' positions in the distinct rows
+
+
+@torch.no_grad()
+def decode(decoder: nn.Module, rows: Tensor, locate: Locate, pairs: Tensor) -> Tensor:
+    """The decoder's logit of each pair of node ids, their rows ``rows[locate(pairs)]``, a block of pairs at a time
+    (:func:`wide`).
+
+    Shapes:
+        rows ``[n_distinct, d]``; pairs ``[n, 2]`` -> ``[n]`` float32
+    """
+    out = []
+    for block in pairs.split(block_pairs(rows.shape[1])):
+        i = locate(block)
+        out.append(wide(decoder, rows.index_select(0, i[:, 0]), rows.index_select(0, i[:, 1])))
+    return torch.cat(out) if out else rows.new_zeros(0, dtype=torch.float32)
+
+
+def pair_loss(decoder: nn.Module, rows: Tensor, locate: Locate, pos: Tensor, neg: Tensor, k: int,
+              total: Tensor) -> Tensor:
+    """GAE's and OGB's loss of pairs, ``(sum softplus(-pos) + sum softplus(neg) / k) / total``, scored a block at a
+    time; differentiable w.r.t. ``rows`` and the decoder's parameters.
+
+    Args:
+        decoder: the edge decoder (float64 when it has weights: :func:`wide`).
+        rows, locate: the distinct endpoint rows and node ids -> their positions
+            (:func:`~gnndist.tasks.pairs.fetch_distinct`).
+        pos, neg: the positives' and the negatives' node ids.
+        k: negatives per positive (each negative's term weighs ``1 / k``).
+        total: the global count the sum is divided by (a 0-dim tensor).
+
+    Shapes:
+        rows ``[n_distinct, d]``; pos ``[n, 2]``, neg ``[m, 2]`` -> ``[]`` float32
+    """
+    params = [p for _, p in decoder.named_parameters()]
+    return _PairLoss.apply(_Pairs(decoder, locate, pos, neg, k, total), rows, *params)
+
+
+class _Pairs:
+    """What :class:`_PairLoss` scores: the decoder, the pairs' row positions and the loss's constants."""
+
+    def __init__(self, decoder: nn.Module, locate: Locate, pos: Tensor, neg: Tensor, k: int, total: Tensor):
+        self.decoder, self.locate, self.pos, self.neg, self.k, self.total = decoder, locate, pos, neg, k, total
+
+    def loss_and_grads(self, rows: Tensor, want_rows: bool) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+        """The loss (float64 sum of the blocks'), the rows' gradient and the parameters' float64 gradients by name.
+
+        Each block's endpoint rows are leaves of their own; their gradients are added into the rows' gradient
+        with ``index_add_`` (the block's pairs only: an autograd ``index_select`` would add a whole table a block)."""
+        decoder = self.decoder
+        floating = any(p.is_floating_point() for p in decoder.parameters())
+        state = float64_state(decoder, leaves=True) if floating else None
+        rows = rows.detach()  # each block's rows are leaves of their own
+        g_rows = torch.zeros_like(rows) if want_rows else None
+        acc = torch.zeros((), dtype=torch.float64, device=rows.device)
+        size = block_pairs(rows.shape[1])
+        for pairs, sign, k in ((self.pos, -1.0, 1), (self.neg, 1.0, self.k)):
+            for block in pairs.split(size):
+                i = self.locate(block)  # [c, 2] the block's rows
+                with torch.enable_grad():
+                    hu = rows.index_select(0, i[:, 0]).requires_grad_(want_rows)
+                    hv = rows.index_select(0, i[:, 1]).requires_grad_(want_rows)
+                    s = in_float64(decoder, hu, hv, state) if floating else decoder(hu, hv).float()
+                    loss = F.softplus(sign * s).sum() / k / self.total
+                if loss.requires_grad:
+                    loss.backward()
+                if want_rows:
+                    g_rows.index_add_(0, i[:, 0], hu.grad)
+                    g_rows.index_add_(0, i[:, 1], hv.grad)
+                acc += loss.detach().double()
+        # a rank without pairs has zero gradients, not none (the all-reduce of gradients takes every parameter's)
+        grads = {} if state is None else {n: t.grad if t.grad is not None else torch.zeros_like(t)
+                                          for n, t in state.items() if t.requires_grad}
+        return acc, g_rows, grads
+
+
+class _PairLoss(torch.autograd.Function):
+    """The pairs' loss whose forward computes its gradients too, a block at a time (no pair's rows outlive their
+    block); its backward scales them by the incoming gradient (exact for a power-of-two loss scale, and for 1)."""
+
+    @staticmethod
+    def forward(ctx, pairs: _Pairs, rows: Tensor, *params: Tensor) -> Tensor:
+        loss, g_rows, grads = pairs.loss_and_grads(rows, ctx.needs_input_grad[1])
+        names = [n for n, _ in pairs.decoder.named_parameters()]
+        g_params = [grads[n].to(p.dtype) if n in grads and ctx.needs_input_grad[2 + j] else None
+                    for j, (n, p) in enumerate(zip(names, params))]
+        ctx.save_for_backward(g_rows, *g_params)
+        return loss.float()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return (None, *(None if g is None else g * grad.to(g.dtype) for g in ctx.saved_tensors))
