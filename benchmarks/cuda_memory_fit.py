@@ -4,7 +4,7 @@
 ``synthetic-200k-d20`` at 1 and 2 ranks and hidden 16 / 64 / 256, and records each rank's
 ``peak_memory_bytes`` (``torch.cuda.max_memory_allocated``) in ``jobs.json``. This script makes the same
 partitions here (METIS is deterministic for a seed), reads each rank's counts (entries, boundary entries, rows,
-halo and sent rows) and prints :func:`gnndist.parts.simulate.training_peak` on ``cuda`` beside each measured peak,
+halo and sent rows) and prints :func:`gnndist.parts.memory.training_peak` on ``cuda`` beside each measured peak,
 with the floor the measurements put under the model (the median of measured - modelled without
 ``CUDA_BASE_BYTES``: how ``CUDA_BASE_BYTES`` was fitted).
 
@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     from gnndist.partition import load as load_part
 
-    from gnndist.parts import simulate as S
+    from gnndist.parts import memory as S
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
     from gpu_jobs import MEM_GRAPH

@@ -7,7 +7,9 @@
 Both runs: ``gnndist train PART --ranks P --epochs E --hidden H --json`` (GCN, the node task on the split's
 labels); each rank's peak is its resident high-water mark (``per_rank[].peak_memory_bytes``). The pairs' bytes are
 the ``pairs`` and ``directory`` tags of ``comm_bytes_per_layer`` (sent, forward and backward) over the training
-positives; ``--gnndist`` runs another installed gnndist (an older commit's, for a before / after).
+positives; ``--gnndist`` runs another installed gnndist (an older commit's, for a before / after). Beside them, rank
+0's peaks as ``gnndist.parts.memory.training_peak`` predicts them from META.json's counts (the boundary's
+transposed entries taken as every entry: an upper bound of the index term).
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ def pair_bytes(report: dict) -> int:
     return sum(tags.get(t, {}).get(k, 0) for t in ("pairs", "directory") for k in ("fwd_sent", "bwd_sent"))
 
 
+def predicted(meta: dict, hidden: int) -> dict[str, int]:
+    """Rank 0's predicted peaks, node and link (``gnndist.parts.memory.training_peak`` on the 1d layout's counts
+    in META.json: a GCN of widths F, hidden, classes; the link encoder's F, hidden, hidden)."""
+    from gnndist.parts.memory import LinkLoad, training_peak
+
+    _sent, recv, _fs, _fr, _peers, nnz, rows, _c = meta["layouts"]["1"][0]
+    counts, parts, n = meta["link"]["counts"], meta["parts"], meta["N"]
+    ids = sum(c[0] * c[1] for c in counts.values())
+    scored = max(counts[s][0] + counts[f"{s}_neg"][0] for s in ("valid", "test")) if meta["link"]["metric"] == "auc" \
+        else 0
+    link = LinkLoad(n, parts, -(-counts["train"][0] // parts), 1, -(-ids // parts), scored, hidden)
+    node = training_peak(nnz, nnz, rows, recv, _sent, [meta["F"], hidden, meta["classes"]])
+    return {"node": node, "link": training_peak(nnz, nnz, rows, recv, _sent, [meta["F"], hidden, hidden], link=link)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("part", help="a partition with an edge split (gnndist partition ... --edge-split)")
@@ -63,6 +80,10 @@ def main(argv=None) -> int:
                       "report": r}
         print(f"{task}: per-rank peak {max(peaks) / 2**30:.2f} GiB (ranks {[round(p / 2**30, 2) for p in peaks]}), "
               f"epoch {r['epoch_time_s']:.1f} s, wall {r['wall_s']:.0f} s", flush=True)
+    pred = predicted(meta, args.hidden)
+    for task in ("node", "link"):
+        rows[task]["predicted_gib"] = pred[task] / 2**30
+        print(f"{task}: predicted (gnndist.parts.memory.training_peak, rank 0's counts) {pred[task] / 2**30:.2f} GiB")
     ratio = rows["link"]["peak_max_gib"] / rows["node"]["peak_max_gib"]
     print(f"link / node peak: {ratio:.2f}x; pairs + directory: {rows['link']['pair_bytes_per_positive']:.1f} B per "
           f"training positive per epoch ({positives:,} positives)")

@@ -19,7 +19,7 @@ output says:
   refinement: the ``assign`` stage) sped up linearly from the run's threads to ``--cores`` (a
   lower bound: nothing scales perfectly); the rest of the run (load, layouts, part writes) scaled by the
   features' bytes (N x F) too, since the part writes gather every feature row;
-* per-rank training memory: :func:`gnndist.parts.simulate.training_peak` (the model ``gnndist simulate``
+* per-rank training memory: :func:`gnndist.parts.memory.training_peak` (the model ``gnndist simulate``
   prints as ``peak_memory_per_rank``) with papers100M's rows and entries split evenly over P and the
   halo at 0 (the floor) and at the run's halo rows per owned row (a synthetic graph with little
   locality; a citation graph partitioned by METIS has far less), 1D layout, GCN 128 -> hidden -> 172.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gnndist.parts.simulate import training_peak
+from gnndist.parts.memory import training_peak
 
 PAPERS = {"nodes": 111_059_956, "entries": 3_231_371_744, "features": 128, "classes": 172}  # OGB's counts, symmetrised
 THREADED = ("symmetrise", "assign")
@@ -94,7 +94,7 @@ def main() -> None:
             print(f"measured training peaks per rank: {', '.join(f'{p / 2**30:.2f}' for p in peaks)} GiB")
     widths = (PAPERS["features"], args.hidden, PAPERS["classes"])
     print(f"\nper-rank training memory, GCN {widths[0]} -> {widths[1]} -> {widths[2]}, 1D "
-          f"(gnndist.parts.simulate.training_peak), halo 0 and {halo_ratio:.2f} x owned rows (the measured run's):")
+          f"(gnndist.parts.memory.training_peak), halo 0 and {halo_ratio:.2f} x owned rows (the measured run's):")
     print("\n| P | rows / rank | entries / rank | halo 0 | halo measured ratio |\n|---:|---:|---:|---:|---:|")
     for p in (int(x) for x in args.parts.split(",")):
         rows, nnz = PAPERS["nodes"] // p, PAPERS["entries"] // p

@@ -133,13 +133,14 @@ def _prepare_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, mo
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from gnndist.datasets import load
+    from gnndist.parts.cache import check_edge_split, load_data
     from gnndist.parts.simulate import format_table, simulate
 
     sim = build_section(SimulateConfig, args)  # every flag validated here, one line each
     part = build_section(PartitionConfig, args)
     dcfg = build_section(DataConfig, args)
-    data = load(args.dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed)
+    check_edge_split(args.dataset, dcfg)
+    data = load_data(args.dataset, dcfg)  # --edge-split: the training edges' message graph, a link rank's peak
     t0 = time.perf_counter()
     net = sim.net
     records = simulate(data, sim.part_counts, sim.feature_dim, sim.layers, sim.replications, net, part.method,
@@ -377,7 +378,9 @@ def _add_simulate(sub) -> None:
         description="Partition DATASET into each P of --parts and count, on that partition, the bytes, messages "
                     "and memory of the sparsity-aware layouts (1d; 1.5d for each c of --replication with c | P "
                     "and 1 < c < P; 2d = 1.5d at c = sqrt(P) for a square P) and of CAGNET's sparsity-oblivious "
-                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/parts/simulate.py. "
+                    "baselines; the modelled epoch time uses gnndist.cost. Formulas: gnndist/parts/simulate.py "
+                    "and memory.py. With an edge split (--edge-split, or an ogbl-* dataset's) the training edges "
+                    "are partitioned and the peak is a link rank's. "
                     "--precision bf16|fp16 models rows of 2 bytes (activations, buffers, the wire). "
                     "--json prints the records as one JSON list on the last line. Errors (exit 2): --parts "
                     "not a comma list of integers >= 1 or above the node count, a replication < 2, an "

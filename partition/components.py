@@ -99,7 +99,7 @@ class Component:
         return 0
 
     def memory(self, rank: RankRows) -> int:
-        """Resident bytes of it on a training rank (:func:`gnndist.parts.simulate.training_peak`)."""
+        """Resident bytes of it on a training rank (:func:`gnndist.parts.memory.training_peak`)."""
         return 0
 
     def read(self, t: dict[str, Tensor], meta: dict, n_owned: int, n_halo: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ the derived bound ``p_bound(dtype, layers).step`` (``docs/strategies.md``, "Half
 
 Memory: ``gnndist train`` on a METIS partition of ``synthetic-200k-d20`` (1 and 2 parts) at hidden
 16 / 64 / 256, each rank's ``peak_memory_bytes`` (on CUDA ``torch.cuda.max_memory_allocated``), beside the
-partition's per-rank counts for ``gnndist.parts.simulate.training_peak``.
+partition's per-rank counts for ``gnndist.parts.memory.training_peak``.
 
 Every job has its own partition cache and time limit; the JSON record of each (command, seconds, exit status,
 the summary's fields, the tail of its stderr) goes to ``OUT`` as one list.

@@ -147,7 +147,8 @@ def test_summary_has_every_rank_peak_memory(part1):
 def test_simulate_predicts_every_rank_peak_of_the_layout():
     from gnndist.datasets import synthetic
 
-    from gnndist.parts.simulate import INDEX_BYTES, INTERPRETER_BYTES, grid_loads, simulate_partition, training_peak
+    from gnndist.parts.memory import INDEX_BYTES, INTERPRETER_BYTES, training_peak
+    from gnndist.parts.simulate import grid_loads, simulate_partition
 
     data = synthetic(200, avg_degree=5, num_classes=3, num_features=6, seed=2)
     p = partition(data, 4, **QUICK_PARTITION)

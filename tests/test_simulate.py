@@ -11,16 +11,8 @@ from gnndist.partition.book import csr_from_edge_index, halo_volumes
 from gnndist.partition.layouts import layout_counts
 
 from gnndist.cli import main
-from gnndist.parts.simulate import (
-    ACTIVATION_BYTES,
-    RECORD_KEYS,
-    activation_phases,
-    grid_exchange,
-    grid_loads,
-    layouts,
-    simulate_partition,
-    training_peak,
-)
+from gnndist.parts.memory import ACTIVATION_BYTES, activation_phases, training_peak
+from gnndist.parts.simulate import RECORD_KEYS, grid_exchange, grid_loads, layouts, simulate_partition
 
 F, LAYERS = 16, 2
 
@@ -182,7 +174,7 @@ def test_the_training_peak_is_the_largest_moment_of_the_step():
 def test_a_cuda_rank_keeps_no_mask_no_mkl_copy_and_the_allocators_floor(capsys, data_root):
     """By hand as above, on CUDA (issue 50): the GPU's hash dropout keeps no mask, half rows need no fp32 chunk,
     no MKL copy, and the allocator's floor replaces the interpreter."""
-    from gnndist.parts.simulate import CUDA_BASE_BYTES, INTERPRETER_BYTES, SPMM_ENTRY_BYTES
+    from gnndist.parts.memory import CUDA_BASE_BYTES, INTERPRETER_BYTES, SPMM_ENTRY_BYTES
 
     assert activation_phases(10, 3, 2, [8, 4, 2], device="cuda") == [4 * 80, 320 + 4 * 4 * 45,
                                                                       160 + 160 + 4 * 2 * 45, 160 + 8 * 40]
@@ -268,3 +260,39 @@ def test_cli_errors(capsys, data_root, argv):
     assert main(["simulate", "synthetic-200-d6", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gnndist: error:")
+
+
+def test_link_terms_add_the_split_and_the_pairs_moments():
+    """A link rank: its split's ids and directory held (12 B each), and the largest of the step's and the
+    evaluation's moments (gnndist.parts.memory's module doc), against the node model on the same counts."""
+    from gnndist.parts.memory import LINK_BLOCK_BYTES, SCORE_BYTES, LinkLoad, _phases
+
+    load = LinkLoad(nodes=1000, parts=4, positives=300, negatives=2, ids=2000, scored=400, width=8)
+    big = int(1000 * -np.expm1(-2 * 300 * 3 / 1000))
+    assert load.distinct() == big and load.held() == 12 * 2000 + 12 * 250
+    rows, halo, send, widths = 250, 30, 20, [8, 8, 8]
+    _, kept = _phases(rows, halo, send, widths, "fp32", "cpu")
+    h, nk = 4 * 8 * rows, 600
+    assert load.moments(rows, kept, 4) == [
+        32 * nk + 5 * 1000,
+        kept + h + 8 * nk + 5 * 1000 + 16 * big + 4 * 8 * (3 * big - rows),
+        kept + h + 8 * nk + 2 * 4 * 8 * big + LINK_BLOCK_BYTES,
+        SCORE_BYTES * 400 + h]
+    node = training_peak(900, 300, rows, halo, send, widths)
+    link = training_peak(900, 300, rows, halo, send, widths, link=load)
+    assert link == node - max(activation_phases(rows, halo, send, widths)) + load.held() + max(
+        activation_phases(rows, halo, send, widths) + load.moments(rows, kept, 4))
+
+
+def test_cli_edge_split_simulates_a_link_rank(capsys, data_root):
+    """--edge-split: the training edges' message graph is partitioned (fewer entries) and each peak is a link
+    rank's, above a node rank's."""
+    argv = ["simulate", "synthetic-200-d6", "--parts", "2", "--feature-dim", "8", "--json"]
+    assert main(argv) == 0
+    node = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*argv, "--edge-split", "85,5,10"]) == 0
+    link = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["task"] for r in node} == {"node"} and {r["task"] for r in link} == {"link"}
+    assert link[0]["num_edges"] < node[0]["num_edges"]
+    assert all(lp > npk for a, b in zip(node, link) if a["peak_memory_per_rank"]
+               for npk, lp in zip(a["peak_memory_per_rank"], b["peak_memory_per_rank"]))

@@ -82,7 +82,7 @@ def predicted_bytes(p, summary: dict) -> tuple[float, float]:
     (per layer under ``auto``), on the same partition ``p``; the forward alone for a layer whose
     SpMM had no backward (a first GCN layer that aggregates the features before its linear map).
     """
-    from gnndist.parts.simulate import ELEM
+    from gnndist.parts.memory import ELEM
 
     sent = np.zeros(p.book.parts)
     for lay, info in used_layouts(p, summary).values():

@@ -104,27 +104,18 @@ def probed_network(parts: int):
     return net
 
 
-def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
-                   model: ModelConfig | None = None, say=lambda msg: None, task: TaskConfig | None = None
-                   ) -> tuple[Path, dict]:
-    """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
-
-    Returns the directory and the report; ``say`` hears each stage. The cost model times a model
-    of widths ``(F, model.hidden, ..., classes)`` with ``model.layers`` layers (default: ModelConfig()'s).
-    ``task``'s ``--use-valedges-as-input`` also stores the message graph of training + validation edges (a link
-    split with validation edges, or one line).
-    """
-    from gnndist.datasets import load
-    from gnndist.partition import model_widths_of, partition
-    from gnndist.partition.link import check_valedges
-
-    model = model or ModelConfig()
-    valedges = task is not None and task.use_valedges_as_input
+def check_edge_split(dataset: str, dcfg: DataConfig) -> None:
+    """One line for ``--edge-split`` on a dataset with a link split of its own."""
     spec = dataset_spec(dataset)
-    if dcfg.edge_split and spec is not None and spec.task == "link":  # before loading it: one line at once
+    if dcfg.edge_split and spec is not None and spec.task == "link":
         raise UserError(f"--edge-split: {dataset} has an edge split of its own (its link-prediction split)")
-    target = Path(out) if out else partition_dir(dataset, part, dcfg, model, task)
-    _check_writable(target, cached=not out)
+
+
+def load_data(dataset: str, dcfg: DataConfig, say=lambda line: None):
+    """``dataset`` as ``dcfg`` asks: loaded, with ``--random-splits`` and ``--edge-split`` (its message graph then
+    the training edges'); ``say`` hears each stage."""
+    from gnndist.datasets import load
+
     say(f"loading {dataset}")
     data = load(dataset, root=dcfg.root, format=dcfg.format, seed=dcfg.split_seed, target=dcfg.target)
     if dcfg.random_splits:
@@ -137,6 +128,28 @@ def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: s
         say(f"splitting the edges {dcfg.edge_split} (seed {dcfg.split_seed})")
         set_edge_split(data, *random_edge_split(data.edge_index, int(data.num_nodes),
                                                 parse_edge_split(dcfg.edge_split), dcfg.split_seed))
+    return data
+
+
+def make_partition(dataset: str, part: PartitionConfig, dcfg: DataConfig, out: str | None,
+                   model: ModelConfig | None = None, say=lambda msg: None, task: TaskConfig | None = None
+                   ) -> tuple[Path, dict]:
+    """Load ``dataset``, partition it for the model of ``part`` and save it to ``out`` (default: the cache).
+
+    Returns the directory and the report; ``say`` hears each stage. The cost model times a model
+    of widths ``(F, model.hidden, ..., classes)`` with ``model.layers`` layers (default: ModelConfig()'s).
+    ``task``'s ``--use-valedges-as-input`` also stores the message graph of training + validation edges (a link
+    split with validation edges, or one line).
+    """
+    from gnndist.partition import model_widths_of, partition
+    from gnndist.partition.link import check_valedges
+
+    model = model or ModelConfig()
+    valedges = task is not None and task.use_valedges_as_input
+    check_edge_split(dataset, dcfg)  # before loading it: one line at once
+    target = Path(out) if out else partition_dir(dataset, part, dcfg, model, task)
+    _check_writable(target, cached=not out)
+    data = load_data(dataset, dcfg, say)
     if valedges:  # before partitioning: a graph that cannot have it is one line at once
         check_valedges(data, dataset)
     say(f"partitioning {int(data.num_nodes):,} nodes into {part.parts} parts ({part.method})")

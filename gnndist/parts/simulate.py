@@ -47,41 +47,7 @@ feature rows of width F it holds during one SpMM, 4-byte floats):
 * ``2d-oblivious``: ``8 nnz(A_rq) + 8 (R_r + 1) + 4 words + 4 (F / s) R_r`` (own block, every
   received word, own H block).
 
-Peak memory of a training rank (bytes, sparsity-aware layouts; ``peak_memory_per_rank``): what
-``train --json`` measures per rank (``per_rank[].peak_memory_bytes``, the resident high-water
-mark), for a GCN of widths ``F -> F ... -> F`` (``layers`` layers; :func:`training_peak` takes any
-widths): the bytes every moment of the step holds, plus the largest of what a moment adds
-(:func:`activation_phases`):
-
-    INTERPRETER_BYTES                                   python, torch, gloo, gnndist (measured constant)
-  + 4 (nnz + nnz_t) + 4 (2 rows + halo + 3)             int32 columns of the block's CSRs, and of the
-                                                        transposed patterns (1d: the boundary's alone,
-                                                        the interior is symmetric; grids: every entry)
-  + SPMM_ENTRY_BYTES min(nnz, BLOCK_ENTRIES)            during an SpMM on the CPU (MKL's own copy, the
-                                                        broadcast 1 made whole), a block of rows at a time
-  + the memory terms of a node part's components       features (4 F rows, mapped), dataset ids, degrees,
-    (gnndist.partition.components.NODE_PART)            GCN scaling, halo ids, send plan, labels, masks
-  + max over the step's moments of                      (a the activations' bytes per element, 4 or 2)
-      the features' dropout                             (4 + 1 [+ a under half]) F rows: its fp32
-                                                        output, its mask, its half cast
-      layer l's SpMM of width w                         what earlier layers keep + its dropped input
-                                                        (a w_in rows, mapping first) + a w (ROW_BUFFERS
-                                                        rows + halo + send): the input, its scaled
-                                                        copy, the interior and boundary products, the
-                                                        rows sent and received; under half + 4 * 2
-                                                        min(w, HALF_COLUMNS) rows (the CPU path's fp32
-                                                        column chunk of the input and the output)
-      layer l >= 1's linear in the backward             what the forward kept + 2 a w_in rows: its
-                                                        input rebuilt from the dropout, its gradient
-
-where what a layer keeps is its ReLU output (a w rows; every layer but the last) and the next dropout's
-mask (1 w rows, CPU), the features' dropout mask (1 F rows, CPU: the rebuild reuses it), and, for a first
-layer that aggregates first (:func:`gnndist.cost.aggregate_first`), its aggregate (a F rows, the
-linear map's input). A dropped copy is made again for the backward, not kept
-(``RunContext.rebuildable``).
-
-with ``halo`` and ``send`` the rows a rank receives and sends per SpMM (expand, plus fold on a grid).
-``benchmarks/README.md`` ("Training memory per adjacency entry") compares it with the measured peak.
+Peak memory of a training rank (``peak_memory_per_rank``): :mod:`gnndist.parts.memory`, node and link tasks.
 
 Epoch (``layers`` SpMMs of width F, forward and backward): bytes are the per-SpMM bytes
 times ``layers``; the modelled time is :func:`gnndist.cost.step_time` of ``layers`` layers
@@ -103,31 +69,12 @@ from tqdm import tqdm
 from gnndist import cost
 from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
-from gnndist.kernels.spmm.sparse import BLOCK_ENTRIES, HALF_COLUMNS
 from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
-from gnndist.partition.components import NODE_PART, RankRows, training_rows_bytes
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
+from gnndist.partition.link import link_of
+from gnndist.parts.memory import ACTIVATION_BYTES, ELEM, INDEX_BYTES, LinkLoad, aware_peaks
 
-ELEM = 4  # bytes per feature element (float32: the input features at every --precision, and fp32's activations)
-# bytes per activation element (and per element of an exchanged row) at each --precision: the dtype's itemsize
-ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-# A rank's resident memory before its part loads (python, torch, gloo, gnndist, Adam's lazy imports): VmRSS
-# measured by benchmarks/memory.py on the 2-core CPU machine (benchmarks/README.md, "Training memory per
-# adjacency entry"; 389-391 MiB on 2026-12-03 16:30-16:41 UTC, torch 2.13.0; 458 on the same machine an hour
-# earlier and 369 on the machines of 2026-12-01/02, for causes not found); the same for every rank and P.
-INTERPRETER_BYTES = 390 * 2**20
-# A CUDA rank's allocator floor (torch.cuda.max_memory_allocated beside the model's tensors): fitted on an H200
-# (issue 50: synthetic-200k-d20, 1 and 2 ranks, hidden 16/64/256; 273 MiB, every point within 15 %); most of it is
-# likely Triton's do_bench L2-flush buffer (256 MB) while dispatch times its paths on the first step, not separated
-CUDA_BASE_BYTES = 273 * 2**20
-INDEX_BYTES = 4  # a column id per entry (int32 below 2**31 entries)
-SPMM_ENTRY_BYTES = 8  # per entry during one CPU SpMM: MKL's copy (~3.5 B measured) + the broadcast 1 made whole (4 B)
-# [rows, w] tensors an SpMM of width w holds at once: its input, the input scaled by D^-1/2, the interior and the
-# boundary products (fitted with MASK_BYTES on the 1M-node graph at P = 2 and 4, hidden 16-256: benchmarks/README.md,
-# "Training memory: where the peak is")
-ROW_BUFFERS = 4
-MASK_BYTES = 1  # a dropout mask: a bool per element, in every dtype
 STRATEGIES = ("1d", "1.5d", "2d", "1d-oblivious", "1.5d-oblivious", "2d-oblivious")
 RECORD_KEYS = (
     "parts", "strategy", "replication", "feature_dim", "layers", "max_bytes_per_rank", "total_bytes",
@@ -158,9 +105,9 @@ class Layout:
 
 
 def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, precision: str = "fp32",
-                 device: str = "cpu") -> Layout:
+                 device: str = "cpu", link: LinkLoad | None = None) -> Layout:
     """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward), rows in
-    ``precision``'s dtype, the training peak of ranks on ``device``."""
+    ``precision``'s dtype, the training peak of ranks on ``device`` (of a link task's with ``link``)."""
     elem = ACTIVATION_BYTES[precision]
     loads = ex.loads()
     b = [ld.bytes(width, elem) for ld in loads]
@@ -170,69 +117,7 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
                        + elem * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
                        for ld in loads], dtype=np.int64)
     return Layout(strategy, ex.replication, loads, sent, received, memory,
-                  aware_peaks(ex, [width] * (layers + 1), precision, device))
-
-
-def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],
-                  precision: str = "fp32", device: str = "cpu", components=NODE_PART) -> int:
-    """Predicted peak resident bytes of one rank training a GCN of ``widths`` (``[F, hidden..., out]``); see the
-    module doc.
-
-    Args:
-        nnz: entries of the rank's block; nnz_transposed: entries whose transposed pattern it keeps.
-        rows: owned rows; halo, send: rows received and sent per SpMM.
-        widths: the model's widths, the input features first.
-        precision: ``--precision``: the activations' and buffers' bytes per element (:data:`ACTIVATION_BYTES`).
-        device: ``"cpu"`` (resident bytes: the interpreter, MKL's copies, dropout masks) or ``"cuda"`` (bytes
-            the CUDA allocator hands out: :data:`CUDA_BASE_BYTES` instead of the interpreter, no MKL copy, and
-            no mask: the GPU's hash dropout recomputes it).
-        components: what the rank's part holds (:mod:`gnndist.partition.components`; default a node task's).
-    """
-    index = INDEX_BYTES * (nnz + nnz_transposed) + INDEX_BYTES * (2 * rows + halo + 3)
-    part = training_rows_bytes(RankRows(rows, halo, send, nnz, widths[0]), components)  # features, ids, labels, ...
-    # the CPU's floor, and an SpMM call's transient copies (MKL's, of one block of rows); the CUDA allocator's floor
-    base = CUDA_BASE_BYTES if device == "cuda" else INTERPRETER_BYTES + SPMM_ENTRY_BYTES * min(nnz, BLOCK_ENTRIES)
-    held = base + index + part
-    return int(held + max(activation_phases(rows, halo, send, widths, precision, device)))
-
-
-def activation_phases(rows: int, halo: int, send: int, widths: Sequence[int], precision: str = "fp32",
-                      device: str = "cpu") -> list[int]:
-    """Bytes a GCN's step adds at each moment that can be its peak (see the module doc), in order: the features'
-    dropout, each layer's forward SpMM, each layer past the first's linear map in the backward. On ``"cuda"`` no
-    dropout mask is kept and half rows are multiplied as they are (no fp32 column chunk)."""
-    act = ACTIVATION_BYTES[precision]
-    cpu = device != "cuda"
-    mask = MASK_BYTES if cpu else 0
-    feat = widths[0]
-    phases = [(ELEM + mask + (act if act != ELEM else 0)) * feat * rows]
-    kept = mask * feat * rows  # bytes the forward keeps for the backward so far: the features' dropout mask
-    for i, (f_in, f_out) in enumerate(zip(widths[:-1], widths[1:])):
-        agg = i == 0 and cost.aggregate_first(f_in, f_out)
-        width = f_in if agg else f_out
-        dropped = 0 if agg else act * f_in * rows  # the layer's dropped input, alive while it runs
-        # half rows are multiplied in fp32 a column chunk at a time on the CPU: the chunk of the input and the output
-        chunk = ELEM * min(width, HALF_COLUMNS) * 2 * rows if act != ELEM and cpu else 0
-        phases.append(kept + dropped + act * width * (ROW_BUFFERS * rows + halo + send) + chunk)
-        kept += act * f_in * rows if agg else 0  # the aggregate, the linear map's saved input
-        kept += act * f_out * rows if i < len(widths) - 2 else 0  # the ReLU's output
-        kept += mask * f_out * rows if i < len(widths) - 2 else 0  # the next layer's dropout mask
-    phases += [kept + 2 * act * w * rows for w in widths[1:-1]]
-    return phases
-
-
-def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32", device: str = "cpu") -> np.ndarray:
-    """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
-
-    1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
-    transpose; the boundary's transposed pattern is ``nnz - group_nnz[k, k]`` entries. A grid
-    layout's blocks are not symmetric: every entry has a transposed copy.
-    """
-    loads = ex.loads()
-    own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
-    return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
-                                   ld.expand_send + ld.fold_send, widths, precision, device)
-                     for k, ld in enumerate(loads)], dtype=np.int64)
+                  aware_peaks(ex, [width] * (layers + 1), precision, device, link))
 
 
 def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
@@ -314,19 +199,21 @@ def square_root(P: int) -> int | None:
 
 
 def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8),
-            layers: int = 2, precision: str = "fp32", device: str = "cpu") -> list[Layout]:
+            layers: int = 2, precision: str = "fp32", device: str = "cpu",
+            link: LinkLoad | None = None) -> list[Layout]:
     """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
     2d (square P), and their oblivious baselines (``layers``: the training peak's model depth; ``precision``:
-    the rows' dtype, :data:`ACTIVATION_BYTES`; ``device``: the ranks', for the training peak)."""
+    the rows' dtype, :data:`ACTIVATION_BYTES`; ``device``: the ranks', for the training peak; ``link``: a link
+    task's counts, :class:`~gnndist.parts.memory.LinkLoad`)."""
     P = len(offsets) - 1
     s = square_root(P)
     cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
     exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
     elem = ACTIVATION_BYTES[precision]
-    out = [aware_layout("1d", exchanges[1], width, layers, precision, device)]
-    out += [aware_layout("1.5d", exchanges[c], width, layers, precision, device) for c in cs]
+    out = [aware_layout("1d", exchanges[1], width, layers, precision, device, link)]
+    out += [aware_layout("1.5d", exchanges[c], width, layers, precision, device, link) for c in cs]
     if s:
-        out.append(aware_layout("2d", exchanges[s], width, layers, precision, device))
+        out.append(aware_layout("2d", exchanges[s], width, layers, precision, device, link))
     out.append(oblivious_1d(exchanges[1], width, elem))
     out += [oblivious_15d(exchanges[c], width, elem) for c in cs]
     if s:
@@ -368,7 +255,7 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
 
 def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 128, layers: int = 2,
                        replication: Iterable[int] = (2, 4, 8), net: Network | None = None,
-                       precision: str = "fp32", device: str = "cpu") -> list[dict]:
+                       precision: str = "fp32", device: str = "cpu", link: LinkLoad | None = None) -> list[dict]:
     """Records of every layout on one partition (see :func:`layouts`), 1d first.
 
     Args:
@@ -379,10 +266,11 @@ def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 1
         replication: candidate c of the 1.5D layouts.
         net: cost-model constants (default ``cost.NETWORKS["ib"]``).
         precision: ``--precision``: the dtype of the activations and exchanged rows (:data:`ACTIVATION_BYTES`).
-        device: the ranks' device, for the training peak (:func:`training_peak`).
+        device: the ranks' device, for the training peak (:func:`~gnndist.parts.memory.training_peak`).
+        link: a link task's counts (the peak is then a link rank's).
     """
     net = net or cost.NETWORKS["ib"]
-    found = layouts(csr, offsets, feature_dim, replication, layers, precision, device)
+    found = layouts(csr, offsets, feature_dim, replication, layers, precision, device, link)
     base = max_bytes_per_rank(found[0], layers)
     return [record(lay, feature_dim, layers, net, base, precision, device) for lay in found]
 
@@ -391,7 +279,8 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
              replication: Iterable[int] = (2, 4, 8), net: Network | None = None, method: str = "metis",
              objective: str = "vol", seed: int = 0, balance: tuple[str, ...] = ("nodes", "edges", "train"),
              progress: bool = True, precision: str = "fp32", device: str = "cpu") -> list[dict]:
-    """Partition ``data`` into each P of ``parts`` and return the records of every layout.
+    """Partition ``data`` into each P of ``parts`` and return the records of every layout; on a graph with an edge
+    split (an ``ogbl-*`` dataset's, or ``--edge-split``'s message graph), the training peak is a link rank's.
 
     Args:
         data: a ``torch_geometric.data.Data`` (``gnndist.datasets.load``).
@@ -405,9 +294,11 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
     out = []
     for P in tqdm(parts, desc="simulate", unit="P", disable=None if progress else True):
         p = partition(data, P, method, objective, seed, balance, progress=progress)
+        link = None if link_of(data) is None else LinkLoad.of(link_of(data), n, P, feature_dim)
         for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net, precision,
-                                      device):
+                                      device, link):
             out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
+                        "task": "node" if link is None else "link",
                         "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
     return out
 
