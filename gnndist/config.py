@@ -313,9 +313,9 @@ class EvalConfig:
 
 @dataclass
 class TaskConfig:
-    task: str = opt("auto", "what to learn: node (labels of nodes), link (edges: the partition's edge split), or "
-                    "auto (link where the partition holds an edge split: a link dataset's own, or --edge-split's)",
-                    ("auto", "node", "link"))
+    task: str = opt("auto", "what to learn: a registered task (gnndist.tasks.TASKS: the CLI lists them), or auto "
+                    "(link where the partition holds an edge split: a link dataset's own, or --edge-split's; else "
+                    "node)")
     decoder: str = opt("auto", "--task link: the edge decoder: dot (GAE's inner product) or mlp (OGB's "
                        "LinkPredictor: Hadamard product, 3-layer MLP); auto: mlp on an OGB split, else dot",
                        ("auto", "dot", "mlp"))

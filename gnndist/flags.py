@@ -65,13 +65,15 @@ def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = Non
     ``--task``'s help name the datasets whose specs declare their own metric or edge split
     (:mod:`gnndist.datasets.spec`)."""
     from gnndist.datasets.spec import declared_metrics, link_datasets
+    from gnndist.tasks import TASKS
 
     own = {f.name: f.metadata["help"] for sec in (EvalConfig, TaskConfig) for f in dataclasses.fields(sec)}
+    tasks = "; ".join(f"{name}: {cls.noun}" for name, cls in TASKS.items())  # the registered tasks (gnndist.tasks)
     help = {"metric": f"{own['metric']}; the datasets' own: {declared_metrics()}",
-            "task": f"{own['task']}; the datasets with their own: {', '.join(link_datasets())}",
+            "task": f"{own['task']} ({tasks}); the datasets with their own edge split: {', '.join(link_datasets())}",
             **({"model": model_help} if model_help else {})}
     for sec in TRAIN_SECTIONS.values():
-        add_section(parser, sec, suppress=True, help=help)
+        add_section(parser, sec, suppress=True, help=help, choices={"task": ("auto", *TASKS)})
 
 
 def given_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

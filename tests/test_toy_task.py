@@ -123,6 +123,18 @@ def test_the_toy_task_is_registered_with_its_component():
     assert DegreeTask.stored_in({"degree": {}}) and not DegreeTask.stored_in({})
 
 
+def test_the_cli_offers_it_as_a_task(capsys):
+    """``--task``'s choices and help come from the registry: the toy task is one, with its noun."""
+    from gnndist.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["train", "somewhere", "--task", "degree"])
+    assert vars(args)["TaskConfig.task"] == "degree"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "somewhere", "--help"])
+    assert "degree: a degree regressor" in " ".join(capsys.readouterr().out.split())
+
+
 def test_the_partition_writer_and_reader_take_its_component(parts):
     from gnndist.partition import read_meta, read_part
 
