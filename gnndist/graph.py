@@ -411,16 +411,12 @@ class DistGraph:
     # ------------------------------------------------------------------ randomness
     def dropout(self, x: Tensor | SparseRows, p: float, key: int, training: bool = True,
                 sparse: bool = False) -> Tensor | SparseRows:
-        """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P.
-
-        The seed and epoch are the step's (``graph.context``). On mostly-zero input features (``x is graph.x``,
+        """Dropout whose mask depends on (seed, epoch, key, dataset node id): the same for every P; the seed and
+        epoch are the step's (``graph.context``). On mostly-zero input features (``x is graph.x``,
         :attr:`feature_density` under :data:`~gnndist.sparse_rows.SPARSE_FEATURES`) the mask is evaluated at their
-        nonzeros alone (the same cells at ``O(nnz)``); with ``sparse`` (where :attr:`sparse_features`:
-        ``--sparse-features``) they stay :class:`~gnndist.sparse_rows.SparseRows`, in training and in evaluation,
+        nonzeros alone; with ``sparse`` (:attr:`sparse_features`) they stay :class:`~gnndist.sparse_rows.SparseRows`,
         for a first layer that only maps them linearly. Dense features under autocast come out in its dtype
-        (:func:`compute_dtype`), as the first layer would cast them: the backward then rebuilds the dropped half
-        rows instead of keeping autocast's copy of them. Shapes: x ``[n_owned, F]``.
-        """
+        (:func:`compute_dtype`): the backward rebuilds the dropped half rows, not autocast's copy. ``[n_owned, F]``"""
         rows = self.input_rows(x) if sparse else x
         if not training or p == 0.0:
             return rows
@@ -428,20 +424,17 @@ class DistGraph:
         keys = node_keys(self.orig_id[: x.shape[0]], step.seed, step.epoch, key)  # [n_owned]
         if isinstance(rows, SparseRows):
             return dropout_rows(rows, keys, p)
-        features = x is self.x and self.feature_density < SPARSE_FEATURES
+        features, version = x is self.x and self.feature_density < SPARSE_FEATURES, x._version
         dtype = compute_dtype(x[:0]).dtype if x is self.x else x.dtype
-        version = x._version
         masks: list[Tensor] = []  # on the CPU: the mask (1 B per cell), hashed once for the output and its rebuild
         def build() -> Tensor:  # the same cells again, for a backward that saved the output (the step's hooks)
             assert x._version == version, "a dropout's input was modified in place before the backward"
             if features:
-                out = dropout_rows(self.nonzeros(), keys, p).to_dense()
-            elif x.device.type == "cpu":  # the dispatcher's CPU path, its mask kept
+                return dropout_rows(self.nonzeros(), keys, p).to_dense().to(dtype)
+            if x.device.type == "cpu":  # the dispatcher's CPU path, its mask kept
                 masks[:] = masks or [drop_mask(keys, x.shape[1], p)]
-                out = apply_dropout(x, masks[0], p)
-            else:
-                out = dropout(x, keys, p)  # the dispatcher's dropout: one fused Triton pass on CUDA, nothing kept
-            return out.to(dtype)
+                return apply_dropout(x, masks[0], p).to(dtype)
+            return dropout(x, keys, p).to(dtype)  # the dispatcher's: one fused Triton pass on CUDA, nothing kept
         return self.context.rebuildable(build(), build)
 
     def input_rows(self, x: Tensor) -> Tensor | SparseRows:

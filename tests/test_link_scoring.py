@@ -85,3 +85,17 @@ def test_distinct_ids_and_their_positions(bound):
     assert pa.shape == a.shape and pb.shape == b.shape
     assert torch.equal(uniq[pa.long()], a) and torch.equal(uniq[pb.long()], b)
     assert (pa.dtype == torch.int32) == (bound == 60)
+
+
+def test_half_rows_keep_their_small_gradients_under_a_loss_scale():
+    """fp16 rows: each pair's gradient (about 1 / total) is below fp16's range unscaled; the blocks compute it in
+    float32 and the loss scale lifts it into range, as when the backward ran at scale."""
+    torch.manual_seed(3)
+    base, index = torch.randn(20, 4), torch.randint(0, 20, (60, 2))
+    dec, total, scale = decoder("mlp", 4), torch.tensor(1e7), 2.0**16
+    wide = base.clone().requires_grad_()
+    (scoring.pair_loss(dec, wide, lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
+    half = base.half().requires_grad_()
+    (scoring.pair_loss(dec, half, lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
+    assert half.grad.dtype == torch.float16 and bool((half.grad != 0).any())
+    torch.testing.assert_close(half.grad.float(), wide.grad, rtol=1e-2, atol=1e-3 * float(wide.grad.abs().max()))

@@ -121,21 +121,23 @@ class _Pairs:
     def loss_and_grads(self, rows: Tensor, want_rows: bool) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
         """The loss (float64 sum of the blocks'), the rows' gradient and the parameters' float64 gradients by name.
 
-        Each block's endpoint rows are leaves of their own; their gradients are added into the rows' gradient
-        with ``index_add_`` (the block's pairs only: an autograd ``index_select`` would add a whole table a block)."""
+        Each block's endpoint rows are float32 leaves of their own; their gradients are added into the rows'
+        float32 gradient with ``index_add_`` (the block's pairs only: an autograd ``index_select`` would add a whole
+        table a block). Half-precision rows are widened for it: their gradients, here unscaled (about 1 / the
+        positives each), would underflow in fp16, where the loss scale used to keep them."""
         decoder = self.decoder
         floating = any(p.is_floating_point() for p in decoder.parameters())
         state = float64_state(decoder, leaves=True) if floating else None
         rows = rows.detach()  # each block's rows are leaves of their own
-        g_rows = torch.zeros_like(rows) if want_rows else None
+        g_rows = torch.zeros(rows.shape, dtype=torch.float32, device=rows.device) if want_rows else None
         acc = torch.zeros((), dtype=torch.float64, device=rows.device)
         size = block_pairs(rows.shape[1])
         for pairs, sign, k in ((self.pos, -1.0, 1), (self.neg, 1.0, self.k)):
             for block in pairs.split(size):
                 i = self.locate(block)  # [c, 2] the block's rows
                 with torch.enable_grad():
-                    hu = rows.index_select(0, i[:, 0]).requires_grad_(want_rows)
-                    hv = rows.index_select(0, i[:, 1]).requires_grad_(want_rows)
+                    hu = rows.index_select(0, i[:, 0]).float().requires_grad_(want_rows)
+                    hv = rows.index_select(0, i[:, 1]).float().requires_grad_(want_rows)
                     s = in_float64(decoder, hu, hv, state) if floating else decoder(hu, hv).float()
                     loss = F.softplus(sign * s).sum() / k / self.total
                 if loss.requires_grad:
@@ -161,8 +163,11 @@ class _PairLoss(torch.autograd.Function):
         g_params = [grads[n].to(p.dtype) if n in grads and ctx.needs_input_grad[2 + j] else None
                     for j, (n, p) in enumerate(zip(names, params))]
         ctx.save_for_backward(g_rows, *g_params)
+        ctx.rows_dtype = rows.dtype
         return loss.float()
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return (None, *(None if g is None else g * grad.to(g.dtype) for g in ctx.saved_tensors))
+        g_rows, *g_params = ctx.saved_tensors  # the rows' in float32: scaled, then in the rows' dtype
+        rows = None if g_rows is None else (g_rows * grad.float()).to(ctx.rows_dtype)
+        return (None, rows, *(None if g is None else g * grad.to(g.dtype) for g in g_params))
