@@ -97,3 +97,35 @@ def drop_pages(arr: np.ndarray, start: int = 0, stop: int | None = None) -> None
             mm.madvise(mmap.MADV_DONTNEED, lo, min(hi, len(mm)) - lo)
         except (OSError, ValueError):
             pass
+
+
+def drop_mapped(address: int, nbytes: int) -> bool:
+    """Let this process's resident pages of ``[address, address + nbytes)`` go (``MADV_DONTNEED``) where the range
+    lies whole inside one read-only file mapping (``/proc/self/maps``: a memory-mapped part's array, the bytes of a
+    tensor made from it); anything else is left alone. The page cache keeps the pages: touching them maps them
+    again. Returns whether it did (Linux only; False elsewhere)."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read().splitlines()
+    except OSError:
+        return False
+    for line in maps:
+        fields = line.split(maxsplit=5)
+        lo, hi = (int(v, 16) for v in fields[0].split("-"))
+        if lo <= address and address + nbytes <= hi:
+            if len(fields) < 6 or not fields[5].startswith("/") or "w" in fields[1]:
+                return False  # anonymous or writable: its pages are its only copy
+            return _madvise_dontneed(address, nbytes)
+    return False
+
+
+def _madvise_dontneed(address: int, nbytes: int) -> bool:
+    """``madvise(MADV_DONTNEED)`` over the whole pages inside ``[address, address + nbytes)``."""
+    import ctypes
+
+    page = mmap.PAGESIZE
+    lo, hi = -(-address // page) * page, (address + nbytes) // page * page
+    if hi <= lo:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED) == 0

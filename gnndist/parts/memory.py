@@ -44,10 +44,11 @@ the epoch's) and K negatives each, ``d`` the encoder's output width, ``a`` the a
 ``D`` the distinct rows a rank's pairs name, ``n_near`` of them its own (``gnndist/tasks/link.py``, ``pairs.py``,
 ``scoring.py``, ``metrics.py``):
 
-    held      12 I + 12 N / P           the split's I node ids on the rank (every split): dataset ids, mapped and
-                                        read once (int64), and their new ids (int32); the directory's slice
-                                        (mapped int64, held int32)
-    moments   32 n K + 5 N              the negatives: drawn (int64), their positions and answers (int32), the
+    held      4 I + 4 N / P             the new ids (int32) of the split's I node ids on the rank (every split), and
+                                        the directory's slice (int32)
+    moments   8 I + 8 N / P             at the load: the mapped dataset ids (int64), read once for the new ids and
+                                        then let go (gnndist.files.drop_mapped)
+              32 n K + 5 N              the negatives: drawn (int64), their positions and answers (int32), the
                                         map over N (a flag and an int32 slot per node)
               kept + h + 8 n K + 5 N + 16 D + a d (3 D - n_near)
                                         the fetch of the distinct rows: the negatives' new ids, the map, the
@@ -140,14 +141,15 @@ class LinkLoad:
 
     def held(self) -> int:
         """Bytes the rank holds from its load on."""
-        return 12 * self.ids + 12 * -(-self.nodes // self.parts)
+        return 4 * self.ids + 4 * -(-self.nodes // self.parts)
 
     def moments(self, rows: int, kept: int, act: int) -> list[int]:
         """Bytes each moment of the step and of the evaluation adds (``rows`` owned rows, ``kept`` what the
         encoder's forward keeps, ``act`` bytes an activation element)."""
         nk, d, n, big = self.positives * self.negatives, self.width, self.nodes, self.distinct()
         h = act * d * rows
-        return [32 * nk + 5 * n,
+        return [8 * self.ids + 8 * -(-n // self.parts),
+                32 * nk + 5 * n,
                 kept + h + 8 * nk + 5 * n + 16 * big + act * d * (3 * big - min(rows, big)),
                 kept + h + 8 * nk + 2 * act * d * big + LINK_BLOCK_BYTES,
                 SCORE_BYTES * self.scored + h]

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from gnndist.config import TaskConfig
 from gnndist.errors import UserError
+from gnndist.files import drop_mapped
 from gnndist.kernels.dropout.reference import hash_bits
 from gnndist.nn.models.link import LinkModel, decoder
 from gnndist.nn.node_embedding import NodeEmbedding
@@ -132,6 +133,9 @@ class LinkTask(Task):
         new = self.directory.new_ids
         self.pairs = {name: new(graph.link[name], f"the {name} pairs")
                       for name in ("train", "valid", "test", "valid_neg", "test_neg")}  # new ids, this rank's slice
+        for t in graph.link.values():  # read once for the new ids: their mapped pages need not stay resident
+            if t.device.type == "cpu":
+                drop_mapped(t.data_ptr(), t.numel() * t.element_size())
         self.first = {name: pair_slice(counts[name], self.grid.rank, self.grid.world_size)[0] for name in counts}
         # no features of its own (ogbl-ddi's none; SNAP's made from the structure): every node learns its input row
         self.featureless = graph.x.shape[1] == 0 or bool(graph.meta.get("featureless"))
