@@ -70,7 +70,7 @@ def add_train_args(parser: argparse.ArgumentParser, model_help: str | None = Non
     own = {f.name: f.metadata["help"] for sec in (EvalConfig, TaskConfig) for f in dataclasses.fields(sec)}
     tasks = "; ".join(f"{name}: {cls.noun}" for name, cls in TASKS.items())  # the registered tasks (gnndist.tasks)
     help = {"metric": f"{own['metric']}; the datasets' own: {declared_metrics()}",
-            "task": f"{own['task']} ({tasks}); the datasets with their own edge split: {', '.join(link_datasets())}",
+            "task": f"{own['task']} ({tasks}); the datasets with their own: {', '.join(link_datasets())}",
             **({"model": model_help} if model_help else {})}
     for sec in TRAIN_SECTIONS.values():
         add_section(parser, sec, suppress=True, help=help, choices={"task": ("auto", *TASKS)})
