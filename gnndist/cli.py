@@ -150,8 +150,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(records))
     else:
         name = getattr(data, "name", None) or Path(args.dataset).name
+        task = "link ranks (the training edges' message graph)" if records and records[0]["task"] == "link" else "ranks"
         print(f"{name}: N={int(data.num_nodes):,} F={sim.feature_dim} layers={sim.layers} {sim.precision}, "
-              f"ranks on {sim.device}, "
+              f"{task} on {sim.device}, "
               f"network {net.name} (alpha {net.alpha:g} s, beta {net.beta:g} B/s); bytes per epoch, forward + backward")
         print(format_table(records))
         print(f"simulated in {time.perf_counter() - t0:.1f}s")
