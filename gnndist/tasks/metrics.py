@@ -235,12 +235,29 @@ def auc_ap(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> tuple[float, float]:
     Shapes:
         pos ``[n_local]``, neg ``[m_local]`` (either may be empty)
     """
-    parts = grid.all_gather_object((pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)))
-    n_pos, n_neg = sum(a.numel() for a, _ in parts), sum(b.numel() for _, b in parts)
+    score, (n_pos, n_neg) = gather_flat([pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)], grid)
     y = torch.cat([torch.ones(n_pos, dtype=torch.bool), torch.zeros(n_neg, dtype=torch.bool)])
-    score = torch.cat([a for a, _ in parts] + [b for _, b in parts])  # [n_pos + n_neg], the scores' dtype
-    del parts
     return roc_auc(y, score), average_precision(y, score)
+
+
+def gather_flat(local: list[Tensor], grid: ProcessGrid) -> tuple[Tensor, list[int]]:
+    """Every rank's 1-D tensors ``local`` (CPU, one dtype) in one buffer, ``local[0]`` of every rank in rank order,
+    then ``local[1]``'s, ...; and each position's total count (collective). One broadcast a (rank, tensor) into the
+    buffer's slice: nothing is pickled or copied twice, so a gathered element costs its own bytes."""
+    if not grid.distributed:
+        return torch.cat(local), [t.numel() for t in local]
+    counts = grid.all_gather_object([t.numel() for t in local])  # [P][len(local)]
+    out = torch.empty(sum(map(sum, counts)), dtype=local[0].dtype)
+    at = 0
+    for j, mine in enumerate(local):
+        for r in range(grid.world_size):
+            view = out[at : at + counts[r][j]]
+            if r == grid.rank:
+                view.copy_(mine)
+            if view.numel():
+                grid.broadcast_(view, src=r)
+            at += counts[r][j]
+    return out, [sum(c[j] for c in counts) for j in range(len(local))]
 
 
 def link_metrics(metric: str, pos: Tensor, neg: Tensor, grid: ProcessGrid) -> dict[str, float]:

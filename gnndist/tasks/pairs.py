@@ -72,17 +72,37 @@ def fetch_distinct(table: Tensor, ids: Sequence[Tensor], bound: int, offsets: Te
     uniq = _distinct(ids, bound)
     lo, hi = int(offsets[grid.rank]), int(offsets[grid.rank + 1])
     mine = (uniq >= lo) & (uniq < hi)
-    near = table.index_select(0, uniq[mine] - lo)  # [n_near, *]; index_select: its backward is an index_add
-    if not grid.distributed:
-        return near, _locator(uniq, torch.arange(uniq.shape[0], device=uniq.device), bound)
+    if not grid.distributed:  # index_select: its backward is an index_add
+        return table.index_select(0, uniq - lo), _locator(uniq, torch.arange(uniq.shape[0], device=uniq.device), bound)
     plan = fetch_plan(uniq[~mine], offsets, grid)
     if counter is not None:  # the requests: one int64 id per row asked for
         counter.add(tag, "fwd", 8 * plan.n_recv, 8 * plan.n_send)
     far = gather(table, plan, counter, tag)  # [n_far, *]
-    where = torch.empty_like(uniq)  # each distinct id's row in cat([far, near])
-    where[~mine] = torch.arange(far.shape[0], device=uniq.device)
-    where[mine] = torch.arange(near.shape[0], device=uniq.device) + far.shape[0]
-    return torch.cat([far, near]), _locator(uniq, where, bound)
+    where = torch.empty_like(uniq)  # each distinct id's row in [far; near]
+    n_far, near = far.shape[0], uniq[mine] - lo
+    where[~mine] = torch.arange(n_far, device=uniq.device)
+    where[mine] = torch.arange(near.shape[0], device=uniq.device) + n_far
+    return _FarAndNear.apply(table, far, near), _locator(uniq, where, bound)
+
+
+class _FarAndNear(torch.autograd.Function):
+    """``[far; table[near]]`` written once into one buffer (no copy of the near rows beside it, no concatenation);
+    the backward splits the gradient: the far rows' to their owners, the near rows' added into ``table``'s."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, far: Tensor, near: Tensor) -> Tensor:
+        out = far.new_empty((far.shape[0] + near.shape[0], *table.shape[1:]))
+        out[: far.shape[0]] = far
+        torch.index_select(table, 0, near, out=out[far.shape[0] :])
+        ctx.save_for_backward(near)
+        ctx.n_far, ctx.n_table = far.shape[0], table.shape[0]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (near,) = ctx.saved_tensors
+        g_table = grad.new_zeros((ctx.n_table, *grad.shape[1:])).index_add_(0, near, grad[ctx.n_far :])
+        return g_table, grad[: ctx.n_far], None
 
 
 def _dense(bound: int, count: int) -> bool:
