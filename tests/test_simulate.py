@@ -276,7 +276,7 @@ def test_link_terms_add_the_split_and_the_pairs_moments():
     assert load.moments(rows, kept, 4) == [
         8 * 2000 + 8 * 250,
         32 * nk + 5 * 1000,
-        kept + h + 8 * nk + 5 * 1000 + 16 * big + 4 * 8 * (3 * big - rows),
+        kept + h + 8 * nk + 5 * 1000 + 16 * big + 4 * 8 * (3 * big - 2 * rows),
         kept + h + 8 * nk + 2 * 4 * 8 * big + LINK_BLOCK_BYTES,
         SCORE_BYTES * 400 + h]
     node = training_peak(900, 300, rows, halo, send, widths)

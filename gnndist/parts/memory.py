@@ -50,10 +50,11 @@ the epoch's) and K negatives each, ``d`` the encoder's output width, ``a`` the a
                                         then let go (gnndist.files.drop_mapped)
               32 n K + 5 N              the negatives: drawn (int64), their positions and answers (int32), the
                                         map over N (a flag and an int32 slot per node)
-              kept + h + 8 n K + 5 N + 16 D + a d (3 D - n_near)
+              kept + h + 8 n K + 5 N + 16 D + a d (3 D - 2 n_near)
                                         the fetch of the distinct rows: the negatives' new ids, the map, the
-                                        distinct ids and where they go, the near and far rows, their
-                                        concatenation and the rows this rank sends
+                                        distinct ids and where they go, the far rows received, the rows written
+                                        once (far and near) and the rows this rank sends (about as many as it
+                                        receives)
               kept + h + 8 n K + 2 a d D + LINK_BLOCK_BYTES
                                         the loss: the distinct rows and their gradient, one block of pairs
               SCORE_BYTES x scored + h  the exact AUC: every rank's scores of the largest evaluation split
@@ -150,7 +151,7 @@ class LinkLoad:
         h = act * d * rows
         return [8 * self.ids + 8 * -(-n // self.parts),
                 32 * nk + 5 * n,
-                kept + h + 8 * nk + 5 * n + 16 * big + act * d * (3 * big - min(rows, big)),
+                kept + h + 8 * nk + 5 * n + 16 * big + act * d * (3 * big - 2 * min(rows, big)),
                 kept + h + 8 * nk + 2 * act * d * big + LINK_BLOCK_BYTES,
                 SCORE_BYTES * self.scored + h]
 
