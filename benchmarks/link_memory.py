@@ -50,11 +50,7 @@ def predicted(meta: dict, hidden: int) -> dict[str, int]:
     from gnndist.parts.memory import LinkLoad, training_peak
 
     _sent, recv, _fs, _fr, _peers, nnz, rows, _c = meta["layouts"]["1"][0]
-    counts, parts, n = meta["link"]["counts"], meta["parts"], meta["N"]
-    ids = sum(c[0] * c[1] for c in counts.values())
-    scored = max(counts[s][0] + counts[f"{s}_neg"][0] for s in ("valid", "test")) if meta["link"]["metric"] == "auc" \
-        else 0
-    link = LinkLoad(n, parts, -(-counts["train"][0] // parts), 1, -(-ids // parts), scored, hidden)
+    link = LinkLoad.from_counts(meta["link"]["counts"], meta["link"]["metric"], meta["N"], meta["parts"], hidden)
     node = training_peak(nnz, nnz, rows, recv, _sent, [meta["F"], hidden, meta["classes"]])
     return {"node": node, "link": training_peak(nnz, nnz, rows, recv, _sent, [meta["F"], hidden, hidden], link=link)}
 

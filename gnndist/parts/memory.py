@@ -129,11 +129,17 @@ class LinkLoad:
     @classmethod
     def of(cls, split, nodes: int, parts: int, width: int, negatives: int = 1) -> LinkLoad:
         """The counts of one rank of ``parts`` for an :class:`~gnndist.datasets.edge_split.EdgeSplit`."""
-        arrays = split.arrays()
-        evals = [arrays[s].shape[0] + arrays[f"{s}_neg"].shape[0] for s in ("valid", "test")]
-        return cls(nodes, parts, -(-arrays["train"].shape[0] // parts), negatives,
-                   -(-sum(a.numel() for a in arrays.values()) // parts),
-                   max(evals) if split.metric == "auc" else 0, width)
+        shapes = {name: list(a.shape) for name, a in split.arrays().items()}
+        return cls.from_counts(shapes, split.metric, nodes, parts, width, negatives)
+
+    @classmethod
+    def from_counts(cls, shapes: dict[str, list[int]], metric: str, nodes: int, parts: int, width: int,
+                    negatives: int = 1) -> LinkLoad:
+        """The counts of one rank of ``parts`` from the split's array shapes by name (META.json's ``link.counts``)."""
+        evals = [shapes[s][0] + shapes[f"{s}_neg"][0] for s in ("valid", "test")]
+        ids = sum(math.prod(shape) for shape in shapes.values())
+        return cls(nodes, parts, -(-shapes["train"][0] // parts), negatives, -(-ids // parts),
+                   max(evals) if metric == "auc" else 0, width)
 
     def distinct(self) -> int:
         """D: the distinct rows the rank's pairs name (uniform endpoints)."""

@@ -49,9 +49,12 @@ def wide(decoder: nn.Module, hu: Tensor, hv: Tensor) -> Tensor:
     Shapes:
         hu, hv ``[n, d]`` -> ``[n]`` float32
     """
-    if not any(p.is_floating_point() for p in decoder.parameters()):
-        return decoder(hu, hv).float()
-    return in_float64(decoder, hu, hv)
+    return in_float64(decoder, hu, hv) if has_weights(decoder) else decoder(hu, hv).float()
+
+
+def has_weights(decoder: nn.Module) -> bool:
+    """Whether the decoder has floating-point parameters (then it runs in float64: :func:`wide`)."""
+    return any(p.is_floating_point() for p in decoder.parameters())
 
 
 def in_float64(decoder: nn.Module, hu: Tensor, hv: Tensor, state: dict[str, Tensor] | None = None) -> Tensor:
@@ -126,7 +129,7 @@ class _Pairs:
         table a block). Half-precision rows are widened for it: their gradients, here unscaled (about 1 / the
         positives each), would underflow in fp16, where the loss scale used to keep them."""
         decoder = self.decoder
-        floating = any(p.is_floating_point() for p in decoder.parameters())
+        floating = has_weights(decoder)
         state = float64_state(decoder, leaves=True) if floating else None
         rows = rows.detach()  # each block's rows are leaves of their own
         g_rows = torch.zeros(rows.shape, dtype=torch.float32, device=rows.device) if want_rows else None
