@@ -1,7 +1,7 @@
 """Where one full-graph epoch goes: step time, evaluation time and torch.profiler's top ops, dense or sparse input.
 
     python benchmarks/epoch_profile.py coauthor-cs --root ../shared/data [--model sage] [--hidden 256]
-        [--sparse-features off,on] [--threads 2] [--top 12]
+        [--dropout P] [--sparse-features off,on] [--threads 2] [--top 12]
 
 For each ``--sparse-features`` value: a one-rank Trainer on a 1-part partition (kept under ``--work``), two warm-up
 steps, the median of ``--reps`` training steps (``Trainer.train_step``), one evaluation forward, then one profiled
@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--model", default="sage")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--dropout", type=float, default=None, help="the model's dropout (default: the config's)")
     ap.add_argument("--sparse-features", default="off,on")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
@@ -51,6 +52,8 @@ def main() -> None:
         cfg = TrainConfig()
         cfg.model.model, cfg.model.hidden, cfg.model.layers, cfg.model.sparse_features = (
             args.model, args.hidden, args.layers, sparse)
+        if args.dropout is not None:
+            cfg.model.dropout = args.dropout
         cfg.run.progress = False
         graph = DistGraph.from_config(*load_part(part, 0), ProcessGrid(), cfg)
         trainer = Trainer(graph, cfg)
@@ -68,7 +71,8 @@ def main() -> None:
         trainer.evaluate()
         eval_s = time.perf_counter() - t0
         print(json.dumps({"kind": "step", "dataset": args.dataset, "model": args.model, "hidden": args.hidden,
-                          "sparse_features": sparse, "taken_sparse": bool(graph.sparse_features),
+                          "dropout": cfg.model.dropout, "sparse_features": sparse,
+                          "taken_sparse": bool(graph.sparse_features),
                           "step_s": round(statistics.median(times), 4), "eval_s": round(eval_s, 4),
                           "threads": args.threads, "load": loadavg()}), flush=True)
         with torch.profiler.profile() as prof:

@@ -182,8 +182,10 @@ def apply_dropout(x: Tensor, drop: Tensor, p: float) -> Tensor:
 
 
 def _factors(drop: Tensor, scale: float) -> Tensor:
-    """fp32 ``0`` where ``drop``, else ``scale``. ``[n, F]``."""
-    return torch.logical_not(drop).to(torch.float32).mul_(scale)
+    """fp32 ``0`` where ``drop``, else ``scale`` (both exact: ``1 x -scale + scale`` and ``0 x -scale + scale``).
+    ``[n, F]``. The mask converts through its bytes: on the CPU a ``bool -> float32`` copy is 5x slower than a
+    ``uint8 -> float32`` one (2.4 ms against 0.46 ms for 4M cells, 2 threads)."""
+    return drop.view(torch.uint8).to(torch.float32).mul_(-scale).add_(scale)
 
 
 def _scaled(x: Tensor, drop: Tensor, scale: float) -> Tensor:
