@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from gnndist.nn.models.link import decoder
 from gnndist.tasks import scoring
+from gnndist.tasks.pairs import Fetched
 
 
 def whole(dec, rows, index, positives, k, total):
@@ -38,7 +39,7 @@ def test_blocks_equal_the_whole_loss_and_gradients(monkeypatch, name, block):
     assert scoring.block_pairs(width) == block
     rows = base.clone().requires_grad_()
     locate = lambda t: t  # noqa: E731  (node ids are the rows' positions here)
-    loss = scoring.pair_loss(dec, rows, locate, index[:positives].int(), index[positives:], k, total)
+    loss = scoring.pair_loss(dec, Fetched.local(rows), locate, index[:positives].int(), index[positives:], k, total)
     got = grads(loss * 4.0, rows, dec)
 
     assert abs(float(loss.detach()) - float(ref_loss.detach())) <= 1e-6 * abs(float(ref_loss))
@@ -56,17 +57,17 @@ def test_decode_in_blocks_equals_one_call(monkeypatch, name):
     ref = scoring.wide(dec, rows[index[:, 0]], rows[index[:, 1]])
     monkeypatch.setattr(scoring, "PAIR_BLOCK_CELLS", 5 * 6)
     ids = index + 1000  # node ids, located among the rows
-    got = scoring.decode(dec, rows, lambda t: t - 1000, ids)
+    got = scoring.decode(dec, Fetched.local(rows), lambda t: t - 1000, ids)
     assert got.dtype == torch.float32 and got.shape == (101,)
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-6)
-    assert scoring.decode(dec, rows, lambda t: t - 1000, ids[:0]).shape == (0,)
+    assert scoring.decode(dec, Fetched.local(rows), lambda t: t - 1000, ids[:0]).shape == (0,)
 
 
 def test_a_rank_without_pairs_has_zero_loss_and_gradients():
     dec = decoder("mlp", 4)
     rows = torch.randn(3, 4, requires_grad=True)
     none = torch.zeros(0, 2, dtype=torch.int64)
-    loss = scoring.pair_loss(dec, rows, lambda t: t, none, none, 1, torch.tensor(5.0))
+    loss = scoring.pair_loss(dec, Fetched.local(rows), lambda t: t, none, none, 1, torch.tensor(5.0))
     loss.backward()
     assert float(loss) == 0.0 and float(rows.grad.abs().max()) == 0.0
     assert all(p.grad is not None and float(p.grad.abs().max()) == 0.0 for p in dec.parameters())
@@ -94,8 +95,31 @@ def test_half_rows_keep_their_small_gradients_under_a_loss_scale():
     base, index = torch.randn(20, 4), torch.randint(0, 20, (60, 2))
     dec, total, scale = decoder("mlp", 4), torch.tensor(1e7), 2.0**16
     wide = base.clone().requires_grad_()
-    (scoring.pair_loss(dec, wide, lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
+    (scoring.pair_loss(dec, Fetched.local(wide), lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
     half = base.half().requires_grad_()
-    (scoring.pair_loss(dec, half, lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
+    (scoring.pair_loss(dec, Fetched.local(half), lambda t: t, index[:30], index[30:], 1, total) * scale).backward()
     assert half.grad.dtype == torch.float16 and bool((half.grad != 0).any())
     torch.testing.assert_close(half.grad.float(), wide.grad, rtol=1e-2, atol=1e-3 * float(wide.grad.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["dot", "mlp"])
+def test_far_and_near_rows_read_in_place_equal_one_table(monkeypatch, name):
+    """Rows from two sources (those fetched from other ranks, then this rank's own, read where they are): the loss
+    and both parts' gradients equal those of the one concatenated table; a second backward is refused."""
+    torch.manual_seed(4)
+    width, n_far, n_rows, positives = 6, 15, 40, 25
+    index = torch.randint(0, n_rows, (positives * 3, 2))
+    total, base, dec = torch.tensor(float(positives)), torch.randn(n_rows, width), decoder(name, width)
+    table = base.clone().requires_grad_()
+    ref = grads(whole(dec, table, index, positives, 2, total), table, dec)
+    dec.zero_grad()
+    monkeypatch.setattr(scoring, "PAIR_BLOCK_CELLS", 9 * width)  # blocks that mix far and near rows
+    far, near = base[:n_far].clone().requires_grad_(), base[n_far:].clone().requires_grad_()
+    loss = scoring.pair_loss(dec, Fetched(far, near), lambda t: t, index[:positives], index[positives:], 2, total)
+    loss.backward(retain_graph=True)
+    got = [torch.cat([far.grad, near.grad])] + [p.grad for p in dec.parameters()]
+    for a, b in zip(got, ref):
+        assert float((a - b).abs().max()) <= 1e-6 * float(b.abs().max())
+    torch.testing.assert_close(Fetched(far, near).take(index[:, 1]), base[index[:, 1]], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="twice"):
+        loss.backward()

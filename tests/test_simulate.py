@@ -265,7 +265,7 @@ def test_cli_errors(capsys, data_root, argv):
 def test_link_terms_add_the_split_and_the_pairs_moments():
     """A link rank: its split's new ids and directory held (4 B each), and the largest of the load's, the step's and the
     evaluation's moments (gnndist.parts.memory's module doc), against the node model on the same counts."""
-    from gnndist.parts.memory import LINK_BLOCK_BYTES, SCORE_BYTES, LinkLoad, _phases
+    from gnndist.parts.memory import LINK_BLOCK_BYTES, RANK_BLOCK_BYTES, SCORE_BYTES, LinkLoad, _phases
 
     load = LinkLoad(nodes=1000, parts=4, positives=300, negatives=2, ids=2000, scored=400, width=8)
     big = int(1000 * -np.expm1(-2 * 300 * 3 / 1000))
@@ -273,12 +273,13 @@ def test_link_terms_add_the_split_and_the_pairs_moments():
     rows, halo, send, widths = 250, 30, 20, [8, 8, 8]
     _, kept = _phases(rows, halo, send, widths, "fp32", "cpu")
     h, nk = 4 * 8 * rows, 600
+    far = big - big * rows // 1000  # the distinct rows of other ranks: D less the rank's share of them
     assert load.moments(rows, kept, 4) == [
         8 * 2000 + 8 * 250,
         32 * nk + 5 * 1000,
-        kept + h + 8 * nk + 5 * 1000 + 16 * big + 4 * 8 * (3 * big - 2 * rows),
-        kept + h + 8 * nk + 2 * 4 * 8 * big + LINK_BLOCK_BYTES,
-        SCORE_BYTES * 400 + h]
+        kept + h + 8 * nk + 5 * 1000 + 16 * big + 2 * 4 * 8 * far,
+        kept + h + 8 * nk + 4 * 8 * (2 * far + rows) + LINK_BLOCK_BYTES,
+        SCORE_BYTES * 400 + RANK_BLOCK_BYTES + h]
     node = training_peak(900, 300, rows, halo, send, widths)
     link = training_peak(900, 300, rows, halo, send, widths, link=load)
     assert link == node - max(activation_phases(rows, halo, send, widths)) + load.held() + max(

@@ -50,17 +50,20 @@ the epoch's) and K negatives each, ``d`` the encoder's output width, ``a`` the a
                                         then let go (gnndist.files.drop_mapped)
               32 n K + 5 N              the negatives: drawn (int64), their positions and answers (int32), the
                                         map over N (a flag and an int32 slot per node)
-              kept + h + 8 n K + 5 N + 16 D + a d (3 D - 2 n_near)
+              kept + h + 8 n K + 5 N + 16 D + 2 a d (D - n_near)
                                         the fetch of the distinct rows: the negatives' new ids, the map, the
-                                        distinct ids and where they go, the far rows received, the rows written
-                                        once (far and near) and the rows this rank sends (about as many as it
-                                        receives)
-              kept + h + 8 n K + 2 a d D + LINK_BLOCK_BYTES
-                                        the loss: the distinct rows and their gradient, one block of pairs
-              SCORE_BYTES x scored + h  the exact AUC: every rank's scores of the largest evaluation split
+                                        distinct ids and where they go, the far rows received and the rows this
+                                        rank sends (about as many); its own rows are read in h, not copied
+              kept + h + 8 n K + a d (2 (D - n_near) + rows) + LINK_BLOCK_BYTES
+                                        the loss: the far rows and their gradient, the gradient of h, one block
+                                        of pairs
+              SCORE_BYTES x scored + RANK_BLOCK_BYTES + h
+                                        the exact AUC: every rank's scores of the largest evaluation split, each
+                                        class sorted in place, ranked a block of positives at a time
 
 with ``kept`` what the encoder's forward keeps for its backward, ``h`` its output (``a d rows``), and ``D``
-estimated as if the pairs' ``2 n (1 + K)`` endpoints were uniform: ``N (1 - exp(-2 n (1 + K) / N))``.
+estimated as if the pairs' ``2 n (1 + K)`` endpoints were uniform: ``N (1 - exp(-2 n (1 + K) / N))``, of which
+``n_near = D rows / N`` the rank's own.
 ``benchmarks/link_memory.py`` prints the prediction beside the measured peak.
 """
 
@@ -99,10 +102,11 @@ MASK_BYTES = 1  # a dropout mask: a bool per element, in every dtype
 # a block of pairs' transients past the distinct rows (gnndist.tasks.scoring.PAIR_BLOCK_CELLS cells: float32
 # and float64 endpoint rows, their gradients, an MLP decoder's activations; about 48 bytes a cell)
 LINK_BLOCK_BYTES = 48 * 2**20
-# bytes a gathered score takes while the exact AUC runs on a rank (the pickled and unpickled parts, their
-# concatenation, the labels, the sort's values and order, the ties' inverse): fitted on the run of
-# benchmarks/README.md, "Link memory"
-SCORE_BYTES = 48
+# bytes a gathered score takes while the exact AUC runs on a rank: the float32 buffer it is broadcast into, sorted
+# in place (gnndist.tasks.metrics.auc_ap); and a block of positives' ranks (metrics.RANK_BLOCK positives: their
+# int64 positions among the negatives and the positives, and the float64 precisions)
+SCORE_BYTES = 4
+RANK_BLOCK_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,12 @@ class LinkLoad:
         """Bytes each moment of the step and of the evaluation adds (``rows`` owned rows, ``kept`` what the
         encoder's forward keeps, ``act`` bytes an activation element)."""
         nk, d, n, big = self.positives * self.negatives, self.width, self.nodes, self.distinct()
-        h = act * d * rows
+        h, far = act * d * rows, big - min(rows, big * rows // max(n, 1))  # far: D - n_near
         return [8 * self.ids + 8 * -(-n // self.parts),
                 32 * nk + 5 * n,
-                kept + h + 8 * nk + 5 * n + 16 * big + act * d * (3 * big - 2 * min(rows, big)),
-                kept + h + 8 * nk + 2 * act * d * big + LINK_BLOCK_BYTES,
-                SCORE_BYTES * self.scored + h]
+                kept + h + 8 * nk + 5 * n + 16 * big + 2 * act * d * far,
+                kept + h + 8 * nk + act * d * (2 * far + rows) + LINK_BLOCK_BYTES,
+                SCORE_BYTES * self.scored + RANK_BLOCK_BYTES + h]
 
 
 def training_peak(nnz: int, nnz_transposed: int, rows: int, halo: int, send: int, widths: Sequence[int],

@@ -42,7 +42,7 @@ from gnndist.strategies import strategy_from_config
 from gnndist.tasks import metrics
 from gnndist.tasks.base import Placed, Task, register_task
 from gnndist.tasks.metrics import SPLITS, metric_key
-from gnndist.tasks.pairs import Directory, fetch_distinct
+from gnndist.tasks.pairs import Directory, Fetched, fetch_distinct
 from gnndist.tasks.scoring import Locate, decode, pair_loss
 
 NEGATIVE_KEY = 0x4E454721  # the hash stream of training negatives (apart from dropout's and embeddings')
@@ -243,12 +243,12 @@ class LinkTask(Task):
             return torch.cat([pos[:, :1].repeat_interleave(k, dim=0), new], dim=1)
         return new
 
-    def _rows(self, h: Tensor, *pairs: Tensor) -> tuple[Tensor, Locate]:
-        """The distinct rows that ``pairs`` (new ids) name, from their owners (collective), and new ids -> their
-        positions among them.
+    def _rows(self, h: Tensor, *pairs: Tensor) -> tuple[Fetched, Locate]:
+        """The distinct rows that ``pairs`` (new ids) name, those of other ranks from their owners (collective) and
+        this rank's read in ``h``, and new ids -> their positions among them.
 
         Shapes:
-            h ``[n_owned, d]``; each of pairs ``[n, 2]`` -> ``[n_distinct, d]``
+            h ``[n_owned, d]``; each of pairs ``[n, 2]`` -> far rows ``[n_far, d]`` beside ``h``
         """
         return fetch_distinct(h, pairs, self.num_nodes, self.offsets, self.grid, self.graph.context.counter, "pairs")
 

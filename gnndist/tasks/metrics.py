@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -140,21 +141,8 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
         vals = [roc_auc(y[:, t], score[:, t]) for t in range(y.shape[1])]
         vals = [v for v in vals if v == v]
         return sum(vals) / len(vals) if vals else float("nan")
-    y = y.bool().view(-1)
-    n_pos = int(y.sum())
-    n_neg = y.numel() - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    # sorted in the scores' own dtype (a float's widening is exact: the same order and ties as in float64)
-    s_sorted, order = torch.sort(score.view(-1))
-    y_sorted = y[order]
-    del order
-    _, inverse, tie = torch.unique_consecutive(s_sorted, return_inverse=True, return_counts=True)
-    del s_sorted
-    end = torch.cumsum(tie, 0).double()  # 1-based rank of each tie group's last member
-    avg_rank = end - (tie.double() - 1) / 2  # [groups] mean rank inside the group
-    pos_rank_sum = float(avg_rank[inverse[y_sorted]].sum())  # the positives' ranks, in sorted order
-    return (pos_rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    pos, neg = _sorted_halves(y, score)
+    return _auc(pos, neg)
 
 
 def average_precision(y: Tensor, score: Tensor) -> float:
@@ -166,17 +154,49 @@ def average_precision(y: Tensor, score: Tensor) -> float:
     Shapes:
         y ``[n]``, score ``[n]``
     """
-    y = y.bool().view(-1)
-    n_pos = int(y.sum())
-    if n_pos == 0:
+    return _ap(*_sorted_halves(y, score))
+
+
+def _sorted_halves(y: Tensor, score: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The positives' and the negatives' scores, each sorted ascending (their own dtype: a float's widening is
+    exact, so the order and the ties are float64's)."""
+    y, score = y.bool().view(-1).cpu(), score.detach().view(-1).cpu()
+    pos, neg = score[y].numpy(), score[~y].numpy()
+    pos.sort()
+    neg.sort()
+    return pos, neg
+
+
+# positives ranked among the negatives at once (their int64 ranks: 16 bytes a positive)
+RANK_BLOCK = 2**20
+
+
+def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """ROC-AUC from the sorted scores of each class: each positive counts the negatives below it and half those it
+    ties (Mann-Whitney's U with midranks, exact in int64). ``nan`` without both classes."""
+    if not len(pos) or not len(neg):
         return float("nan")
-    s_sorted, order = torch.sort(score.view(-1), descending=True)  # the scores' dtype: float64's order and ties
-    _, tie = torch.unique_consecutive(s_sorted, return_counts=True)
-    del s_sorted
-    seen = torch.cumsum(tie, 0)  # [groups] scores at or above each threshold
-    tp = torch.cumsum(y[order].long(), 0)[seen - 1]  # [groups] positives among them
-    recall_step = torch.diff(tp, prepend=tp.new_zeros(1)).double() / n_pos
-    return float((recall_step * (tp.double() / seen.double())).sum())
+    twice_u = 0  # sum over positives of 2 #{neg < p} + #{neg == p}
+    for a in range(0, len(pos), RANK_BLOCK):
+        block = pos[a : a + RANK_BLOCK]
+        twice_u += int(np.searchsorted(neg, block, "left").sum()) + int(np.searchsorted(neg, block, "right").sum())
+    return twice_u / (2 * len(pos) * len(neg))
+
+
+def _ap(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Average precision from the sorted scores of each class: each positive adds ``1 / n_pos`` times the precision
+    at its own score ``t``, ``#{pos >= t} / #{scores >= t}`` (a tie group of ``c`` positives is scikit-learn's one
+    threshold with recall step ``c / n_pos``; thresholds without a positive add nothing). A block of positives at
+    a time. ``nan`` without a positive."""
+    if not len(pos):
+        return float("nan")
+    total = 0.0
+    for a in range(0, len(pos), RANK_BLOCK):
+        block = pos[a : a + RANK_BLOCK]
+        tp = len(pos) - np.searchsorted(pos, block, "left")  # positives >= t
+        fp = len(neg) - np.searchsorted(neg, block, "left")  # negatives >= t
+        total += float((tp / (tp + fp)).sum())
+    return total / len(pos)
 
 
 def hits_at_k(pos: Tensor, neg: Tensor, k: int, grid: ProcessGrid) -> float:
@@ -230,14 +250,18 @@ def mrr(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> float:
 
 def auc_ap(pos: Tensor, neg: Tensor, grid: ProcessGrid) -> tuple[float, float]:
     """ROC-AUC (:func:`roc_auc`) and :func:`average_precision` of every rank's positives (label 1) against every
-    rank's negatives (label 0), gathered on each rank (collective); rank order does not matter.
+    rank's negatives (label 0), gathered on each rank (collective); rank order does not matter. Each class is sorted
+    in place in the gathered buffer: the scores' own bytes, no order or labels beside them.
 
     Shapes:
         pos ``[n_local]``, neg ``[m_local]`` (either may be empty)
     """
-    score, (n_pos, n_neg) = gather_flat([pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)], grid)
-    y = torch.cat([torch.ones(n_pos, dtype=torch.bool), torch.zeros(n_neg, dtype=torch.bool)])
-    return roc_auc(y, score), average_precision(y, score)
+    score, (n_pos, _) = gather_flat([pos.detach().cpu().view(-1), neg.detach().cpu().view(-1)], grid)
+    s = score.numpy()
+    halves = s[:n_pos], s[n_pos:]
+    for h in halves:
+        h.sort()
+    return _auc(*halves), _ap(*halves)
 
 
 def gather_flat(local: list[Tensor], grid: ProcessGrid) -> tuple[Tensor, list[int]]:
