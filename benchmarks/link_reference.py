@@ -13,7 +13,7 @@ of best validation Hits@50 and the training seconds until validation Hits@50 fir
                      clip_grad_norm_(1.0) on the encoder and on the predictor (--no-clip: none, as gnndist)
     gnndist          gnndist run ogbl-collab --root DIR --ranks P --epochs E   (the ``ogbl_collab`` preset:
                      the same model and optimiser, --edge-batch 65536, hashed negatives, no clipping)
-    gnndist eb0      the same with --edge-batch 0: one encoder pass and one step per epoch
+    gnndist-ebN      the same with --edge-batch N (0: one encoder pass and one step per epoch)
 
     python benchmarks/ogbl_layout.py --dataset coauthor_cs --root /work/shared/data --out /tmp/ogbl_cs
     python benchmarks/link_reference.py --root /tmp/ogbl_cs --epochs 100 --ranks 2
@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2, help="gnndist's ranks")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", default="pyg,gnndist,gnndist-eb0", help="comma list of pyg, pyg-noclip, gnndist, "
-                    "gnndist-eb0")
+                    "gnndist-ebN (--edge-batch N)")
     ap.add_argument("--target", type=float, default=None,
                     help="validation Hits@50 to time (default: 0.95 x the lowest best validation Hits@50 of the runs)")
     ap.add_argument("--quick", action="store_true", help="10 epochs")
@@ -180,8 +180,9 @@ def main() -> None:
             if name.startswith("pyg"):
                 rows = pyg_run(args.root, args.epochs, args.seed, clip=name == "pyg")
             else:
-                rows = gnndist_run(args.root, args.epochs, args.ranks, args.seed, 0 if name.endswith("eb0") else None,
-                                   data, os.path.join(data, f"{name}.jsonl"))
+                batch = int(name.split("-eb", 1)[1]) if "-eb" in name else None  # gnndist-ebN: --edge-batch N
+                rows = gnndist_run(args.root, args.epochs, args.ranks, args.seed, batch, data,
+                                   os.path.join(data, f"{name}.jsonl"))
             runs[name], loads[name] = rows, (before, os.getloadavg()[0])
             b = best(rows)
             print(f"{name:12s} best val {b['val_hits@50']:.4f} at epoch {b['epoch']}: test {b['test_hits@50']:.4f}; "
