@@ -20,6 +20,8 @@ from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, rel_err, run_distributed
 from gnndist.training.trainer import Trainer
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 EPOCHS = 3
 LAYERS = 6
 MODELS = [("gcn2", "none"), ("resgcn", "batch"), ("revgnn", "batch")]

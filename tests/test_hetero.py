@@ -14,6 +14,8 @@ from gnndist.graph import DistGraph
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.training.trainer import Trainer
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 EPOCHS = 6
 CASES = [0, 2]  # --num-bases: a weight per relation; two bases
 WORLDS = (1, 2, 3, 4)

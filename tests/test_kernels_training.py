@@ -24,6 +24,8 @@ from gnndist.strategies import strategy_from_config
 from gnndist.testing import assert_close
 from gnndist.training.trainer import Trainer
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 pytestmark = pytest.mark.triton
 NORMS = {"gin": "batch", "resgcn": "layer", "revgnn": "layer"}  # the norm each model is usually trained with
 

@@ -10,6 +10,8 @@ import torch
 
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 EPOCHS = 5
 CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per positive, the MLP decoder's layers,
     #         --embedding: learn on a featured graph puts learned rows beside the features)

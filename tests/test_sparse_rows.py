@@ -18,6 +18,8 @@ from gnndist.sparse_rows import SparseRows, rows_of
 from gnndist.testing import QUICK_PARTITION, assert_close, p_differences, record_steps, run_distributed
 from gnndist.training.precision import p_bound
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 STEPS = 3
 FP32 = 1e-6  # forward and first loss of one step, relative (the contract; measured 0.9-1.5e-7)
 # gradients: of the model's largest entry, as tests/test_deep_models.py holds them (1e-6 of it plus 1e-6 of the

@@ -22,6 +22,8 @@ from gnndist.strategies import strategy_from_config
 from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.training.trainer import Trainer
 
+CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
+
 WIDTH = 5
 EPOCHS = 5
 # world -> strategies as (name, replication); 2d is the square grid, 1.5d c = P has a single block row
