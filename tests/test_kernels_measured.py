@@ -23,18 +23,21 @@ def timing():
 
 
 @pytest.fixture
-def launched(monkeypatch) -> list:
-    """The tiles of every ``triton_kernel.spmm_launch`` call from here on (the original is ``__wrapped__``)."""
+def searched(monkeypatch) -> list:
+    """The tiles of every ``triton_kernel.spmm_launch`` call from here on, which runs no kernel (an empty output of
+    the right shape; the original is ``__wrapped__``): for the tile search's choices alone, timed by a fake timer.
+    Every option's output is checked in ``test_every_tile_option_the_tuning_may_choose_is_exact``; each test that
+    uses this ends with one real launch of the tiles it kept."""
     from gnndist.kernels.spmm import triton_kernel
 
     tiles_seen, launch = [], triton_kernel.spmm_launch
 
-    def spy(csr, x, *args, tiles=None, **kw):
+    def record(csr, x, *args, tiles=None, **kw):
         tiles_seen.append(tiles)
-        return launch(csr, x, *args, tiles=tiles, **kw)
+        return x.new_empty(csr.n_rows, x.shape[1])
 
-    spy.__wrapped__ = launch
-    monkeypatch.setattr(triton_kernel, "spmm_launch", spy)
+    record.__wrapped__ = launch
+    monkeypatch.setattr(triton_kernel, "spmm_launch", record)
     return tiles_seen
 
 
@@ -198,7 +201,7 @@ def test_every_tile_option_the_tuning_may_choose_is_exact():
 
 
 @pytest.mark.triton
-def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monkeypatch, launched):
+def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monkeypatch, searched):
     from gnndist.kernels.spmm import triton as tk
     from gnndist.kernels.spmm import triton_kernel, triton_tiles
 
@@ -210,16 +213,16 @@ def test_tuning_keeps_the_fastest_tiles_per_field_and_later_calls_use_them(monke
 
     def timer(fn):
         fn()
-        C, _, (_, dm), (_, ds), warps, stages = launched[-1]
+        C, _, (_, dm), (_, ds), warps, stages = searched[-1]
         seen = {"D_S": ds, "C": C, "warps": warps, "stages": stages}
         return 1.0 + sum(v != seen[k] for k, v in best.items())  # one unit per field off its best
 
     x = torch.randn(csr.num_cols, 8, device=DEVICE)
     tiles = tk.tune_tiles(csr, x, timer=timer)
     assert tiles == (256, (2, 4), (2, 4), (1, 16), 2, 3)
-    n = len(launched)
+    n = len(searched)
     assert tk.tune_tiles(csr, x, timer=lambda fn: pytest.fail("tuned twice")) == tiles  # cached on the CSR
-    assert len(launched) == n
+    assert len(searched) == n
     assert triton_tiles.tuned(csr, x, None, False, 0) == tiles
     assert triton_tiles.tuned(csr, x, None, True, 0) is None  # mean is its own key
     assert min(triton_tiles.timings(csr, x, None, False, 0).items(), key=lambda kv: kv[1])[0] == tiles
@@ -278,10 +281,10 @@ def test_dispatch_lets_the_triton_path_tune_before_timing_it(measured, monkeypat
 
 
 @pytest.mark.triton
-def test_tuning_keeps_the_fixed_tiles_unless_another_set_is_faster_again(monkeypatch, launched):
+def test_tuning_keeps_the_fixed_tiles_unless_another_set_is_faster_again(monkeypatch, searched):
     """A set that timed faster once by noise (and not again beside the fixed tiles) is not kept (issue 50)."""
     from gnndist.kernels.spmm import triton as tk
-    from gnndist.kernels.spmm import triton_tiles
+    from gnndist.kernels.spmm import triton_kernel, triton_tiles
 
     start = (16, (2, 4), (2, 4), (4, 4), 4, 1)
     monkeypatch.setattr(triton_tiles, "tiles_for", lambda feat: start)
@@ -289,11 +292,14 @@ def test_tuning_keeps_the_fixed_tiles_unless_another_set_is_faster_again(monkeyp
 
     def noisy(fn):  # warps=2 times 0.5 the first time (noise), 1.2 after; everything else 1.0
         fn()
-        tiles = launched[-1]
+        tiles = searched[-1]
         seen[tiles] = seen.get(tiles, 0) + 1
         return (0.5 if seen[tiles] == 1 else 1.2) if tiles[4] == 2 else 1.0
 
     x = torch.randn(graph("power-law-int32", DEVICE).num_cols, 8, device=DEVICE)
     assert tk.tune_tiles(graph("power-law-int32", DEVICE), x, timer=noisy) == start
-    within = lambda fn: (fn(), 0.97 if launched[-1][4] == 2 else 1.0)[1]  # noqa: E731 - 3 % faster: noise
-    assert tk.tune_tiles(graph("power-law-int32", DEVICE), x, timer=within) == start
+    within = lambda fn: (fn(), 0.97 if searched[-1][4] == 2 else 1.0)[1]  # noqa: E731 - 3 % faster: noise
+    csr = graph("power-law-int32", DEVICE)
+    assert tk.tune_tiles(csr, x, timer=within) == start
+    out = triton_kernel.spmm_launch.__wrapped__(csr, x)  # the kept tiles, launched for real
+    torch.testing.assert_close(out.double(), reference.spmm(csr, x.double()), rtol=1e-5, atol=1e-6)

@@ -53,9 +53,13 @@ def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     # not overlapped: the layers get the kernel's own output (overlapped, it is a sum of two), in place or not
     strategy = strategy_from_config(DistConfig(strategy="1d", overlap=False))
     grid = ProcessGrid(device=torch.device(DEVICE))  # every array of the graph on DEVICE
-    trainer = Trainer(DistGraph.load(partdir, grid, strategy=strategy, kernel=kernel), _cfg(model, 0.5))
-    trainer.fit()
-    losses = torch.tensor([r["loss"] for r in trainer.history], dtype=torch.float64)  # [2]
+    graph = DistGraph.load(partdir, grid, strategy=strategy, kernel=kernel)
+    trainer = Trainer(graph, _cfg(model, 0.5))
+    steps = []
+    for epoch in range(trainer.cfg.optim.epochs):  # the steps of fit(), without its evaluation (interpreted: slow)
+        with graph.context.step(seed=trainer.cfg.run.seed, epoch=epoch):
+            steps.append(trainer.train_step(epoch))
+    losses = torch.tensor(steps, dtype=torch.float64)  # [2]
     graph = DistGraph.load(partdir, grid, kernel=kernel)
     trainer = Trainer(graph, _cfg(model, 0.0))
     trainer.model.train()
