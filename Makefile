@@ -13,15 +13,17 @@ STAMP   := $(VENV)/.gnndist-installed
 $(VPY):
 	$(PY) -m venv $(VENV)
 
+# --no-compile: Python compiles a module when it is first imported (the suite's first import writes __pycache__),
+# not every file of torch and the rest at install: 26 + 57 s -> 8 + 40 s for torch and .[dev] (2026-12-07, 2 cores)
 $(STAMP): $(VPY) setup.cfg pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	@if $(VPY) -c "import torch" 2>/dev/null; then \
 		echo "torch already importable: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
 	else \
 		echo "installing $(TORCH) (CPU build on a CPU machine)"; \
-		$(VPY) -m pip install -q "$(TORCH)"; \
+		$(VPY) -m pip install -q --no-compile "$(TORCH)"; \
 	fi
-	$(VPY) -m pip install -q -e ".[dev]"
+	$(VPY) -m pip install -q --no-compile -e ".[dev]"
 	@touch $(STAMP)
 
 setup: $(STAMP)
