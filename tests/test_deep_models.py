@@ -25,7 +25,7 @@ CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftes
 EPOCHS = 3
 LAYERS = 6
 MODELS = [("gcn2", "none"), ("resgcn", "batch"), ("revgnn", "batch")]
-WORLDS = (1, 2, 4)
+WORLDS = (1, 4)  # 4 ranks: 1d and 2d(2x2) on the same runs (2 ranks proved nothing more)
 
 
 def _data():
@@ -127,7 +127,7 @@ def _first_steps(grid, partdir, weights=None):
 def partdirs(tmp_path_factory):
     data = _data()
     dirs = {}
-    for world in (1, 2, 3, 4):
+    for world in (1, 3, 4):
         d = tmp_path_factory.mktemp(f"deep{world}")
         partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="toy", progress=False)
         dirs[world] = str(d)
@@ -143,7 +143,7 @@ def runs(partdirs):
 def first_steps(partdirs):
     one = run_distributed(_first_steps, 1, partdirs[1])[0]
     weights = {model: r["weights"] for model, r in one.items()}
-    return {1: [one]} | {world: run_distributed(_first_steps, world, partdirs[world], weights) for world in (2, 3)}
+    return {1: [one]} | {world: run_distributed(_first_steps, world, partdirs[world], weights) for world in (3,)}
 
 
 def _losses(run) -> torch.Tensor:
@@ -154,7 +154,7 @@ TRAIN_CASES = [("gcn2", False), ("gcn2", True), ("resgcn", False), ("resgcn", Tr
                ("revgnn", False), ("revgnn", "autograd")]  # (model, recompute); RevGNN: reversible or plain autograd
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])
 @pytest.mark.parametrize("model,recompute", TRAIN_CASES,
                          ids=["gcn2", "gcn2-recompute", "resgcn", "resgcn-recompute", "revgnn", "revgnn-autograd"])
 def test_losses_equal_one_process(runs, world, model, recompute):
@@ -167,7 +167,7 @@ def test_losses_equal_one_process(runs, world, model, recompute):
     assert ref["losses"][-1] < ref["losses"][0], f"{model} does not train"
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [3])
 @pytest.mark.parametrize("model", [m for m, _ in MODELS])
 def test_first_step_equals_one_process(first_steps, world, model):
     """The contract is per step: the first two losses, and step 2's gradients from the same weights, <= 1e-6.
@@ -217,7 +217,7 @@ def test_recompute_gives_the_same_training(runs, world, model):
         assert plain["running"], "resgcn has batch norms"
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])
 @pytest.mark.parametrize("model", ["gcn2", "revgnn"])
 def test_recomputation_repeats_the_halo_exchange_and_counts_it(runs, world, model):
     """The repeated forward exchange is counted (forward bytes double, backward bytes do not) and predicted."""
@@ -264,7 +264,7 @@ def test_revgnn_gradients_equal_plain_autograd(runs, world):
         assert_close("revgnn losses", _losses(plain_run), _losses(rev_run), rtol=1e-6)
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])
 def test_bf16_halves_the_halo_bytes(runs, world):
     """``--comm-dtype bf16``: every exchanged row costs half; the losses barely move (bf16 has 8 mantissa bits)."""
     ranks = runs[world]

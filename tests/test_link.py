@@ -83,7 +83,7 @@ def runs(tmp_path_factory):
 
     results = {}
     datasets = {(f, m): _data(f, m) for f, m in ((False, False), (True, False), (False, True))}
-    for world in (1, 2, 3):
+    for world in (1, 3):  # 3 ranks: most pairs have an endpoint on another rank (2 proved nothing more)
         dirs = {}
         for key, data in datasets.items():
             d = tmp_path_factory.mktemp(f"p{world}")
@@ -93,7 +93,7 @@ def runs(tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [3])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_link_training_equals_one_process(runs, world, case):
     one = runs[1][0][case]

@@ -133,7 +133,7 @@ def _rank_job(grid, partdir):
 def runs(tmp_path_factory):
     data = _data()
     results = {}
-    for world in (1, 2, 3):
+    for world in (1, 3):  # 3 ranks: halo rows from two others (2 proved nothing more)
         d = tmp_path_factory.mktemp(f"p{world}")
         partition(data, world, progress=False, **QUICK_PARTITION).save(d, dataset="bow", progress=False)
         results[world] = run_distributed(_rank_job, world, str(d))
@@ -141,7 +141,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case,world,precision", [
-    pytest.param(c, w, p, id=f"{c[0]}-P{w}-{p}") for c in CASES for p in c[3] for w in (1, 2, 3)])
+    pytest.param(c, w, p, id=f"{c[0]}-P{w}-{p}") for c in CASES for p in c[3] for w in (1, 3)])
 def test_sparse_first_layer_equals_dense_one_process(runs, case, world, precision):
     data, results = runs
     model, _, layers, _ = case
