@@ -18,7 +18,7 @@ CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftes
 
 EPOCHS = 6
 CASES = [0, 2]  # --num-bases: a weight per relation; two bases
-WORLDS = (1, 2, 3, 4)
+WORLDS = (1, 3, 4)  # 2 ranks proved nothing 3 and 4 do not
 
 
 def _cfg(bases, dropout=0.5, epochs=EPOCHS):
@@ -206,7 +206,7 @@ def test_rgcn_gradients_equal_pyg(runs, bases):
         assert float(rows.abs().sum()) > 0  # the featureless rows learn: their gradients reached the owners
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [3, 4])
 def test_halo_bytes_equal_comm_volume(runs, world):
     """One exchange per layer serves every relation: its rows are the union graph's halo volume, both ways."""
     _, results = runs

@@ -15,7 +15,7 @@ from gnndist.testing import QUICK_PARTITION, assert_close, run_distributed
 from gnndist.training.trainer import Trainer
 
 EPOCHS = 4
-WORLDS = (1, 2, 4)
+WORLDS = (1, 4)  # 2 ranks proved nothing 4 do not
 
 
 def _layer(rel, i, o):
