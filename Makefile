@@ -35,10 +35,10 @@ demo: setup
 # folders partition/, kernels/, datasets/ import by bare names): the tests and every rank they start import
 # gnndist as installed (tests/conftest.py refuses a run with the root on the path)
 # on TEST_WORKERS processes (pytest-xdist), a test file to a worker (a file's module fixtures are built once);
-# tests/conftest.py starts the longest files first
+# tests/conftest.py starts the longest files first (--no-loadscope-reorder: in that order, not by test count)
 TEST_WORKERS ?= 2
 test: setup lint
-	$(VENV)/bin/pytest -q -x -n $(TEST_WORKERS) --dist loadfile tests
+	$(VENV)/bin/pytest -q -x -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # a broken link, a page missing from the nav or an API name that no longer exists fails it (--strict)
 docs: setup

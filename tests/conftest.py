@@ -40,14 +40,17 @@ os.environ.setdefault("GNNDIST_CHECK_COLLECTIVES", "1")
 os.environ.setdefault("GNNDIST_OFFLINE", "1")
 
 
-# The files that take longest (seconds on 2 cores, serial run of 2026-12-07: 56 .. 10), run first: `make test` runs the
-# suite on 2 workers (pytest-xdist, --dist loadfile) that take files in this order, so the long ones overlap instead
-# of one of them running alone at the end. A file not named keeps its place after them.
-LONGEST_FIRST = ("test_installed.py", "test_deep_models.py", "test_reliability.py", "test_agreement.py",
-                 "test_link.py", "test_degenerate_parts.py", "test_kernels_training.py", "test_strategies.py",
-                 "test_bench.py", "test_kernels_measured.py", "test_precision.py", "test_link_valedges.py",
-                 "test_download.py", "test_cli_train.py", "test_cli_torchrun.py", "test_hetero_conv.py",
-                 "test_cluster.py", "test_tta.py", "test_bad_inputs.py", "test_sparse_rows.py")
+# The files that take longest (worker-seconds in `make test`'s run of 2026-12-07 on 2 cores: 60 .. 8), run first: `make
+# test` runs the suite on 2 workers (pytest-xdist, --dist loadfile --no-loadscope-reorder: without the last flag
+# xdist orders the files by their number of tests) that take files in this order, so the long ones overlap instead of
+# one of them running alone at the end. A file not named keeps its place after them.
+LONGEST_FIRST = ("test_installed.py", "test_reliability.py", "test_deep_models.py", "test_bench.py",
+                 "test_degenerate_parts.py", "test_kernels_training.py", "test_link.py", "test_precision.py",
+                 "test_download.py", "test_nn_pyg_sweep.py", "test_cli_torchrun.py", "test_nn_layers.py",
+                 "test_cli_train.py", "test_cluster.py", "test_kernels_spmm.py", "test_bad_inputs.py",
+                 "test_agreement.py", "test_kernels_sddmm.py", "test_partition_balance.py", "test_strategies.py",
+                 "test_kernels_measured.py", "test_docs_site.py", "test_metrics.py", "test_tta.py",
+                 "test_kernels_compile.py", "test_link_cli.py", "test_sparse_rows.py", "test_rank_imports.py")
 
 
 def pytest_collection_modifyitems(config, items):
