@@ -66,11 +66,17 @@ def _job(grid, partdir, cases):
             kw = {"network": "ib"} if name == "auto" else {}  # a preset: no probe on a loaded machine
             graph = DistGraph.load(partdir, grid,
                                    strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
-            trainer = Trainer(graph, _cfg(model, norm, name))
-            trainer.fit()
-            out[(name, c, model)] = dict(losses=[row["loss"] for row in trainer.history],
-                                         weights={k: v.clone() for k, v in trainer.model.state_dict().items()})
+            out[(name, c, model)] = _steps(graph, Trainer(graph, _cfg(model, norm, name)))
     return out
+
+
+def _steps(graph, trainer) -> dict:
+    """fit()'s training steps without its evaluation (the losses and weights are what is compared)."""
+    losses = []
+    for epoch in range(EPOCHS):
+        with graph.context.step(seed=trainer.cfg.run.seed, epoch=epoch):
+            losses.append(trainer.train_step(epoch))
+    return dict(losses=losses, weights={k: v.clone() for k, v in trainer.model.state_dict().items()})
 
 
 def _part_shapes(p) -> list[tuple[int, int, int, int]]:
@@ -125,12 +131,7 @@ def _triton_job(grid, partdir, model, norm):
 
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy="1d")),
                            kernel=KernelSettings("triton"))
-    trainer = Trainer(graph, _cfg(model, norm, "1d"))
-    losses = []
-    for epoch in range(EPOCHS):  # fit()'s steps, without its evaluation (each an interpreted forward pass)
-        with graph.context.step(seed=trainer.cfg.run.seed, epoch=epoch):
-            losses.append(trainer.train_step(epoch))
-    return dict(losses=losses, weights={k: v.clone() for k, v in trainer.model.state_dict().items()})
+    return _steps(graph, Trainer(graph, _cfg(model, norm, "1d")))
 
 
 @pytest.mark.triton
