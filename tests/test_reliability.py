@@ -57,9 +57,9 @@ def _losses(log: Path) -> dict[int, float]:
 # ---------------------------------------------------------------------- signals
 @pytest.mark.parametrize("sig, to_group, code, line", [
     (signal.SIGTERM, False, 143, "gnndist: stopped by SIGTERM; all 2 ranks stopped"),
-    (signal.SIGINT, False, 130, "gnndist: interrupted; all 2 ranks stopped"),
-    (signal.SIGINT, True, 130, "gnndist: interrupted; all 2 ranks stopped"),  # Ctrl-C on a terminal
-], ids=["sigterm", "sigint", "ctrl-c-group"])
+    # Ctrl-C on a terminal (SIGINT to the launcher alone takes SIGTERM's forwarding and this case's message)
+    (signal.SIGINT, True, 130, "gnndist: interrupted; all 2 ranks stopped"),
+], ids=["sigterm", "ctrl-c-group"])
 def test_signal_stops_every_rank(part2, tmp_path, sig, to_group, code, line):
     log = tmp_path / "log.jsonl"
     p = subprocess.Popen(GNNDIST + ["train", str(part2), "--ranks", "2", "--epochs", "100000", "--no-progress",
@@ -220,7 +220,7 @@ def straight_slow(part2_slow):
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
-SLOW_FLAGS = ["--epochs", "30", "--no-progress", "--json"]
+SLOW_FLAGS = ["--epochs", "20", "--no-progress", "--json"]  # killed after epoch 4: 15 epochs to resume
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
