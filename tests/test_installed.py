@@ -123,7 +123,7 @@ def _tracked_sources() -> set[str]:
 
 # The README's commands on Cora, as a user types them (cwd: a scratch folder outside the checkout), in phases of
 # two lanes that run side by side (a lane's commands in order): what a later phase reads, an earlier one wrote.
-# predict: probs at 1 rank and class at 3 (the same classes: dataset order at any P). Every --what at every P, against
+# predict: probs at 1 rank and class at 2 (the same classes: dataset order at any P). Every --what at every P, against
 # PyG, is tests/test_predict.py's (in-process); here each command runs once as installed (one launch: ~2 s of imports)
 def _predict(data: str, ranks: str, what: str) -> list[str]:
     return ["predict", data, "--checkpoint", "ck", "--out", f"{data}-{what}.npy", "--ranks", ranks, "--what", what,
@@ -134,12 +134,11 @@ SMOKE = [
     ([["partition", "cora", "--parts", "2", "--method", "metis", "--balance", "nodes", "--out", "p2"],
       ["train", "p2", "--ranks", "2", "--epochs", "5", "--checkpoint", "ck", "--no-progress", "--json",
        "--log-file", "log.jsonl"]],
-     [["partition", "cora", "--parts", "3", "--out", "p3", "--json"],
-      ["info", "p3"],
-      ["simulate", "cora", "--parts", "4"]]),
+     [["simulate", "cora", "--parts", "4"]]),
     ([_predict("cora", "1", "probs"), ["export", "--checkpoint", "ck", "--out", "gcn_pyg.pt", "--format", "pyg"],
       ["run", "cora", "--ranks", "1", "--epochs", "3", "--no-progress"]],
-     [_predict("p3", "3", "class"), ["bench", "peer", "--quick", "--dataset", "cora", "--out", "bench"]]),
+     [["info", "p2"], _predict("p2", "2", "class"),
+      ["bench", "peer", "--quick", "--dataset", "cora", "--out", "bench"]]),
 ]
 
 
@@ -218,11 +217,11 @@ def test_readme_commands_run_from_the_installed_wheel(installed):
                 assert "Traceback" not in err, err[-3000:]
     import numpy as np
 
-    classes = np.load(work / "p3-class.npy").reshape(-1)  # [N, 1]
+    classes = np.load(work / "p2-class.npy").reshape(-1)  # [N, 1]
     probs = np.load(work / "cora-probs.npy")
     assert classes.shape == (2708,) and probs.shape[0] == 2708 and np.allclose(probs.sum(1), 1, atol=1e-4)
     assert (work / "gcn_pyg.pt").exists() and (work / "bench" / "peer.csv").exists()
-    assert np.array_equal(probs.argmax(1), classes)  # 1 rank and 3 ranks: the same classes, dataset order
+    assert np.array_equal(probs.argmax(1), classes)  # 1 rank and 2 ranks: the same classes, dataset order
     _check_summary_and_log(json.loads(outputs["train p2"].strip().splitlines()[-1]), work / "log.jsonl")
     assert list(Path(env["GNNDIST_PARTITIONS"]).glob("cora-*p1-auto-vol-s0/META.json"))  # cached, --method auto
     print("smoke command seconds:", times)
