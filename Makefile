@@ -24,6 +24,8 @@ $(STAMP): $(VPY) setup.cfg pyproject.toml
 		$(VPY) -m pip install -q --no-compile "$(TORCH)"; \
 	fi
 	$(VPY) -m pip install -q --no-compile -e ".[dev]"
+	@# one process compiles what a run imports (else every process the suite starts first compiles it again)
+	env -u PYTHONDONTWRITEBYTECODE $(VPY) -c "import torch, torch_geometric, scipy.sparse, gnndist.cli, gnndist.training.trainer"
 	@touch $(STAMP)
 
 setup: $(STAMP)
