@@ -351,6 +351,19 @@ def shared_data(rel: str = "") -> str:
     return os.path.join(root, rel)
 
 
+def train_steps(trainer, on_step=None) -> list[float]:
+    """``fit()``'s training steps, ``cfg.optim.epochs`` of them, without its per-epoch evaluation: each step's loss.
+
+    ``on_step(epoch)``, if given, runs after each step (the step's gradients are still on the parameters)."""
+    graph, cfg, losses = trainer.graph, trainer.cfg, []
+    for epoch in range(cfg.optim.epochs):
+        with graph.context.step(seed=cfg.run.seed, epoch=epoch):  # as Trainer.epoch
+            losses.append(trainer.train_step(epoch))
+        if on_step is not None:
+            on_step(epoch)
+    return losses
+
+
 def record_steps(grid, partdir: str, cfg, dist) -> dict:
     """Train ``cfg.optim.epochs`` steps on one partition and keep what P-equality compares.
 
@@ -374,12 +387,13 @@ def record_steps(grid, partdir: str, cfg, dist) -> dict:
         return out
 
     forward = logits()
-    losses, grads = [], None
-    for epoch in range(cfg.optim.epochs):
-        with graph.context.step(seed=cfg.run.seed, epoch=epoch):
-            losses.append(trainer.train_step(epoch))
-        if grads is None:
-            grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    grads = {}
+
+    def first_grads(epoch: int) -> None:
+        if epoch == 0:
+            grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+
+    losses = train_steps(trainer, first_grads)
     after = logits()
     halo = {t: b for t, b in graph.context.counter.per_tag().items() if t != "grad_allreduce"}
     scaler = trainer.precision.scaler

@@ -75,18 +75,10 @@ def _collective_check(request):
     there still fails: as a hang ended by the run's timeout, or as numbers that differ from one process's. What the
     check itself says is tested with it on (test_agreement, test_degenerate_parts), and every other module keeps it.
     """
-    if getattr(request.module, "CHECK_COLLECTIVES", True):
+    with pytest.MonkeyPatch.context() as mp:
+        if not getattr(request.module, "CHECK_COLLECTIVES", True):
+            mp.setenv("GNNDIST_CHECK_COLLECTIVES", "0")
         yield
-        return
-    before = os.environ.get("GNNDIST_CHECK_COLLECTIVES")
-    os.environ["GNNDIST_CHECK_COLLECTIVES"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("GNNDIST_CHECK_COLLECTIVES", None)
-        else:
-            os.environ["GNNDIST_CHECK_COLLECTIVES"] = before
 
 
 @pytest.fixture(scope="module")

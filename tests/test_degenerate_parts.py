@@ -16,7 +16,7 @@ from gnndist.dist.grid import ProcessGrid
 from gnndist.errors import CollectiveDesync, PeerFailed
 from gnndist.graph import DistGraph
 from gnndist.strategies import strategy_from_config
-from gnndist.testing import assert_close, run_distributed
+from gnndist.testing import assert_close, run_distributed, train_steps
 from gnndist.training.trainer import Trainer
 
 EPOCHS = 2
@@ -66,16 +66,13 @@ def _job(grid, partdir, cases):
             kw = {"network": "ib"} if name == "auto" else {}  # a preset: no probe on a loaded machine
             graph = DistGraph.load(partdir, grid,
                                    strategy=strategy_from_config(DistConfig(strategy=name, replication=c, **kw)))
-            out[(name, c, model)] = _steps(graph, Trainer(graph, _cfg(model, norm, name)))
+            out[(name, c, model)] = _steps(Trainer(graph, _cfg(model, norm, name)))
     return out
 
 
-def _steps(graph, trainer) -> dict:
-    """fit()'s training steps without its evaluation (the losses and weights are what is compared)."""
-    losses = []
-    for epoch in range(EPOCHS):
-        with graph.context.step(seed=trainer.cfg.run.seed, epoch=epoch):
-            losses.append(trainer.train_step(epoch))
+def _steps(trainer) -> dict:
+    """fit()'s training steps without its evaluation: the losses and weights this file compares."""
+    losses = train_steps(trainer)
     return dict(losses=losses, weights={k: v.clone() for k, v in trainer.model.state_dict().items()})
 
 
@@ -131,7 +128,7 @@ def _triton_job(grid, partdir, model, norm):
 
     graph = DistGraph.load(partdir, grid, strategy=strategy_from_config(DistConfig(strategy="1d")),
                            kernel=KernelSettings("triton"))
-    return _steps(graph, Trainer(graph, _cfg(model, norm, "1d")))
+    return _steps(Trainer(graph, _cfg(model, norm, "1d")))
 
 
 @pytest.mark.triton

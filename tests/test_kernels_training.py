@@ -21,7 +21,7 @@ from gnndist.dist.grid import ProcessGrid
 from gnndist.graph import DistGraph
 from gnndist.nn.models import MODELS
 from gnndist.strategies import strategy_from_config
-from gnndist.testing import assert_close
+from gnndist.testing import assert_close, train_steps
 from gnndist.training.trainer import Trainer
 
 CHECK_COLLECTIVES = False  # long loops compared with one process: tests/conftest.py's _collective_check
@@ -54,12 +54,8 @@ def _train(partdir, model: str, kernel: KernelSettings) -> dict:
     strategy = strategy_from_config(DistConfig(strategy="1d", overlap=False))
     grid = ProcessGrid(device=torch.device(DEVICE))  # every array of the graph on DEVICE
     graph = DistGraph.load(partdir, grid, strategy=strategy, kernel=kernel)
-    trainer = Trainer(graph, _cfg(model, 0.5))
-    steps = []
-    for epoch in range(trainer.cfg.optim.epochs):  # the steps of fit(), without its evaluation (interpreted: slow)
-        with graph.context.step(seed=trainer.cfg.run.seed, epoch=epoch):
-            steps.append(trainer.train_step(epoch))
-    losses = torch.tensor(steps, dtype=torch.float64)  # [2]
+    # fit()'s steps, without its evaluation (interpreted: slow)
+    losses = torch.tensor(train_steps(Trainer(graph, _cfg(model, 0.5))), dtype=torch.float64)  # [2]
     graph = DistGraph.load(partdir, grid, kernel=kernel)
     trainer = Trainer(graph, _cfg(model, 0.0))
     trainer.model.train()
