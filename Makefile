@@ -15,8 +15,10 @@ $(VPY):
 
 # --no-compile: Python compiles a module when it is first imported (the suite's first import writes __pycache__),
 # not every file of torch and the rest at install: 26 + 57 s -> 8 + 40 s for torch and .[dev] (2026-12-07, 2 cores)
+# the venv's own pip where it installs editable from pyproject.toml (>= 21.3; upgrading it anyway cost 2 s)
 $(STAMP): $(VPY) setup.cfg pyproject.toml
-	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -c "import pip, sys; sys.exit(tuple(map(int, pip.__version__.split('.')[:2])) < (21, 3))" \
+		|| $(VPY) -m pip install -q --upgrade pip
 	@if $(VPY) -c "import torch" 2>/dev/null; then \
 		echo "torch already importable: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
 	else \

@@ -219,6 +219,8 @@ class ModelConfig:
     arch: str = opt("plain", "plain: the model's own layers; residual (gcn, sage, gat, gin): input linear, then "
                     "--layers pre-norm residual blocks (norm, layer, GELU, linear) and norm + output linear "
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
+    bias: bool = opt(True, "a learnable bias in every layer; --no-bias leaves it out (gcn, sage: GAE's encoder has "
+                     "none)")
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
     sparse_features: str = opt("auto", "auto: mostly-zero input features (under 5 %% of the cells nonzero) go to "
                                "a first linear map as a sparse matrix, O(nnz x hidden); on: always; off: dense",

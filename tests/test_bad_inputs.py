@@ -276,6 +276,8 @@ CASES = {
         "--model rgcn runs on --strategy 1d only"),
     "hetero-num-bases-on-gcn": lambda t, p1, p2, mp: (["train", str(p1), "--num-bases", "2"] + TRAIN1,
                                                       "--num-bases is for --model rgcn, not --model gcn"),
+    "no-bias-on-gat": lambda t, p1, p2, mp: (["train", str(p1), "--model", "gat", "--no-bias"] + TRAIN1,
+                                             "--no-bias is for --model gcn, sage (--arch plain), not --model gat"),
     "embedding-learn-on-a-homogeneous-node-task": lambda t, p1, p2, mp: (
         ["train", str(p1), "--embedding", "learn"] + TRAIN1, "--embedding learn is for a typed graph's featureless"),
     "hetero-balance-types-on-homogeneous": lambda t, p1, p2, mp: (

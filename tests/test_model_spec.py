@@ -89,3 +89,16 @@ def test_a_model_handed_to_the_trainer_declares_nothing(part1):
     graph = DistGraph.load(part1, ProcessGrid())
     trainer = Trainer(graph, _cfg("rgcn", strategy="2d"), model=lambda f_in, f_out: torch.nn.Linear(f_in, f_out))
     assert trainer.spec is None and len(trainer.optim.param_groups) == 1  # --model's spec is not this model's
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_no_bias_builds_every_layer_without_one(name):
+    """``--no-bias`` (GAE's encoder): the declaring models' layers hold no bias; a model that does not declare it, or
+    ``--arch residual``, is one line."""
+    with_bias = {n for n, _ in build_model(name, 6, 8, 3, 2, 0.0, bias=True).named_parameters()}
+    without = {n for n, _ in build_model(name, 6, 8, 3, 2, 0.0, bias=False).named_parameters()}
+    assert without == {n for n in with_bias if not n.endswith("bias")} and without != with_bias
+    with pytest.raises(UserError, match="--no-bias is for --model gcn, sage"):
+        build_model("gat", 6, 8, 3, 2, 0.0, bias=False)
+    with pytest.raises(UserError, match="--arch residual"):
+        build_model(name, 6, 8, 3, 2, 0.0, arch="residual", bias=False)

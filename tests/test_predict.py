@@ -179,7 +179,8 @@ class AdapterNetPyG(torch.nn.Module):
         return self.convs[1](torch.relu(self.norm(self.convs[0](x, edge_index))), edge_index)
 
 
-@pytest.mark.parametrize("model,flags", [("gcn", ["--norm", "batch"]), ("sage", ["--norm", "layer"]), ("gin", []),
+@pytest.mark.parametrize("model,flags", [("gcn", ["--norm", "batch"]), ("sage", ["--norm", "layer", "--no-bias"]),
+                                         ("gin", []),
                                          ("gat", ["--hidden", "16", "--norm", "batch"]),
                                          ("gcn2", ["--layers", "3", "--hidden", "8"]), ("gine", ["--hidden", "8"]),
                                          ("adapters", ["--hidden", "8"])])

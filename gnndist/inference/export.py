@@ -174,8 +174,9 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
     if spec.edge_features and not edge_dim:
         raise UserError(f"{path} does not record the width of the edge features --model {name} reads (written "
                         f"before 2026-12-01): export it with --format gnndist, or train again")
+    bias = m.get("bias", True)
     model = spec.build(f_in, m["hidden"], f_out, m["layers"], 0.0, norm, arch=m.get("arch", "plain"),
-                       edge_dim=edge_dim)
+                       edge_dim=edge_dim, bias=bias)
     check_same_model(path, {"model": state, "config": config}, model)
     unwrapped, layers = _unwrapped(model, state, own_layers=twin is not None)
     kwargs = {"in_channels": f_in, "hidden_channels": m["hidden"], "num_layers": m["layers"], "out_channels": f_out}
@@ -183,6 +184,7 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
         if twin == "GIN" and norm != "none":
             raise UserError(f"--format pyg: PyG's GIN puts --norm {norm} inside every layer's MLP, gnndist's GIN "
                             f"between the layers, so it has no exact twin with a norm: use --format gnndist")
+        kwargs.update({} if bias else {"bias": False})  # PyG's BasicGNN hands it to every conv
         return {**base, "module": module, "model": twin, "kwargs": {**kwargs, **PYG_NORMS[norm]},
                 "state_dict": _basic_state(twin, unwrapped, norm)}
     if twin is not None:

@@ -272,7 +272,7 @@ def model_of(m: ModelConfig, graph: DistGraph, f_in: int, f_out: int, seed: int 
     spec = spec or model_spec(m.model)
     return spec.build(f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
                       m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
-                      embedding=m.embedding)
+                      embedding=m.embedding, bias=m.bias)
 
 
 def clip_global_norm(replicated: list[nn.Parameter], sharded: list[nn.Parameter], max_norm: float,

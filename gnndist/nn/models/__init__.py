@@ -62,8 +62,9 @@ def _gen(i: int, o: int) -> nn.Module:
     return GENConv(i, o, learn_t=True)
 
 
-register_model("gcn", partial(GNN, GCNConv), residual=GCNConv, twin=f"{PYG_MODELS}.GCN", cost="gcn")
-register_model("sage", partial(GNN, SAGEConv), residual=SAGEConv, twin=f"{PYG_MODELS}.GraphSAGE", cost="sage")
+register_model("gcn", partial(GNN, GCNConv), residual=GCNConv, bias=True, twin=f"{PYG_MODELS}.GCN", cost="gcn")
+register_model("sage", partial(GNN, SAGEConv), residual=SAGEConv, bias=True, twin=f"{PYG_MODELS}.GraphSAGE",
+               cost="sage")
 register_model("gin", partial(GNN, _gin), residual=_gin_block, twin=f"{PYG_MODELS}.GIN")
 register_model("gen", partial(GNN, _gen))
 register_model("gine", GINE, edge_features=True, half_precision=SCATTER_IN_ROWS_DTYPE.format(conv="GINEConv"),

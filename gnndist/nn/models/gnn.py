@@ -28,16 +28,18 @@ class GNN(nn.Module):
         layers: depth (>= 1).
         dropout: dropout probability; masks come from ``graph.dropout`` (partition-invariant).
         norm: ``"none"``, ``"batch"`` (global statistics) or ``"layer"``.
+        bias: ``False`` builds every layer with ``bias=False`` (``conv`` must take it).
 
     Shapes:
         x ``[n_owned, in_channels]`` -> ``[n_owned, out_channels]``
     """
 
     def __init__(self, conv: ConvFactory, in_channels: int, hidden: int, out_channels: int,
-                 layers: int = 2, dropout: float = 0.5, norm: str = "none"):
+                 layers: int = 2, dropout: float = 0.5, norm: str = "none", bias: bool = True):
         super().__init__()
         widths = [in_channels] + [hidden] * (layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(conv(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        kw = {} if bias else {"bias": False}
+        self.convs = nn.ModuleList(conv(a, b, **kw) for a, b in zip(widths[:-1], widths[1:]))
         for i, c in enumerate(self.convs):
             c.tag = f"layer{i}"
         if isinstance(self.convs[0], GCNConv):  # its input, the features, needs no gradient

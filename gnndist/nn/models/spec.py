@@ -25,6 +25,7 @@ Builder = Callable[..., nn.Module]
 Preset = dict[str, dict[str, object]]
 HETERO_INPUTS = ("graph", "num_bases", "seed", "embedding")  # a typed graph's model: the rank's graph, --num-bases, ...
 EDGE_INPUTS = ("edge_dim",)  # a model reading edge features: their width
+BIAS_INPUTS = ("bias",)  # a model whose layers' bias can be left out (--no-bias)
 
 
 def convs(model: nn.Module) -> list[nn.Module]:
@@ -51,6 +52,7 @@ class ModelSpec:
         hetero: built for a typed graph: the builder also gets ``graph=`` (the rank's), ``num_bases=``,
             ``seed=`` and ``embedding=`` (default ``False``).
         edge_features: reads ``graph.edge_attr``: the builder also gets ``edge_dim=`` (default ``False``).
+        bias: its layers' bias can be left out (``--no-bias``): the builder also gets ``bias=`` (default ``False``).
         half_precision: why it cannot run under ``--precision bf16|fp16`` (default ``None``: it can).
         recompute: its blocks can be recomputed in backward (``--recompute``): the module it builds has a
             ``recompute`` switch; a string says why ``--recompute`` does not apply (default ``False``).
@@ -72,6 +74,7 @@ class ModelSpec:
     layouts: tuple[str, ...] | None = None
     hetero: bool = False
     edge_features: bool = False
+    bias: bool = False
     half_precision: str | None = None
     recompute: bool | str = False
     param_groups: Callable[[nn.Module, float], list[dict]] | None = None
@@ -83,7 +86,8 @@ class ModelSpec:
     @property
     def inputs(self) -> tuple[str, ...]:
         """The keyword inputs its builder takes beside the six widths and settings."""
-        return (HETERO_INPUTS if self.hetero else ()) + (EDGE_INPUTS if self.edge_features else ())
+        return ((HETERO_INPUTS if self.hetero else ()) + (EDGE_INPUTS if self.edge_features else ())
+                + (BIAS_INPUTS if self.bias else ()))
 
     def check_layout(self, strategy: str) -> None:
         """One line when the model does not run on ``--strategy strategy``."""
@@ -118,6 +122,9 @@ class ModelSpec:
                                 f"not apply")
         elif inputs.get("num_bases"):
             raise UserError(f"--num-bases is for --model {_names(lambda s: s.hetero)}, not --model {self.name}")
+        if inputs.get("bias") is False and (not self.bias or arch != "plain"):
+            raise UserError(f"--no-bias is for --model {_names(lambda s: s.bias)} (--arch plain), not --model "
+                            f"{self.name}{' --arch ' + arch if arch != 'plain' else ''}")
         if arch == "residual":
             if self.residual is None:
                 raise UserError(f"--arch residual is for --model {_names(lambda s: s.residual is not None)}; --model "
@@ -151,7 +158,7 @@ def register_model(name: str, builder: Builder, preset: Preset | None = None, **
     ``preset``: the model's own defaults as config fields by section, used where the user passes no
     flag, e.g. ``{"model": {"hidden": 64}, "optim": {"lr": 0.005}}`` (applied by :func:`gnndist.presets.compose`).
     ``capabilities``: what the model can do, the fields of :class:`ModelSpec` (``layouts``, ``hetero``,
-    ``edge_features``, ``half_precision``, ``recompute``, ``param_groups``, ``representation``, ``residual``,
+    ``edge_features``, ``bias``, ``half_precision``, ``recompute``, ``param_groups``, ``representation``, ``residual``,
     ``twin``, ``cost``). Returns the spec, which :data:`MODELS` now holds.
     """
     spec = ModelSpec(name, builder, dict(preset or {}), **capabilities)
@@ -173,8 +180,9 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, lay
     ``arch``: ``"plain"`` (the model's own layers) or ``"residual"`` (``--arch``: its layer in
     :class:`~gnndist.nn.models.residual_gnn.ResidualGNN`'s blocks). ``inputs``: what the graph gives the models
     whose spec asks for it (:attr:`ModelSpec.inputs`): ``edge_dim`` (the width of the partition's edge
-    features, 0: none), and for a typed graph's models ``graph``, ``num_bases``, ``seed`` (of the embeddings)
-    and ``embedding`` (``--embedding``: learn or zero); the others are not passed on.
+    features, 0: none), ``bias`` (``--bias``; ``False`` for a model that does not declare it is one line), and
+    for a typed graph's models ``graph``, ``num_bases``, ``seed`` (of the embeddings) and ``embedding``
+    (``--embedding``: learn or zero); the others are not passed on.
     """
     return model_spec(name).build(in_channels, hidden, out_channels, layers, dropout, norm, recompute, arch, **inputs)
 
