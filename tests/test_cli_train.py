@@ -53,7 +53,7 @@ def test_peer_that_never_joins_times_out(part2):
     env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     t0 = time.monotonic()
-    r = _run(GNNDIST + ["train", str(part2), "--epochs", "1", "--timeout", "4"], env=env, timeout=120)
+    r = _run(GNNDIST + ["train", str(part2), "--epochs", "1", "--timeout", "2"], env=env, timeout=120)
     assert r.returncode == 2, r.stderr
     assert "peer never joined" in r.stderr and "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 90
