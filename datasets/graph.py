@@ -58,6 +58,32 @@ def clean_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tenso
     return torch.stack([keys.div(n, rounding_mode="floor"), keys.remainder(n)])
 
 
+def summed_weights(edge_index: torch.Tensor, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+                   num_nodes: int) -> torch.Tensor:
+    """The weight of every edge of a cleaned ``edge_index`` (:func:`clean_edges` of ``src, dst``): the sum of
+    ``weight`` over the listed edges ``src -> dst`` that equal it (duplicates add up, as a sparse matrix built from
+    the list sums them: OGB's collab lists an author pair once per year), else over those of its reverse (a list
+    that gives each undirected edge once).
+
+    Shapes:
+        edge_index ``[2, E']``; src, dst, weight ``[E]`` -> ``[E']`` float32
+    """
+    n = np.int64(num_nodes)
+    src, dst = (np.asarray(a).astype(np.int64, copy=False).ravel() for a in (src, dst))
+    w = np.asarray(weight, dtype=np.float64).ravel()
+    keys, inverse = np.unique(src * n + dst, return_inverse=True)  # the listed directed pairs, sorted
+    sums = np.bincount(inverse, weights=w, minlength=len(keys))  # [K] float64
+    ei = edge_index.numpy().astype(np.int64)
+    out = np.zeros(ei.shape[1], dtype=np.float64)
+    missing = np.ones(ei.shape[1], dtype=bool)
+    for want in (ei[0] * n + ei[1], ei[1] * n + ei[0]):  # the edge as listed, else its reverse
+        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        hit = missing & (keys[pos] == want) if len(keys) else np.zeros(len(want), dtype=bool)
+        out[hit] = sums[pos[hit]]
+        missing &= ~hit
+    return torch.from_numpy(out.astype(np.float32))
+
+
 def check_edge_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
     """Raise `UserError` when an edge endpoint lies outside ``[0, num_nodes)``."""
     if src.size == 0:

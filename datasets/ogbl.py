@@ -17,7 +17,9 @@ A dataset lives in ``<root>/ogbl_<name>/`` (or ``ogbl_<name>_pyg/``) as OGB unzi
         citation2 source_node [n], target_node [n]; valid and test also target_node_neg [n, 1000]
 
 The result is a link-prediction graph: ``edge_index`` the message graph (OGB's graph, the training edges, cleaned:
-both directions, no duplicates, sorted), ``data.link`` the `EdgeSplit` (kind ``"ogb"``, OGB's ``Evaluator`` metric),
+both directions, no duplicates, sorted), collab's ``edge_weight`` ``[E']`` (a pair's weights over its duplicate
+rows summed, as OGB's sparse adjacency sums them: ``--edge-weights``), ``data.link`` the `EdgeSplit` (kind
+``"ogb"``, OGB's ``Evaluator`` metric),
 ``y`` -1 (unlabelled) and ``num_classes = 0``, empty node masks. ddi has no node features: ``x`` is ``[N, 0]`` and
 ``data.featureless = True``, for the model to learn one embedding per node as OGB's ddi baselines do.
 
@@ -43,7 +45,7 @@ from torch import Tensor
 from gnndist.errors import UserError, first_line
 
 from .edge_split import EdgeSplit, random_edge_split
-from .graph import clean_edges, make_data, pyg_safe_globals
+from .graph import clean_edges, make_data, pyg_safe_globals, summed_weights
 from .ogb import OGB_CITATION, _processing_folder, _write_csv, ogb_files, ogb_folder
 from .spec import register
 
@@ -129,6 +131,8 @@ def _from_ogbl(graph: Data, parts: dict[str, dict[str, Tensor]], name: str) -> D
     x = torch.zeros(n, 0) if featureless else graph.x.to(torch.float32)  # [N, F]; ddi: [N, 0]
     ei = graph.edge_index.numpy()
     data = make_data(x, torch.full((n,), -1, dtype=torch.int64), clean_edges(ei[0], ei[1], n), name, num_classes=0)
+    if "edge_weight" in graph:  # collab's, per listed edge: the message graph's weights
+        data.edge_weight = summed_weights(data.edge_index, ei[0], ei[1], graph.edge_weight.numpy(), n)  # [E']
     none = torch.zeros(n, dtype=torch.bool)  # no node is labelled: the node masks are empty
     data.train_mask, data.val_mask, data.test_mask = none, none.clone(), none.clone()
     if featureless:

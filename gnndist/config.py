@@ -221,6 +221,9 @@ class ModelConfig:
                     "(Platonov et al., ICLR 2023)", ("plain", "residual"))
     bias: bool = opt(True, "a learnable bias in every layer; --no-bias leaves it out (gcn, sage: GAE's encoder has "
                      "none)")
+    edge_weights: bool = opt(False, "--model gcn: GCN's normalisation of the weighted adjacency, D_w^-1/2 (A_w + I) "
+                             "D_w^-1/2, over the dataset's edge weights (ogbl-collab's, a pair's rows summed as "
+                             "OGB's loader gives them); aggregates over the 1D halo (--strategy 1d; auto is 1d)")
     normalize_features: bool = opt(True, "row-normalise input features when none is negative (Kipf & Welling)")
     sparse_features: str = opt("auto", "auto: mostly-zero input features (under 5 %% of the cells nonzero) go to "
                                "a first linear map as a sparse matrix, O(nnz x hidden); on: always; off: dense",
@@ -356,6 +359,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _need(not self.run.resume or self.run.checkpoint, "--resume needs --checkpoint DIR")
+        m, strategy = self.model, self.dist.strategy
+        _need(not m.edge_weights or m.model == "gcn", f"--edge-weights (the ogbl-collab recipe's; --no-edge-weights "
+              f"leaves them out) weighs GCN's normalisation: --model gcn, not --model {m.model}")
+        _need(not m.edge_weights or strategy in ("1d", "auto"), f"--edge-weights aggregates over the 1D halo: "
+              f"--strategy 1d (or auto), not --strategy {strategy}")
         _ = self.wire_dtype  # a --comm-dtype that does not go with --precision: one line naming both
 
     @property

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,22 +36,14 @@ from gnndist.dist.timing import bracket
 from gnndist.errors import UserError
 from gnndist.files import drop_pages
 from gnndist.kernels import CSR, DTYPES, KernelSettings, dropout, settings_from_config
+from gnndist.kernels import spmm as kernel_spmm
 from gnndist.kernels.csr import degree_divisor
 from gnndist.kernels.dropout.reference import apply_dropout, drop_mask, node_keys
-from gnndist.partition.components import SPLIT_ARRAYS, read_fields
+from gnndist.partition.components import SPLIT_ARRAYS, choose_edge_weights, read_fields
 from gnndist.partition.format import read_inner, read_meta, read_part
 from gnndist.sparse_rows import SPARSE_FEATURES, SparseRows, dropout_rows, feature_density, normalize_rows, rows_of
 from gnndist.strategies import Halo1D, Strategy, Structure, strategy_from_config
-
-
-def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
-    """``arr`` as a tensor on ``device``, sharing its memory on the CPU (a mapped part's pages: no copy at load).
-    Nothing writes to a loaded part (every transform makes a new tensor): torch's read-only warning is not raised."""
-    if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(arr).to(device)
+from gnndist.strategies.structure import part_tensors
 
 
 def compute_dtype(x: Tensor) -> Tensor:
@@ -71,15 +62,6 @@ def gcn_scale(degree: Tensor) -> Tensor:
     """``(d_i + 1)^(-1/2)``, GCN's symmetric normalisation with self-loops, of global degrees without them ``[n]``:
     float64 ``[n]`` (spmm's ``weight="gcn"`` scales the owned rows by it, ``LocalEdges.gcn_weight`` both ends)."""
     return (degree.double() + 1.0).rsqrt()
-
-
-def _structure(arrays: dict, t: dict[str, Tensor], meta: dict, rank: int, device: torch.device) -> Structure:
-    """The :class:`Structure` of a part's arrays (``arrays``, numpy: its rows of ``A`` stay as stored, mapped;
-    ``t``: the others as tensors) and its partition's META.json."""
-    return Structure(rank, len(arrays["rowptr"]) - 1, arrays["rowptr"], arrays["col"], t["halo_gid"], t["send_idx"],
-                     t["send_counts"].tolist(), t["recv_counts"].tolist(), tuple(int(o) for o in meta["offsets"]),
-                     meta.get("layouts") or {}, device,
-                     np.asarray(arrays["layout_pairs"]) if "layout_pairs" in arrays else None)
 
 
 def meta_digest(meta: dict) -> str:
@@ -123,18 +105,17 @@ class DistGraph:
                    "feature_density", "sparse_features", "y", "splits", "hetero", "relations", "link"),
         "split": ("train_mask", "val_mask", "test_mask", "num_train"),
         "structure": ("structure", "strategy", "orig_id", "node_type", "degree", "gcn_scale", "edge_attr",
-                      "relation_of", "_derived"),
+                      "edge_weight", "weighted_degree", "relation_of", "_derived"),
     }
 
     def __init__(self, arrays: dict, meta: dict, grid: ProcessGrid | None = None,
                  strategy: Strategy | None = None, comm_dtype: str = "fp32", kernel: KernelSettings | None = None,
                  normalize_features: bool = False, context: RunContext | None = None, root: str | Path | None = None,
-                 sparse_features: str = "auto"):
+                 sparse_features: str = "auto", edge_weights: bool = False):
         grid = grid or ProcessGrid()
         dev = grid.device
         # the part's rows of A stay as stored (mapped): the strategy reads them into its own block
-        t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col", "layout_pairs")}
-        structure = _structure(arrays, t, meta, grid.rank, dev)
+        t, structure = part_tensors(arrays, meta, grid.rank, dev)  # the part's rows of A stay as stored (mapped)
         n_owned, n_halo = structure.n_owned, structure.n_halo
         context = context or RunContext(grid.is_main)
         kernel = kernel or KernelSettings()
@@ -145,13 +126,15 @@ class DistGraph:
         strat.build(structure, grid, context.counter, kernel, wire)
         fields = read_fields(t, meta, n_owned, n_halo)  # every part component's (partition.components); relations:
         fields["relations"] = tuple(CSR(rp, col, n_owned + n_halo) for rp, col in fields["relations"])  # kernels' CSRs
+        choose_edge_weights(fields, meta, edge_weights)  # --edge-weights: the part's, else none
         if normalize_features:
             fields["x"] = normalize_rows(t["x"], grid)
             if fields["x"] is not t["x"]:
                 drop_pages(arrays["x"])  # the stored rows were read once: only the normalised ones stay
         self._set(
             **fields, grid=grid, meta=meta, root=root, context=context, structure=structure, strategy=strat,
-            kernel=kernel, comm_dtype=wire, gcn_scale=gcn_scale(fields["degree"]),  # [n_owned + n_halo] float64
+            kernel=kernel, comm_dtype=wire,  # GCN's scale [n_owned + n_halo] float64, of A_w's degrees if weighted
+            gcn_scale=gcn_scale(fields["degree"] if fields["edge_weight"] is None else fields["weighted_degree"]),
             features_normalized=normalize_features,
             # under SPARSE_FEATURES of the cells nonzero over every rank: dropout at the nonzeros, and a first linear
             # map that asks for it takes SparseRows (input_rows)
@@ -208,10 +191,13 @@ class DistGraph:
             comm_dtype: in place of ``cfg.wire_dtype`` (``gnndist predict``, in fp32: ``"fp32"``).
             root: the partition directory they were read from (its sub-partitions: :meth:`sub_partition`).
         """
-        strategy = strategy_from_config(dist or cfg.dist)
+        dist, weighted = dist or cfg.dist, cfg.model.edge_weights
+        if weighted and dist.strategy == "auto":  # --edge-weights aggregates over the 1D halo
+            dist = dataclasses.replace(dist, strategy="1d")
+        strategy = strategy_from_config(dist)
         return cls(arrays, meta, grid, strategy=strategy, comm_dtype=comm_dtype or cfg.wire_dtype,
                    kernel=settings_from_config(cfg.kernel), normalize_features=cfg.model.normalize_features, root=root,
-                   sparse_features=cfg.model.sparse_features)
+                   sparse_features=cfg.model.sparse_features, edge_weights=weighted)
 
     def _view(self, **changes: Any) -> DistGraph:
         """A view of this graph, the one constructor of views: ``changes`` in place of one whole group of
@@ -226,9 +212,10 @@ class DistGraph:
     def _structure_fields(structure: Structure, strategy: Strategy, degree: Tensor, orig_id: Tensor,
                           node_type: Tensor | None, relation_of: int | None) -> dict[str, Any]:
         """The ``structure`` group of :attr:`VIEW_FIELDS` of a view on ``structure`` (aggregated by ``strategy``,
-        built): its own ids, degrees and GCN scale, no edge features, an empty derived cache."""
+        built): its own ids, degrees and GCN scale, no edge features or weights, an empty derived cache."""
         return dict(structure=structure, strategy=strategy, orig_id=orig_id, node_type=node_type, degree=degree,
-                    gcn_scale=gcn_scale(degree), edge_attr=None, relation_of=relation_of, _derived={})
+                    gcn_scale=gcn_scale(degree), edge_attr=None, edge_weight=None, weighted_degree=None,
+                    relation_of=relation_of, _derived={})
 
     def with_split(self, k: int) -> DistGraph:
         """The same graph training, validating and testing on split ``k`` of the partition's splits.
@@ -294,8 +281,7 @@ class DistGraph:
 
             arrays, meta = together(self.grid, read, f"another rank could not load its part of {name}")
             dev = self.grid.device
-            t = {k: _tensor(v, dev) for k, v in arrays.items() if k not in ("rowptr", "col", "layout_pairs")}
-            structure = _structure(arrays, t, meta, self.grid.rank, dev)
+            t, structure = part_tensors(arrays, meta, self.grid.rank, dev)
             self.grid.agree(meta_digest(meta), f"partition {name} (META.json differs)", must_match=True)
             strat = strategy or Halo1D()
             strat.build(structure, self.grid, self.context.counter, self.kernel, self.comm_dtype)
@@ -381,7 +367,8 @@ class DistGraph:
             dinv = dinv.to(x.dtype)[:, None]  # [n_owned, 1]
             y = dinv * x  # D^-1/2 (A + I) D^-1/2 x = D^-1/2 (A y + y): three passes over [n, F], not four
             # in place on the aggregate (a fresh tensor no backward needs): no further [n, F] buffers
-            return self._aggregate(y, tag).add_(y).mul_(dinv)
+            agg = self._aggregate(y, tag) if self.edge_weight is None else self._weighted(y, tag)
+            return agg.add_(y).mul_(dinv)
         if weight is not None:
             raise ValueError(f"unknown weight {weight!r}")
         out = self._aggregate(x, tag)  # [n_owned, F]
@@ -390,6 +377,12 @@ class DistGraph:
         elif reduce != "sum":
             raise ValueError(f"unknown reduce {reduce!r}")
         return out
+
+    def _weighted(self, y: Tensor, tag: str) -> Tensor:
+        """``A_w y`` over the 1D halo (``--edge-weights``: the local CSR's entries weighted), timed as aggregation."""
+        w, k = self.derived(("edge_weight", y.dtype), lambda: self.edge_weight.to(y.dtype)), self.kernel  # [nnz]
+        return bracket(self.context.timer, "aggregation",
+                       lambda h: kernel_spmm(self.csr, self.extend(h, tag), w, impl=k.impl, tune=k.tune), y)
 
     def _aggregate(self, x: Tensor, tag: str) -> Tensor:
         """The strategy's SpMM, timed as ``aggregation`` forward and backward (its exchange waits as ``comm``)."""

@@ -11,39 +11,36 @@ written; the partition writer (:meth:`~gnndist.partition.pipeline.Partition.part
     exchanges        layout_pairs                    every layout's rows received, from each rank
     masks            train/val/test_mask [n_owned]; train/val/test_masks [n_owned, K]   META num_train, splits
     edge features    edge_attr                       [nnz_local, *]  (a graph with edge features)
+    edge weights     edge_weight, weighted_degree    [nnz_local], [n_owned + n_halo]  (ogbl-collab)  META edge_weights
     relations        rel_rowptr, rel_col             (a typed graph, :mod:`~gnndist.partition.hetero`)  META hetero
     link split       link_<pairs>, link_home         (an edge split, :mod:`~gnndist.partition.link`)  META link
 
 A task declares the components it stores (:attr:`gnndist.tasks.base.Task.parts`); registering a task registers
 them here (:func:`register_component`), after the built-in ones. The sub-partitions a partition may hold beside
-its parts (``DIR/<name>/``, :func:`~gnndist.partition.format.write_partition`'s ``inner``) are declared the same
-way, in :data:`SUB_PARTITIONS`.
+its parts (``DIR/<name>/``) are declared the same way, in :mod:`~gnndist.partition.subparts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from gnndist.datasets.schema import HeteroSchema
-from gnndist.partition.book import LocalPart, build_local_parts, edge_values_in_csr, renumbered_csr, symmetric_csr
+from gnndist.partition.book import LocalPart, edge_values_in_csr
 from gnndist.partition.hetero import RelationSlicer
-from gnndist.partition.layouts import LayoutCounts, layout_counts
+from gnndist.partition.layouts import LayoutCounts
 from gnndist.partition.link import (
     LINK_PREFIX,
-    VALEDGES,
-    check_valedges,
     link_arrays,
     link_bytes,
     link_of,
-    valedges_message,
 )
-from gnndist.partition.progress import stages_of
 from torch import Tensor
 
+from gnndist.errors import UserError
 from gnndist.files import drop_pages
 from gnndist.machine import CHUNK
 
@@ -280,6 +277,55 @@ class EdgeFeatures(Component):
         return {"edge_attr": t.get("edge_attr")}  # [nnz, *] in CSR order, or None
 
 
+class EdgeWeights(Component):
+    """The weights of the part's edges (ogbl-collab's: ``data.edge_weight``), ``edge_weight`` ``[nnz_local]`` float32
+    in the local CSR's order, and the weighted degree of its owned and halo rows, ``weighted_degree``
+    ``[n_owned + n_halo]`` float64 (each node's sum over its whole row, summed once for the partition: the same at
+    any P), which ``--edge-weights`` reads (GCN's normalisation of ``A_w + I``). META.json: ``edge_weights``."""
+
+    name = "edge weights"
+    meta_key = "edge_weights"
+
+    def held(self, part):
+        return field(part.data, "edge_weight") is not None
+
+    def meta(self, part):
+        return {"edge_weights": True}
+
+    def writer(self, part, counts):
+        csr, offsets = part.csr, part.book.offsets
+        w = edge_values_in_csr(csr, part.book, part.data.edge_index, part.data.edge_weight.numpy())  # [nnz]
+        rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.rowptr))  # [nnz] new ids
+        degree = np.bincount(rows, weights=w.astype(np.float64), minlength=csr.num_nodes)  # [N] float64
+        del rows
+
+        def write(lp):
+            own = slice(offsets[lp.rank], offsets[lp.rank + 1])
+            return {"edge_weight": w[csr.rowptr[own.start] : csr.rowptr[own.stop]].astype(np.float32),
+                    "weighted_degree": np.concatenate([degree[own], degree[lp.halo_gid]])}
+
+        return write
+
+    def disk_bytes(self, part):
+        return int(part.csr.nnz) * 4 + int(part.csr.num_nodes) * 8  # halo rows' degrees aside
+
+    def memory(self, rank):
+        return 4 * rank.nnz + 8 * (rank.rows + rank.halo)
+
+    def read(self, t, meta, n_owned, n_halo):
+        return {"edge_weight": t.get("edge_weight"), "weighted_degree": t.get("weighted_degree")}  # or None
+
+
+def choose_edge_weights(fields: dict[str, Any], meta: dict, wanted: bool) -> None:
+    """Keep a part's edge weights in a rank's ``fields`` where ``--edge-weights`` asks for them (one line where the
+    partition holds none), else leave them out: the graph is then aggregated as unweighted."""
+    if not wanted:
+        fields["edge_weight"] = fields["weighted_degree"] = None
+    elif fields["edge_weight"] is None:
+        raise UserError(f"--edge-weights: the partition of {meta.get('dataset')} holds no edge weights (ogbl-collab "
+                        f"has them); leave the flag out (--no-edge-weights where the recipe sets it)")
+
+
 class Relations(Component):
     """A typed graph's rows of each relation, ``rel_rowptr`` ``[R, n_owned + 1]`` and ``rel_col``
     (:mod:`~gnndist.partition.hetero`), and its types (META.json's ``hetero``)."""
@@ -357,9 +403,9 @@ class LinkSplit(Component):
 
 
 STRUCTURE, FEATURES, LABELS, EXCHANGES, MASKS_PART = Structure(), Features(), Labels(), Exchanges(), Masks()
-EDGE_FEATURES, RELATIONS, LINK_SPLIT = EdgeFeatures(), Relations(), LinkSplit()
+EDGE_FEATURES, EDGE_WEIGHTS, RELATIONS, LINK_SPLIT = EdgeFeatures(), EdgeWeights(), Relations(), LinkSplit()
 COMPONENTS: list[Component] = [STRUCTURE, FEATURES, LABELS, EXCHANGES, MASKS_PART, EDGE_FEATURES, RELATIONS,
-                               LINK_SPLIT]
+                               LINK_SPLIT, EDGE_WEIGHTS]
 # what a plain node-classification part holds in memory while it trains (the training peak's model graph)
 NODE_PART = (STRUCTURE, FEATURES, LABELS, MASKS_PART)
 
@@ -390,54 +436,3 @@ def read_fields(t: dict[str, Tensor], meta: dict, n_owned: int, n_halo: int) -> 
 def training_rows_bytes(rank: RankRows, components=NODE_PART) -> int:
     """Resident bytes of ``components``' rows on a training rank (their :meth:`Component.memory` terms)."""
     return sum(c.memory(rank) for c in components)
-
-
-class SubPartition:
-    """Another structure over the same owners, stored beside the parts in ``DIR/<name>/`` (its META.json's sha256 in
-    the partition's ``inner``): its check, disk bytes and writer. Read by
-    :meth:`~gnndist.graph.DistGraph.sub_partition`."""
-
-    name: str = ""
-
-    def check(self, data, dataset: str) -> None:
-        """A one-line :class:`~gnndist.errors.UserError` where ``data`` cannot have it."""
-
-    def disk_bytes(self, part: Partition) -> int:
-        """What its files take on disk."""
-        raise NotImplementedError
-
-    def build(self, part: Partition, dataset: str, progress: bool = True) -> tuple[dict, Iterator[Arrays]]:
-        """Its META.json and its parts (a generator)."""
-        raise NotImplementedError
-
-
-class ValEdges(SubPartition):
-    """``valedges``: the message graph of training + validation edges (``--use-valedges-as-input``,
-    :mod:`~gnndist.partition.link`)."""
-
-    name = VALEDGES
-
-    def check(self, data, dataset):
-        check_valedges(data, dataset)
-
-    def disk_bytes(self, part):
-        """Its entries, ids, degrees and rowptr: at most 2 E_val entries more than the training graph's."""
-        n, nnz = int(part.csr.num_nodes), int(part.csr.nnz)
-        return n * (8 + 8 + 4) + (nnz + 2 * int(link_of(part.data).valid.shape[0])) * part.csr.col.dtype.itemsize
-
-    def build(self, part, dataset, progress=True):
-        """META.json and the parts (a generator): the partition's book over the message graph of training and
-        validation edges, symmetrised and de-duplicated as the training graph is; its parts hold only their
-        structure (:data:`STRUCTURE`, :data:`EXCHANGES`)."""
-        n, offsets, threads = int(part.csr.num_nodes), part.book.offsets, part.threads
-        csr = renumbered_csr(symmetric_csr(valedges_message(part.data), n, threads=threads), part.book,
-                             threads=threads)
-        counts = layout_counts(csr, offsets, threads=threads)
-        meta = {"dataset": dataset, "of": "the message graph of training + validation edges", "parts": part.book.parts,
-                "N": n, "E": int(csr.nnz), "F": 0, "classes": 0, "offsets": offsets.tolist(), "layouts": counts.loads}
-        parts = ({**lp.arrays(), "layout_pairs": counts.part_pairs(lp.rank)}
-                 for lp in build_local_parts(csr, part.book, threads))
-        return meta, stages_of(parts, part.book.parts, f"write {self.name} part", progress)
-
-
-SUB_PARTITIONS: dict[str, SubPartition] = {VALEDGES: ValEdges()}

@@ -40,7 +40,7 @@ from gnndist.partition.choose import (
     refined,
     runs_of,
 )
-from gnndist.partition.components import SUB_PARTITIONS, Component, SubPartition, held_by
+from gnndist.partition.components import Component, held_by
 from gnndist.partition.format import write_partition
 from gnndist.partition.hetero import hetero_report
 from gnndist.partition.layouts import LayoutCounts, layout_counts
@@ -49,6 +49,7 @@ from gnndist.partition.metis import OBJECTIVES, random_assign
 from gnndist.partition.plan import AUTO_BUDGET
 from gnndist.partition.progress import Stages, stages_of
 from gnndist.partition.report import quality
+from gnndist.partition.subparts import SUB_PARTITIONS, SubPartition
 
 from gnndist.cost import HIDDEN, Network, RankLoad, model_widths
 from gnndist.errors import UserError
@@ -98,7 +99,7 @@ class Partition:
     def save(self, out: str | Path, dataset: str, progress: bool = True, valedges: bool = False) -> Path:
         """Write the partition atomically to ``out`` (see :mod:`gnndist.partition.format`); with ``valedges``
         also the sub-partition of training and validation edges (``--use-valedges-as-input``, in ``out/valedges/``:
-        :data:`~gnndist.partition.components.SUB_PARTITIONS`)."""
+        :data:`~gnndist.partition.subparts.SUB_PARTITIONS`)."""
         subs = self.sub_partitions(valedges)
         for sub in subs:
             sub.check(self.data, dataset)

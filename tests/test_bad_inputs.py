@@ -278,6 +278,12 @@ CASES = {
                                                       "--num-bases is for --model rgcn, not --model gcn"),
     "no-bias-on-gat": lambda t, p1, p2, mp: (["train", str(p1), "--model", "gat", "--no-bias"] + TRAIN1,
                                              "--no-bias is for --model gcn, sage (--arch plain), not --model gat"),
+    "edge-weights-without-weights": lambda t, p1, p2, mp: (["train", str(p1), "--edge-weights"] + TRAIN1,
+                                                           "--edge-weights: the partition of toy holds no edge"),
+    "edge-weights-on-sage": lambda t, p1, p2, mp: (["train", str(p1), "--model", "sage", "--edge-weights"] + TRAIN1,
+                                                   "weighs GCN's normalisation: --model gcn, not --model sage"),
+    "edge-weights-on-2d": lambda t, p1, p2, mp: (["train", str(p1), "--strategy", "2d", "--edge-weights"] + TRAIN1,
+                                                 "--edge-weights aggregates over the 1D halo: --strategy 1d (or auto)"),
     "embedding-learn-on-a-homogeneous-node-task": lambda t, p1, p2, mp: (
         ["train", str(p1), "--embedding", "learn"] + TRAIN1, "--embedding learn is for a typed graph's featureless"),
     "hetero-balance-types-on-homogeneous": lambda t, p1, p2, mp: (

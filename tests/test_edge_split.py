@@ -5,7 +5,7 @@ import pytest
 import torch
 from gnndist.datasets import synthetic
 from gnndist.datasets.edge_split import EdgeSplit, parse_edge_split, random_edge_split, set_edge_split
-from gnndist.datasets.graph import clean_edges
+from gnndist.datasets.graph import clean_edges, summed_weights
 from gnndist.datasets.ogbl import load_ogbl, write_ogbl
 from gnndist.datasets.spec import dataset_spec
 
@@ -145,7 +145,21 @@ def test_ogbl_collab_round_trip(data_root):
         assert torch.equal(back.x, data.x) and torch.equal(back.edge_index, message)
         assert torch.equal(back.y, torch.full((300,), -1)) and back.num_classes == 0  # unlabelled
         assert back.name == "ogbl-collab" and not back.train_mask.any() and back.get("featureless") is None
+        pair = {(min(u, v), max(u, v)): float(w) for (u, v), w in zip(split.train.tolist(), split.train_weight)}
+        assert back.edge_weight.tolist() == [pair[min(u, v), max(u, v)] for u, v in back.edge_index.t().tolist()]
     assert folder == str(data_root / "ogbl_collab") and snapshot(data_root) == before  # never written into
+
+
+def test_edge_weights_of_duplicate_rows_add_up():
+    """OGB's collab lists a pair once per year (both directions): the message graph's weight is their sum, as its
+    sparse adjacency sums them; a list that gives an edge in one direction weighs both."""
+    src, dst = np.array([0, 1, 0, 1, 2, 3]), np.array([1, 0, 1, 0, 3, 2])  # (0, 1) twice, both ways; (2, 3) once
+    w = np.array([1.0, 1.0, 2.0, 2.0, 5.0, 5.0])
+    ei = clean_edges(src, dst, 4)
+    assert summed_weights(ei, src, dst, w, 4).tolist() == [3.0, 3.0, 5.0, 5.0]
+    one_way = clean_edges(np.array([0, 2]), np.array([1, 3]), 4)
+    assert summed_weights(one_way, np.array([0, 2]), np.array([1, 3]), np.array([1.5, 4.0]), 4).tolist() == \
+        [1.5, 1.5, 4.0, 4.0]
 
 
 def test_ogbl_ddi_is_featureless(data_root):

@@ -3,7 +3,8 @@
 Outputs, the gradient of the input and every parameter gradient are compared within 1e-5
 relative. Ranks are spawned once per world size; each rank runs every case. GAT with
 attention dropout is compared across P (masks are partition-invariant) and without
-dropout against PyG.
+dropout against PyG. GCN over edge weights (``--edge-weights``: the partition's ``edge_weight``) is compared with
+PyG's ``GCNConv`` given the same weights.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def _case(name: str):
     if kind == "custom_fused_gcn":
         pyg = pyg_nn.GCNConv(F_IN, 5)
         return pyg, _copy(pyg, NormLinear(F_IN, 5)), "", extra
+    if kind == "gcn_edge_weights":  # gnndist's GCNConv on the graph loaded with --edge-weights
+        pyg = pyg_nn.GCNConv(F_IN, 5)
+        return pyg, _copy(pyg, gnn.GCNConv(F_IN, 5)), "", extra
     if kind in ("gcn_map_first", "gcn_aggregate_first"):  # gnndist's own GCNConv, both orders: PyG's numbers
         pyg = pyg_nn.GCNConv(F_IN, 5)
         return pyg, _copy(pyg, gnn.GCNConv(F_IN, 5, aggregate_first=kind == "gcn_aggregate_first")), "", extra
@@ -148,17 +152,25 @@ def _case(name: str):
 
 CASES = ["gat_h2_concat", "gat_h3_mean", "gat_dropout", "gat_model", "gen_learn_t_batchnorm", "gen_same_width",
          "custom_edge_max", "custom_fused_gcn", "gcn_map_first", "gcn_aggregate_first", "custom_mean",
-         "custom_softmax",
+         "custom_softmax", "gcn_edge_weights",
          "pyg_gcn", "pyg_gcn_improved", "pyg_sage", "pyg_sage_max", "pyg_gat", "pyg_gin", "pyg_gen", "pyg_gcn2"]
 WITH_PYG = [c for c in CASES if c not in ("gat_dropout", "gat_model")]
 
 
+def _edge_weight(src: Tensor, dst: Tensor) -> Tensor:
+    """A symmetric weight per edge, 0.5 to 3.5, from its endpoints (the dataset's ``edge_weight``, PyG's)."""
+    lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
+    return 0.5 + ((lo * 31 + hi * 17) % 7).float() / 2
+
+
 def _rank_job(grid, partdir, weights):
     """Every case on this rank: owned outputs, input gradient, this rank's share of the parameter gradients."""
-    graph = DistGraph.load(partdir, grid)
-    owned = graph.orig_id[: graph.n_owned].long()
+    plain = DistGraph.load(partdir, grid)
+    weighted = DistGraph.load(partdir, grid, edge_weights=True)  # the same part, its edge weights read
+    owned = plain.orig_id[: plain.n_owned].long()
     results = {}
     for name in CASES:
+        graph = weighted if name == "gcn_edge_weights" else plain
         _, layer, _, extra = _case(name)
         x = graph.x.clone().requires_grad_(True)  # [n_owned, F_IN]
         with graph.context.step(epoch=3):
@@ -187,7 +199,8 @@ def _gather(per_rank: list[dict], name: str, n: int) -> dict:
 def _reference(name: str, data, edge_index: Tensor, weights: Tensor) -> dict:
     pyg, _, prefix, extra = _case(name)
     x = data.x.clone().requires_grad_(True)
-    out = pyg(x=x, edge_index=edge_index, **{k: x for k in extra})
+    kw = {"edge_weight": _edge_weight(*edge_index)} if name == "gcn_edge_weights" else {}
+    out = pyg(x=x, edge_index=edge_index, **{k: x for k in extra}, **kw)
     (out * weights[:, : out.shape[1]]).sum().backward()
     grads = {prefix + n: p.grad for n, p in pyg.named_parameters()}
     return {"out": out.detach(), "x_grad": x.grad, "grads": grads}
@@ -196,6 +209,7 @@ def _reference(name: str, data, edge_index: Tensor, weights: Tensor) -> dict:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     data = synthetic(150, avg_degree=6, num_classes=3, num_features=F_IN, seed=3)
+    data.edge_weight = _edge_weight(*data.edge_index)  # [E]: the partition stores them (edge weights)
     csr = csr_from_edge_index(data.edge_index, data.num_nodes)
     edge_index = torch.stack([torch.from_numpy(csr.col), torch.from_numpy(csr.rows())])  # (src, dst)
     weights = torch.randn(data.num_nodes, 16, generator=torch.Generator().manual_seed(0))

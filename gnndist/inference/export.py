@@ -17,7 +17,8 @@ how to build it::
     model = getattr(importlib.import_module(f["module"]), f["model"])(**f["kwargs"])
     model.load_state_dict(f["state_dict"])
     model.eval()
-    logits = model(x, edge_index)      # x row-normalised if f["normalize_features"]; gine: + edge_attr
+    logits = model(x, edge_index)      # x row-normalised if f["normalize_features"]; gine: + edge_attr;
+                                       # f["edge_weights"] (--edge-weights): + the graph's edge_weight
     logits = model(x, edge_index, edge_type, node_type)    # rgcn: the union graph (see pyg_twins.RGCN)
 
 Any other model whose layers are all :class:`~gnndist.nn.PyGAdapter` (with torch modules and
@@ -165,7 +166,8 @@ def pyg_file(state: dict, config: dict, path: Path) -> dict:
     f_in, f_out, edge_dim = config.get("in_channels"), config.get("out_channels"), config.get("edge_dim", 0)
     if not f_in or not f_out:
         raise UserError(f"{path} does not record the model's widths (a ckpt-*.pt): export its run's best.pt")
-    base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path)}
+    base = {"format": "pyg", "normalize_features": m.get("normalize_features", True), "checkpoint": str(path),
+            "edge_weights": m.get("edge_weights", False)}  # True: call the twin with the graph's edge_weight
     if spec.hetero:
         if twin is None:
             raise UserError(f"--format pyg: --model {name} has no PyG twin (it is built from the typed graph's "

@@ -5,6 +5,7 @@ builds its block from it; :class:`~gnndist.graph.DistGraph` makes it from the pa
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,3 +144,24 @@ def _rows_ascending(rowptr: np.ndarray, col: np.ndarray) -> bool:
         if down.size and not (rowptr[np.minimum(at, len(rowptr) - 1)] == down).all():
             return False
     return True
+
+
+def _tensor(arr: np.ndarray, device: torch.device) -> Tensor:
+    """``arr`` as a tensor on ``device``, sharing its memory on the CPU (a mapped part's pages: no copy at load).
+    Nothing writes to a loaded part (every transform makes a new tensor): torch's read-only warning is not raised."""
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr).to(device)
+
+
+def part_tensors(arrays: dict, meta: dict, rank: int, device: torch.device) -> tuple[dict[str, Tensor], Structure]:
+    """A part's arrays (numpy, as read) as tensors on ``device``, its rows of ``A`` aside (they stay as stored,
+    mapped: the strategy reads them into its own block), and the part's :class:`Structure` (``meta``: its
+    partition's META.json)."""
+    t = {k: _tensor(v, device) for k, v in arrays.items() if k not in ("rowptr", "col", "layout_pairs")}
+    return t, Structure(rank, len(arrays["rowptr"]) - 1, arrays["rowptr"], arrays["col"], t["halo_gid"],
+                        t["send_idx"], t["send_counts"].tolist(), t["recv_counts"].tolist(),
+                        tuple(int(o) for o in meta["offsets"]), meta.get("layouts") or {}, device,
+                        np.asarray(arrays["layout_pairs"]) if "layout_pairs" in arrays else None)

@@ -126,6 +126,9 @@ class LocalEdges:
 
     def gcn_weight(self, graph) -> Tensor:
         """``1 / sqrt((d_dst + 1)(d_src + 1))`` of every edge, global degrees (self-loops included). ``[nnz]``."""
+        if graph.edge_weight is not None:
+            raise ValueError("edge_weight='gcn' on per-edge messages does not weigh the edges of a graph loaded with "
+                             "--edge-weights: aggregate with graph.spmm(x, weight='gcn') (as GCNConv does)")
         dinv = graph.gcn_scale  # [n_owned + n_halo] float64
         return (dinv[self.row] * dinv[self.col]).float()
 
@@ -240,7 +243,7 @@ class MessagePassing(nn.Module):
         msg_args = _params(self.message)
         gcn = isinstance(edge_weight, str)
         edges = local_edges(graph, self.self_loops or gcn)
-        weight = edges.gcn_weight(graph).to(x.dtype) if gcn else edge_weight
+        weight = None if gcn else edge_weight  # "gcn": the fused path scales by D^-1/2; per edge only where needed
         if isinstance(weight, Tensor) and weight.shape[0] != edges.nnz:
             raise ValueError(f"edge_weight has {weight.shape[0]} rows but the layer's edges number {edges.nnz}; "
                              "compute it on self.edges(graph)")
@@ -248,6 +251,8 @@ class MessagePassing(nn.Module):
             out = self._node_wise(graph, edges, x, weight, aggr, gcn)
             if out is not None:
                 return self._update(out, x[:n_owned], kwargs, n_local)
+        if gcn:
+            weight = edges.gcn_weight(graph).to(x.dtype)  # [nnz]
         msg = self.message(**self._message_args(graph, edges, msg_args, x, weight, kwargs))  # [nnz, *]
         if msg.shape[0] != edges.nnz:
             raise ValueError(f"message returned {msg.shape[0]} rows, expected one per edge ({edges.nnz})")
@@ -267,6 +272,8 @@ class MessagePassing(nn.Module):
         if aggr in ("sum", "mean") and h.shape[0] == n_owned and h.dim() == 2 \
                 and (not self.self_loops or gcn) and (weight is None or gcn):
             return graph.spmm(h, weight="gcn" if gcn else None, reduce=aggr, tag=self.tag)  # [n_owned, *] overlapped
+        if gcn:
+            weight = edges.gcn_weight(graph).to(h.dtype)  # [nnz]
         if aggr in ("sum", "mean"):
             h_ext = self._extended(graph, h, "x")  # [n_local, *]
             if isinstance(weight, Tensor) and weight.dim() == 2 and h_ext.dim() == 2:
