@@ -87,6 +87,9 @@ def test_sides_declare_defaults_and_a_seeded_search():
     assert fanouts(2) == (15, 10) and fanouts(4) == (15, 10, 5, 5) and fanouts(1) == (15,)
     g2, g8 = SIDES["gnndist"].default(2, 96, 1000), SIDES["gnndist"].default(8, 96, 1000, "gcn2")
     assert (g2.model, g2.hidden, g2.lr, g2.dropout) == ("sage", 96, 0.01, 0.5) and g8.model == "gcn2"
+    # without --hidden: SAGE at 256, the deep model at its registered preset width (GCNII's recipe: 64)
+    assert SIDES["gnndist"].default(2, None, 1000).hidden == 256
+    assert [SIDES["gnndist"].default(8, None, 1000, m).hidden for m in ("gcn2", "resgcn")] == [64, 64]
     nb = SIDES["pyg-neighbor"].default(3, 96, 1000)
     assert (nb.model, nb.hidden, nb.batch_size, nb.fanouts) == ("sage", 256, 1024, (15, 10, 5))
     cl = SIDES["pyg-cluster"].default(2, 96, 15_500)

@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=None, help="epochs per run, warm-up included (default: 7 quick, 12)")
     p.add_argument("--warmup", type=int, default=2, help="untimed first epochs (default: %(default)s)")
     p.add_argument("--model", default="gcn", help="model of strong/weak/partition (default: %(default)s)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden width (default: 64; tta: 256, gnndist's side)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden width (default: 64; tta: gnndist's side, 256 "
+                   "for SAGE, the deep model's preset width from 4 layers on: GCNII 64)")
     p.add_argument("--layers", type=int, default=2, help="layers (default: %(default)s)")
     p.add_argument("--launcher", default=None,
                    help="run each training job as `LAUNCHER -m gnndist.cli train ...`, with {nproc} (P), {nnodes} and "
