@@ -322,8 +322,9 @@ def choose_edge_weights(fields: dict[str, Any], meta: dict, wanted: bool) -> Non
     if not wanted:
         fields["edge_weight"] = fields["weighted_degree"] = None
     elif fields["edge_weight"] is None:
-        raise UserError(f"--edge-weights: the partition of {meta.get('dataset')} holds no edge weights (ogbl-collab "
-                        f"has them); leave the flag out (--no-edge-weights where the recipe sets it)")
+        raise UserError(f"--edge-weights: the partition of {meta.get('dataset')} holds no edge weights (ogbl-collab's "
+                        f"do, except one made before 2026-12-07: partition it again); or leave the flag out "
+                        f"(--no-edge-weights where the recipe sets it)")
 
 
 class Relations(Component):
