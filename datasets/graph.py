@@ -58,6 +58,26 @@ def clean_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tenso
     return torch.stack([keys.div(n, rounding_mode="floor"), keys.remainder(n)])
 
 
+def find_pairs(keys: np.ndarray, a: np.ndarray, b: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Where each pair ``(a, b)`` is in ``keys`` (pairs as ``row * num_nodes + col``, sorted ascending; the first of
+    equal keys), else where its reverse ``(b, a)`` is; -1 where neither is. A symmetrised graph's edge finds the
+    listed edge, or the one listed the other way round.
+
+    Shapes:
+        keys ``[K]``; a, b ``[M]`` -> ``[M]`` int64
+    """
+    n = np.int64(num_nodes)
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    out = np.full(len(a), -1, dtype=np.int64)
+    if not len(keys):
+        return out
+    for want in (a * n + b, b * n + a):  # the pair, else its reverse
+        pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+        hit = (out < 0) & (keys[pos] == want)
+        out[hit] = pos[hit]
+    return out
+
+
 def summed_weights(edge_index: torch.Tensor, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
                    num_nodes: int) -> torch.Tensor:
     """The weight of every edge of a cleaned ``edge_index`` (:func:`clean_edges` of ``src, dst``): the sum of
@@ -73,15 +93,10 @@ def summed_weights(edge_index: torch.Tensor, src: np.ndarray, dst: np.ndarray, w
     w = np.asarray(weight, dtype=np.float64).ravel()
     keys, inverse = np.unique(src * n + dst, return_inverse=True)  # the listed directed pairs, sorted
     sums = np.bincount(inverse, weights=w, minlength=len(keys))  # [K] float64
-    ei = edge_index.numpy().astype(np.int64)
-    out = np.zeros(ei.shape[1], dtype=np.float64)
-    missing = np.ones(ei.shape[1], dtype=bool)
-    for want in (ei[0] * n + ei[1], ei[1] * n + ei[0]):  # the edge as listed, else its reverse
-        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        hit = missing & (keys[pos] == want) if len(keys) else np.zeros(len(want), dtype=bool)
-        out[hit] = sums[pos[hit]]
-        missing &= ~hit
-    return torch.from_numpy(out.astype(np.float32))
+    pos = find_pairs(keys, edge_index[0].numpy(), edge_index[1].numpy(), num_nodes)  # [E'] (clean_edges' own pairs)
+    if (pos < 0).any():
+        raise UserError(f"{int((pos < 0).sum())} edges of the graph are not in the weighted edge list")
+    return torch.from_numpy(sums[pos].astype(np.float32))
 
 
 def check_edge_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from gnndist.datasets.graph import find_pairs
 
 from gnndist.errors import UserError
 from gnndist.machine import CHUNK
@@ -358,18 +359,10 @@ def edge_values_in_csr(csr: GlobalCSR, book: PartitionBook, edge_index, values: 
     n = np.int64(csr.num_nodes)
     keys = ei[1].astype(np.int64) * n + ei[0]  # [E] (destination, source)
     order = np.argsort(keys, kind="stable")  # the first of duplicate edges wins
-    keys = keys[order]
-    dst, src = book.new2old[csr.rows()], book.new2old[csr.col]  # [nnz] dataset ids
-    idx = np.zeros(csr.nnz, dtype=np.int64)
-    missing = np.ones(csr.nnz, dtype=bool)
-    for want in (dst * n + src, src * n + dst):  # the edge itself, else its reverse
-        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        hit = missing & (keys[pos] == want) if len(keys) else np.zeros(csr.nnz, dtype=bool)
-        idx[hit] = order[pos[hit]]
-        missing &= ~hit
-    if missing.any():
-        raise UserError(f"{int(missing.sum())} edges of the graph have no edge features in the dataset")
-    return values[idx]
+    pos = find_pairs(keys[order], book.new2old[csr.rows()], book.new2old[csr.col], csr.num_nodes)  # [nnz]
+    if (pos < 0).any():
+        raise UserError(f"{int((pos < 0).sum())} edges of the graph have no edge features in the dataset")
+    return values[order[pos]]
 
 
 def exchange_pairs(csr: GlobalCSR, assign: np.ndarray, parts: int, chunk: int = CHUNK,

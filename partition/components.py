@@ -295,9 +295,7 @@ class EdgeWeights(Component):
     def writer(self, part, counts):
         csr, offsets = part.csr, part.book.offsets
         w = edge_values_in_csr(csr, part.book, part.data.edge_index, part.data.edge_weight.numpy())  # [nnz]
-        rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.rowptr))  # [nnz] new ids
-        degree = np.bincount(rows, weights=w.astype(np.float64), minlength=csr.num_nodes)  # [N] float64
-        del rows
+        degree = np.bincount(csr.rows(), weights=w.astype(np.float64), minlength=csr.num_nodes)  # [N] float64
 
         def write(lp):
             own = slice(offsets[lp.rank], offsets[lp.rank + 1])

@@ -250,8 +250,8 @@ def full_graph_width(model: str) -> int:
     CS, GCNII at 256 reached 0.40 validation accuracy in 90 s (2.85 s an epoch), at 64 0.94 (0.58 s an epoch)."""
     from gnndist.nn.models import model_spec
 
-    return int(model_spec(model).preset.get("model", {}).get("hidden", FULL_GRAPH_WIDTH)) if model != "sage" \
-        else FULL_GRAPH_WIDTH
+    preset = model_spec(model).preset.get("model", {}) if model != "sage" else {}
+    return int(preset.get("hidden", FULL_GRAPH_WIDTH))
 
 
 FULL_GRAPH_WIDTH = 256  # gnndist's SAGE width (the peers' NeighborLoader examples')
