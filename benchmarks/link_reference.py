@@ -128,10 +128,10 @@ def pyg_evaluate(model, predictor, data, ew, split, evaluator) -> dict[str, floa
 
 
 def gnndist_run(root: str, epochs: int, ranks: int, seed: int, edge_batch: int | None, data: str,
-                log: str) -> list[dict]:
-    """``gnndist run ogbl-collab --root ROOT``; the rows of its ``--log-file``."""
+                log: str, extra: tuple[str, ...] = ()) -> list[dict]:
+    """``gnndist run ogbl-collab --root ROOT`` (``extra``: more flags); the rows of its ``--log-file``."""
     cmd = [sys.executable, "-m", "gnndist.cli", "run", NAME, "--root", root, "--ranks", str(ranks), "--epochs",
-           str(epochs), "--seed", str(seed), "--log-file", log, "--json", "--no-progress"]
+           str(epochs), "--seed", str(seed), "--log-file", log, "--json", "--no-progress", *extra]
     if edge_batch is not None:
         cmd += ["--edge-batch", str(edge_batch)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "GNNDIST_DATA": data})
@@ -156,11 +156,32 @@ def time_to(rows: list[dict], target: float) -> tuple[int, float] | None:
     return None
 
 
+def common_args(ap: argparse.ArgumentParser, epochs: int) -> None:
+    """``--root``, ``--epochs``, ``--ranks``: what every side-by-side run on a collab-layout copy reads."""
+    ap.add_argument("--root", required=True, help="the folder holding ogbl_collab/ (benchmarks/ogbl_layout.py --out)")
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--ranks", type=int, default=2, help="gnndist's ranks")
+
+
+def print_table(runs: dict[str, list[dict]], loads: dict[str, tuple[float, float]], target: float,
+                ranks: int) -> None:
+    """One markdown row per run: best validation Hits@50, its epoch and test Hits@50, s/epoch, time to ``target``."""
+    print("| run | ranks | best val Hits@50 | epoch | test Hits@50 | s/epoch (train) | epoch at target | "
+          "s to target | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, rows in runs.items():
+        b, hit = best(rows), time_to(rows, target)
+        steady = [r["time_s"] for r in rows[1:]] or [rows[0]["time_s"]]
+        at, secs = (str(hit[0]), f"{hit[1]:.1f}") if hit else ("-", "not reached")
+        print(f"| {name} | {'1 process' if name.startswith('pyg') else ranks} | {100 * b['val_hits@50']:.2f} | "
+              f"{b['epoch']} | {100 * b['test_hits@50']:.2f} | {sum(steady) / len(steady):.3f} | {at} | {secs} | "
+              f"{loads[name][0]:.2f}-{loads[name][1]:.2f} |")
+    print(f"load average at end: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--root", required=True, help="the folder holding ogbl_collab/ (benchmarks/ogbl_layout.py --out)")
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--ranks", type=int, default=2, help="gnndist's ranks")
+    common_args(ap, epochs=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", default="pyg,gnndist,gnndist-eb0", help="comma list of pyg, pyg-noclip, gnndist, "
                     "gnndist-ebN (--edge-batch N)")
@@ -189,20 +210,9 @@ def main() -> None:
                   f"{sum(r['time_s'] for r in rows):.1f} s training, {time.perf_counter() - t:.0f} s wall; "
                   f"load {loads[name][0]:.2f} -> {loads[name][1]:.2f}", flush=True)
     target = args.target or 0.95 * min(best(rows)["val_hits@50"] for rows in runs.values())
-    ranks = f"{args.ranks} ranks"
     print(f"\n{NAME} layout at {args.root}, {args.epochs} epochs, seed {args.seed}; target validation Hits@50 "
           f"{100 * target:.2f} %")
-    print("| run | ranks | best val Hits@50 | epoch | test Hits@50 | s/epoch (train) | epoch at target | "
-          "s to target | load |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, rows in runs.items():
-        b, hit = best(rows), time_to(rows, target)
-        steady = [r["time_s"] for r in rows[1:]] or [rows[0]["time_s"]]
-        at, secs = (str(hit[0]), f"{hit[1]:.1f}") if hit else ("-", "not reached")
-        print(f"| {name} | {'1 process' if name.startswith('pyg') else ranks} | {100 * b['val_hits@50']:.2f} | "
-              f"{b['epoch']} | {100 * b['test_hits@50']:.2f} | {sum(steady) / len(steady):.3f} | {at} | {secs} | "
-              f"{loads[name][0]:.2f}-{loads[name][1]:.2f} |")
-    print(f"load average at end: {os.getloadavg()}")
+    print_table(runs, loads, target, args.ranks)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"target": target, "runs": runs}, f, indent=1)

@@ -89,9 +89,9 @@ def _say_recipe(dataset: str | None, cfg, task: str | None = None) -> None:
     from gnndist.presets import dataset_recipe, task_of
     from gnndist.train import stage
 
-    recipe = dataset_recipe(dataset, task_of({"task": {"task": cfg.task.task}}, dataset, task))
+    recipe = dataset_recipe(dataset, task_of({"task": {"task": cfg.task.task}}, dataset, task), cfg.run.recipe)
     if recipe is not None:
-        stage(f"{recipe[0]} (this family's recipe; flags override it)", cfg)
+        stage(f"{recipe[0]} (--recipe {cfg.run.recipe}; flags override it)", cfg)
 
 
 def run_data_config(args: argparse.Namespace, cfg) -> DataConfig:

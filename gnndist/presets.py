@@ -15,6 +15,7 @@ from typing import Any
 
 from gnndist.config import TRAIN_SECTIONS, Preset, TrainConfig, with_fields
 from gnndist.datasets.spec import dataset_spec
+from gnndist.errors import UserError
 
 
 def amazon(cfg: TrainConfig) -> TrainConfig:
@@ -66,6 +67,26 @@ def ogbl_collab(cfg: TrainConfig) -> TrainConfig:
                        task={"decoder": "mlp", "edge_batch": 8192})
 
 
+def refined_gae_collab(cfg: TrainConfig) -> TrainConfig:
+    """Refined-GAE's ogbl-collab command (Ma et al., "Reconsidering the performance of GAE in link prediction",
+    CIKM 2025; ``GraphPKU/Refined-GAE``'s ReadMe, ``collab.py`` and ``model.py``), as gnndist has its pieces:
+    ``--model propgcn`` (a GCN layer into 1024, then one shared GCN layer propagated 3 more times, each after
+    LayerNorm and dropout 0.2, no ReLU), ``--decoder mlp-res`` of 5 linear layers (the Hadamard product's
+    LayerNorm, residual blocks with LayerNorm and ReLU), 3 global uniform negatives per positive, a step (one
+    encoder pass) every 16,384 positives, Adam at lr 0.0004 without weight decay, 500 epochs, the encoder's and
+    the decoder's gradients clipped to 1.0 apart; the graph unweighted (their run without
+    ``--use_valid_as_input``). Their leaderboard entry adds the validation edges as input (Hits@50 0.6816).
+
+    Not theirs here: dropout between the decoder's blocks (not offered: masks over pairs), training positives of
+    year >= 2011 only (their ``collab.py`` filters the years; gnndist trains on every training edge), and DGL's
+    ``GraphConv`` normalising by unweighted degrees on a weighted graph (docs/link_prediction.md)."""
+    return with_fields(cfg, model={"model": "propgcn", "layers": 4, "hidden": 1024, "dropout": 0.2, "norm": "layer",
+                                   "edge_weights": False},
+                       optim={"lr": 4e-4, "weight_decay": 0.0, "epochs": 500, "clip_grad": 1.0,
+                              "clip_grad_apart": True},
+                       task={"decoder": "mlp-res", "decoder_layers": 5, "negatives": 3, "edge_batch": 16384})
+
+
 # recipe name (what a dataset's spec names) -> (why, the recipe)
 RECIPES: dict[str, tuple[str, Preset]] = {
     "heterophily": ("heterophily benchmark (Platonov et al. 2023): --arch residual, 5 blocks of 512, layer norm, "
@@ -76,12 +97,21 @@ RECIPES: dict[str, tuple[str, Preset]] = {
     "ogbl-collab": ("OGB's full-batch ogbl-collab baseline: GCN 3x256 over the edge weights, MLP decoder, lr 0.001, "
                     "400 epochs, steps of 8,192 positives (OGB's: 65,536; test over training edges; OGB's "
                     "validation-edges protocol: --use-valedges-as-input)", ogbl_collab),
+    "refined-gae-collab": ("Refined-GAE's ogbl-collab command (Ma et al. 2025): --model propgcn 4 x 1024, layer "
+                           "norm, dropout 0.2, --decoder mlp-res of 5, 3 negatives, steps of 16,384 positives, lr "
+                           "0.0004, clipping at 1.0 apart, 500 epochs", refined_gae_collab),
 }
 
 
-def dataset_recipe(dataset: str | None, task: str = "node") -> tuple[str, Preset] | None:
-    """``(why, recipe)`` of the recipe that ``dataset``'s spec (a name, or a path's name part) names for ``task``,
-    if any."""
+def dataset_recipe(dataset: str | None, task: str = "node", recipe: str = "auto") -> tuple[str, Preset] | None:
+    """``(why, recipe)`` of the recipe a run gets: ``--recipe NAME`` (``none``: no recipe), or with ``auto`` the one
+    that ``dataset``'s spec (a name, or a path's name part) names for ``task``, if any."""
+    if recipe == "none":
+        return None
+    if recipe != "auto":
+        if recipe not in RECIPES:
+            raise UserError(f"unknown --recipe {recipe!r}; known: auto, none, {', '.join(sorted(RECIPES))}")
+        return RECIPES[recipe]
     spec = dataset_spec(dataset)
     name = spec.recipes.get(task) if spec is not None else None
     return RECIPES[name] if name is not None else None
@@ -121,11 +151,11 @@ def compose(given: dict[str, dict[str, Any]], dataset: str | None = None, task: 
     """
     from gnndist.nn.models import model_spec
 
-    spec = model_spec(given.get("model", {}).get("model", TrainConfig().model.model))  # one line when unknown
     cfg = TrainConfig()
-    recipe = dataset_recipe(dataset, task_of(given, dataset, task))
+    recipe = dataset_recipe(dataset, task_of(given, dataset, task), given.get("run", {}).get("recipe", "auto"))
     if recipe is not None:
         cfg = recipe[1](cfg)
+    spec = model_spec(given.get("model", {}).get("model", cfg.model.model))  # one line when unknown
     if "split" in given.get("eval", {}) and "splits" not in given["eval"]:  # --split K over a recipe's --splits all
         given = {**given, "eval": {**given["eval"], "splits": "one"}}
     if given.get("model", {}).get("arch", cfg.model.arch) == "plain":  # a model's preset is its own architecture's

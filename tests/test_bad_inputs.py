@@ -300,7 +300,15 @@ CASES = {
                                                        "--decoder-layers must be >= 1, got 0"),
     "link-decoder-layers-on-dot": lambda t, p1, p2, mp: (
         ["train", _link_partition(t), "--decoder", "dot", "--decoder-layers", "2"] + TRAIN1,
-        "--decoder-layers 2 is for --decoder mlp; this run's decoder is dot"),
+        "--decoder-layers 2 is for --decoder mlp or mlp-res; this run's decoder is dot"),
+    "link-clip-grad-apart-on-a-node-task": lambda t, p1, p2, mp: (
+        ["train", str(p1), "--clip-grad", "1", "--clip-grad-apart"] + TRAIN1,
+        "--clip-grad-apart clips a link model's encoder and decoder apart: it is for --task link"),
+    "link-clip-grad-apart-without-a-norm": lambda t, p1, p2, mp: (
+        ["train", _link_partition(t), "--clip-grad-apart"] + TRAIN1,
+        "--clip-grad-apart clips to --clip-grad NORM: give it"),
+    "unknown-recipe": lambda t, p1, p2, mp: (["train", str(p1), "--recipe", "nope"] + TRAIN1,
+                                             "unknown --recipe 'nope'; known: auto, none, amazon, gae"),
     # link prediction
     "link-task-without-edge-split": lambda t, p1, p2, mp: (["train", str(p1), "--task", "link"] + TRAIN1,
                                                            "has no edge split; gnndist partition DATASET --edge-split"),

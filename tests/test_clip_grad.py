@@ -3,6 +3,7 @@
 A node task (replicated weights only) and a featureless link task (each rank's learned rows are its own: their
 squares are all-reduced) train a few epochs with clipping active on P = 1, 2, 3; the per-epoch losses and the
 first step's clipped gradients equal one process's. One process equals ``torch.nn.utils.clip_grad_norm_``.
+``--clip-grad-apart`` (Refined-GAE's): the link model's encoder (with its rows) and decoder clipped each to the norm.
 """
 
 import pytest
@@ -53,6 +54,8 @@ def _cfg(task, clip):
     from gnndist.config import TrainConfig
 
     cfg = TrainConfig()
+    if task == "link-apart":
+        task, cfg.optim.clip_grad_apart = "link", True
     cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = 8, 0.5, False
     cfg.task.task = task
     if task == "link":
@@ -66,8 +69,8 @@ def _rank_job(grid, dirs):
     from gnndist.training.trainer import Trainer
 
     out = {}
-    for task, clip in (("node", CLIP), ("link", CLIP), ("node", 0.0)):
-        graph = DistGraph.load(dirs[task], grid)
+    for task, clip in (("node", CLIP), ("link", CLIP), ("node", 0.0), ("link-apart", CLIP)):
+        graph = DistGraph.load(dirs[task.split("-")[0]], grid)
         trainer = Trainer(graph, _cfg(task, clip))
         losses, grads = [], None
         for epoch in range(EPOCHS):
@@ -97,7 +100,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("task", ["node", "link"])
+@pytest.mark.parametrize("task", ["node", "link", "link-apart"])
 def test_clipped_training_equals_one_process(runs, world, task):
     one = runs[1][0][(task, CLIP)]
     ref = torch.tensor(one["losses"], dtype=torch.float64)
@@ -111,3 +114,7 @@ def test_clipped_training_equals_one_process(runs, world, task):
         norm = torch.cat([g.reshape(-1) for g in one["grads"].values()]).norm().item()
         assert norm == pytest.approx(CLIP, rel=1e-5)
         assert runs[1][0][("node", 0.0)]["losses"][1:] != one["losses"][1:]
+    if task == "link-apart":  # the decoder's gradients alone have the clip's norm; training differs from one norm
+        norm = torch.cat([g.reshape(-1) for n, g in one["grads"].items() if n.startswith("decoder.")]).norm().item()
+        assert norm == pytest.approx(CLIP, rel=1e-4)  # torch's rule: max_norm / (norm + 1e-6), a norm near 0.07
+        assert runs[1][0][("link", CLIP)]["losses"][1:] != one["losses"][1:]

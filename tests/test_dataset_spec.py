@@ -72,6 +72,24 @@ def test_task_metric_and_recipe_are_the_specs():
     assert default_metric({"dataset": "tolokers", "classes": 2, "metric": "f1-macro"}) == "f1-macro"
 
 
+def test_recipe_by_name_replaces_the_datasets_and_flags_override_it():
+    from gnndist.config import RunConfig
+    from gnndist.presets import RECIPES, compose
+
+    cfg = compose({"run": {"recipe": "refined-gae-collab"}, "model": {"hidden": 64}}, "ogbl-collab", "link")
+    assert (cfg.model.model, cfg.model.layers, cfg.model.hidden, cfg.model.norm) == ("propgcn", 4, 64, "layer")
+    assert not cfg.model.edge_weights and cfg.optim.clip_grad == 1.0 and cfg.optim.clip_grad_apart
+    assert (cfg.task.decoder, cfg.task.decoder_layers, cfg.task.negatives, cfg.task.edge_batch) == ("mlp-res", 5, 3,
+                                                                                                     16384)
+    assert compose({}, "ogbl-collab", "link").model.edge_weights  # auto: the dataset's own (OGB's baseline)
+    bare = compose({"run": {"recipe": "none"}}, "ogbl-collab", "link")
+    assert not bare.model.edge_weights and bare.task.decoder == "auto"
+    with pytest.raises(UserError, match="unknown --recipe 'x'; known: auto, none, amazon"):
+        compose({"run": {"recipe": "x"}}, "cora")
+    helped = RunConfig.__dataclass_fields__["recipe"].metadata
+    assert all(name in str(helped) for name in RECIPES), helped  # --recipe's help names every recipe
+
+
 def test_link_data_adds_an_edge_split_only_where_the_dataset_ships_none():
     from gnndist.config import DEFAULT_EDGE_SPLIT, DataConfig, TaskConfig, TrainConfig
     from gnndist.parts.cache import link_data

@@ -22,6 +22,7 @@ CASES = [  # (model, decoder, edge batch, featureless, metric, negatives per pos
     ("gcn", "mlp", 0, False, "auc", 3, 2, "zero"),
     ("sage", "dot", 40, False, "mrr", 3, 3, "zero"),
     ("gcn", "mlp", 0, False, "hits@20", 1, 3, "learn"),
+    ("propgcn", "mlp-res", 0, False, "hits@20", 3, 3, "zero"),  # Refined-GAE's pieces: layer norms in both
 ]
 
 
@@ -49,6 +50,8 @@ def _cfg(model, decoder, batch, metric, epochs=EPOCHS, negatives=1, decoder_laye
     cfg.model.model, cfg.model.hidden, cfg.model.dropout, cfg.model.normalize_features = model, 8, 0.5, False
     cfg.task.task, cfg.task.decoder, cfg.task.edge_batch, cfg.task.negatives = "link", decoder, batch, negatives
     cfg.task.decoder_layers, cfg.model.embedding = decoder_layers, embedding
+    if model == "propgcn":  # the shared layer applied twice, after layer norm and dropout
+        cfg.model.layers, cfg.model.norm = 3, "layer"
     cfg.eval.metric = metric if metric != "mrr" else "auto"
     cfg.optim.epochs, cfg.run.progress = epochs, False
     return cfg

@@ -78,6 +78,7 @@ class Trainer:
         if groups and self.model is not encoder:  # the task's own parameters (a decoder): one more group
             mine = {id(p) for p in encoder.parameters()}
             groups.append({"params": [p for p in self.params + self.sharded if id(p) not in mine]})
+        self.clipped = clip_groups(self.model, encoder, self.params, self.sharded, cfg.optim.clip_grad_apart)
         # torch.optim.Adam's numbers, without torch.optim.Optimizer: its first call imports torch._dynamo (~150 MiB)
         self.optim = Adam(groups or self.params + self.sharded, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.metric = self.task.metric
@@ -236,7 +237,8 @@ class Trainer:
         """On the global gradients, before the optimiser's step: the finiteness guard, then ``--clip-grad``."""
         self._check_finite(epoch, loss)
         if self.cfg.optim.clip_grad > 0:
-            clip_global_norm(self.params, self.sharded, self.cfg.optim.clip_grad, self.grid)
+            for replicated, sharded in self.clipped:
+                clip_global_norm(replicated, sharded, self.cfg.optim.clip_grad, self.grid)
 
     def _check_finite(self, epoch: int, loss: Tensor) -> None:
         """Stop (one line) when the global loss or a gradient is NaN/Inf, before the optimiser step spoils the
@@ -273,6 +275,20 @@ def model_of(m: ModelConfig, graph: DistGraph, f_in: int, f_out: int, seed: int 
     return spec.build(f_in, m.hidden, f_out, m.layers, m.dropout, m.norm, m.recompute,
                       m.arch, edge_dim=edge_width(graph), graph=graph, num_bases=m.num_bases, seed=seed,
                       embedding=m.embedding, bias=m.bias)
+
+
+def clip_groups(model: nn.Module, encoder: nn.Module, replicated: list[nn.Parameter], sharded: list[nn.Parameter],
+                apart: bool) -> list[tuple[list[nn.Parameter], list[nn.Parameter]]]:
+    """The parameter groups ``--clip-grad`` clips, each to its own global norm: ``(replicated, sharded)`` of the whole
+    model; with ``apart`` (``--clip-grad-apart``), the encoder's with the learned rows, then the task's own (the
+    decoder's): one line when the model has no parameters beside the encoder's (a node task)."""
+    if not apart:
+        return [(replicated, sharded)]
+    mine = {id(p) for p in encoder.parameters()} | {id(p) for p in sharded}
+    own = [p for p in replicated if id(p) not in mine]
+    if model is encoder:
+        raise UserError("--clip-grad-apart clips a link model's encoder and decoder apart: it is for --task link")
+    return [([p for p in replicated if id(p) in mine], sharded), (own, [])]
 
 
 def clip_global_norm(replicated: list[nn.Parameter], sharded: list[nn.Parameter], max_norm: float,

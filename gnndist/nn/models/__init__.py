@@ -17,7 +17,8 @@ from gnndist.nn.models.deep import GCNII, ResGCN
 from gnndist.nn.models.gat import GAT
 from gnndist.nn.models.gine import GINE
 from gnndist.nn.models.gnn import GNN
-from gnndist.nn.models.link import DotDecoder, LinkModel, MLPDecoder
+from gnndist.nn.models.link import DotDecoder, LinkModel, MLPDecoder, ResMLPDecoder
+from gnndist.nn.models.prop_gcn import PropGCN
 from gnndist.nn.models.residual_gnn import ResidualGNN, gat_heads
 from gnndist.nn.models.rev_gnn import GroupAddRev, RevGNN
 from gnndist.nn.models.rgcn import RGCN
@@ -33,8 +34,8 @@ from gnndist.nn.models.spec import (
 )
 
 __all__ = ["GAT", "GCNII", "GINE", "GNN", "MODELS", "RGCN", "DotDecoder", "GroupAddRev", "LinkModel", "MLPDecoder",
-           "ModelSpec", "Preset", "ResGCN", "ResidualGNN", "RevGNN", "build_model", "model_spec", "models_help",
-           "register_model"]
+           "ModelSpec", "Preset", "PropGCN", "ResGCN", "ResMLPDecoder", "ResidualGNN", "RevGNN", "build_model",
+           "model_spec", "models_help", "register_model"]
 
 # GAT's Cora recipe (Velickovic et al. 2018): 8 heads of 8, dropout 0.6, lr 0.005
 GAT_PRESET: Preset = {"model": {"hidden": 64, "dropout": 0.6}, "optim": {"lr": 0.005}}
@@ -65,6 +66,7 @@ def _gen(i: int, o: int) -> nn.Module:
 register_model("gcn", partial(GNN, GCNConv), residual=GCNConv, bias=True, twin=f"{PYG_MODELS}.GCN", cost="gcn")
 register_model("sage", partial(GNN, SAGEConv), residual=SAGEConv, bias=True, twin=f"{PYG_MODELS}.GraphSAGE",
                cost="sage")
+register_model("propgcn", PropGCN, {"model": {"layers": 4, "dropout": 0.2, "norm": "layer"}})
 register_model("gin", partial(GNN, _gin), residual=_gin_block, twin=f"{PYG_MODELS}.GIN")
 register_model("gen", partial(GNN, _gen))
 register_model("gine", GINE, edge_features=True, half_precision=SCATTER_IN_ROWS_DTYPE.format(conv="GINEConv"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-DECODERS = ("dot", "mlp")
+DECODERS = ("dot", "mlp", "mlp-res")
 
 
 class DotDecoder(nn.Module):
@@ -52,12 +52,44 @@ class MLPDecoder(nn.Module):
         return self.lins[-1](x).view(-1)
 
 
+class ResMLPDecoder(nn.Module):
+    """Refined-GAE's ``Hadamard_MLPPredictor`` (``--scale --res --norm``, Ma et al. 2025): the Hadamard product
+    ``h_u * h_v``, a LayerNorm, then ``layers - 1`` blocks ``x = relu(LayerNorm(lin(x) + x))`` and a last linear
+    layer to one logit.
+
+    Without their dropout between the blocks: the decoder's arithmetic stays local to a pair's rows, so its result
+    does not depend on the ranks (masks over pairs would have to be hashed by pair, which is not offered).
+
+    Args:
+        width: the encoder's output width ``d`` (and every block's).
+        layers: linear layers, the last included (their collab command: 5).
+
+    Shapes:
+        hu, hv ``[n, d]`` -> ``[n]``
+    """
+
+    def __init__(self, width: int, layers: int = 5):
+        super().__init__()
+        self.scale = nn.LayerNorm(width)
+        self.lins = nn.ModuleList(nn.Linear(width, width) for _ in range(layers - 1))
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(layers - 1))
+        self.out = nn.Linear(width, 1)
+
+    def forward(self, hu: Tensor, hv: Tensor) -> Tensor:
+        x = self.scale(hu * hv)
+        for lin, norm in zip(self.lins, self.norms):
+            x = F.relu(norm(lin(x) + x))
+        return self.out(x).view(-1)
+
+
 def decoder(name: str, width: int, layers: int = 3) -> nn.Module:
     """The decoder ``--decoder name`` for encoder rows of width ``width`` (``layers``: the MLP's linear layers)."""
     if name == "dot":
         return DotDecoder()
     if name == "mlp":
         return MLPDecoder(width, layers)
+    if name == "mlp-res":
+        return ResMLPDecoder(width, layers)
     raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODERS)}")
 
 
