@@ -298,3 +298,19 @@ def test_cli_edge_split_simulates_a_link_rank(capsys, data_root):
     assert link[0]["num_edges"] < node[0]["num_edges"]
     assert all(lp > npk for a, b in zip(node, link) if a["peak_memory_per_rank"]
                for npk, lp in zip(a["peak_memory_per_rank"], b["peak_memory_per_rank"]))
+
+
+def test_edge_weights_add_their_memory_term_to_every_rank(data):
+    """A graph with edge weights (ogbl-collab's, which its recipe trains over): each rank's peak holds a float32
+    weight per local entry and a float64 weighted degree per owned and halo row."""
+    import torch
+
+    from gnndist.parts.simulate import simulate
+
+    weighted = data.clone()
+    weighted.edge_weight = torch.rand(data.edge_index.shape[1])
+    plain, heavy = (simulate(d, [2], feature_dim=8, method="random", progress=False) for d in (data, weighted))
+    for a, b in zip(plain, heavy):
+        if a["peak_memory_per_rank"]:
+            extra = np.array(b["peak_memory_per_rank"]) - np.array(a["peak_memory_per_rank"])
+            assert (extra > 0).all() and (extra <= 4 * data.edge_index.shape[1] + 8 * 2 * data.num_nodes).all(), extra

@@ -228,15 +228,15 @@ def _phases(rows: int, halo: int, send: int, widths: Sequence[int], precision: s
 
 
 def aware_peaks(ex: GridExchange, widths: Sequence[int], precision: str = "fp32", device: str = "cpu",
-                link: LinkLoad | None = None) -> np.ndarray:
+                link: LinkLoad | None = None, components=NODE_PART) -> np.ndarray:
     """:func:`training_peak` of every rank of a sparsity-aware layout. ``[P]``.
 
     1d (c = 1): the interior block (columns of the rank's own rows) is symmetric and keeps no
     transpose; the boundary's transposed pattern is ``nnz - group_nnz[k, k]`` entries. A grid
-    layout's blocks are not symmetric: every entry has a transposed copy.
+    layout's blocks are not symmetric: every entry has a transposed copy. ``components``: what a part holds.
     """
     loads = ex.loads()
     own = np.diag(ex.group_nnz) if ex.replication == 1 else np.zeros(len(loads), dtype=np.int64)
     return np.array([training_peak(ld.nnz, ld.nnz - int(own[k]), ld.rows, ld.expand_recv + ld.fold_recv,
-                                   ld.expand_send + ld.fold_send, widths, precision, device, link=link)
+                                   ld.expand_send + ld.fold_send, widths, precision, device, components, link)
                      for k, ld in enumerate(loads)], dtype=np.int64)

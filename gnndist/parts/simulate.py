@@ -71,6 +71,7 @@ from gnndist.cost import Network, RankLoad
 from gnndist.errors import UserError
 from gnndist.partition import partition
 from gnndist.partition.book import GlobalCSR
+from gnndist.partition.components import EDGE_WEIGHTS, NODE_PART
 from gnndist.partition.layouts import GridExchange, grid_exchange, grid_loads  # noqa: F401  (public here too)
 from gnndist.partition.link import link_of
 from gnndist.parts.memory import ACTIVATION_BYTES, ELEM, INDEX_BYTES, LinkLoad, aware_peaks
@@ -105,9 +106,10 @@ class Layout:
 
 
 def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, precision: str = "fp32",
-                 device: str = "cpu", link: LinkLoad | None = None) -> Layout:
+                 device: str = "cpu", link: LinkLoad | None = None, components=NODE_PART) -> Layout:
     """The runtime's layout: bytes from :meth:`RankLoad.bytes` (the backward reverses the forward), rows in
-    ``precision``'s dtype, the training peak of ranks on ``device`` (of a link task's with ``link``)."""
+    ``precision``'s dtype, the training peak of ranks on ``device`` (of a link task's with ``link``; a part holding
+    ``components``)."""
     elem = ACTIVATION_BYTES[precision]
     loads = ex.loads()
     b = [ld.bytes(width, elem) for ld in loads]
@@ -117,7 +119,7 @@ def aware_layout(strategy: str, ex: GridExchange, width: int, layers: int = 2, p
                        + elem * width * (ld.rows + ld.expand_recv + ld.fold_send + ld.fold_recv)
                        for ld in loads], dtype=np.int64)
     return Layout(strategy, ex.replication, loads, sent, received, memory,
-                  aware_peaks(ex, [width] * (layers + 1), precision, device, link))
+                  aware_peaks(ex, [width] * (layers + 1), precision, device, link, components))
 
 
 def _oblivious(strategy: str, c: int, sent_words, recv_words, fold_words, messages, nnz, rows,
@@ -200,20 +202,20 @@ def square_root(P: int) -> int | None:
 
 def layouts(csr: GlobalCSR, offsets: np.ndarray, width: int, replication: Iterable[int] = (2, 4, 8),
             layers: int = 2, precision: str = "fp32", device: str = "cpu",
-            link: LinkLoad | None = None) -> list[Layout]:
+            link: LinkLoad | None = None, components=NODE_PART) -> list[Layout]:
     """Every layout at P = len(offsets) - 1: 1d, 1.5d (each c in ``replication`` with c | P, 1 < c < P),
     2d (square P), and their oblivious baselines (``layers``: the training peak's model depth; ``precision``:
     the rows' dtype, :data:`ACTIVATION_BYTES`; ``device``: the ranks', for the training peak; ``link``: a link
-    task's counts, :class:`~gnndist.parts.memory.LinkLoad`)."""
+    task's counts, :class:`~gnndist.parts.memory.LinkLoad`; ``components``: what a part holds)."""
     P = len(offsets) - 1
     s = square_root(P)
     cs = sorted({c for c in replication if 1 < c < P and P % c == 0})
     exchanges = {c: grid_exchange(csr, offsets, c) for c in sorted({1, *cs, *([s] if s else [])})}
     elem = ACTIVATION_BYTES[precision]
-    out = [aware_layout("1d", exchanges[1], width, layers, precision, device, link)]
-    out += [aware_layout("1.5d", exchanges[c], width, layers, precision, device, link) for c in cs]
+    out = [aware_layout("1d", exchanges[1], width, layers, precision, device, link, components)]
+    out += [aware_layout("1.5d", exchanges[c], width, layers, precision, device, link, components) for c in cs]
     if s:
-        out.append(aware_layout("2d", exchanges[s], width, layers, precision, device, link))
+        out.append(aware_layout("2d", exchanges[s], width, layers, precision, device, link, components))
     out.append(oblivious_1d(exchanges[1], width, elem))
     out += [oblivious_15d(exchanges[c], width, elem) for c in cs]
     if s:
@@ -255,7 +257,8 @@ def record(layout: Layout, width: int, layers: int, net: Network, base_bytes: in
 
 def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 128, layers: int = 2,
                        replication: Iterable[int] = (2, 4, 8), net: Network | None = None,
-                       precision: str = "fp32", device: str = "cpu", link: LinkLoad | None = None) -> list[dict]:
+                       precision: str = "fp32", device: str = "cpu", link: LinkLoad | None = None,
+                       components=NODE_PART) -> list[dict]:
     """Records of every layout on one partition (see :func:`layouts`), 1d first.
 
     Args:
@@ -268,9 +271,10 @@ def simulate_partition(csr: GlobalCSR, offsets: np.ndarray, feature_dim: int = 1
         precision: ``--precision``: the dtype of the activations and exchanged rows (:data:`ACTIVATION_BYTES`).
         device: the ranks' device, for the training peak (:func:`~gnndist.parts.memory.training_peak`).
         link: a link task's counts (the peak is then a link rank's).
+        components: what a part holds in memory (:mod:`gnndist.partition.components`; default a node task's).
     """
     net = net or cost.NETWORKS["ib"]
-    found = layouts(csr, offsets, feature_dim, replication, layers, precision, device, link)
+    found = layouts(csr, offsets, feature_dim, replication, layers, precision, device, link, components)
     base = max_bytes_per_rank(found[0], layers)
     return [record(lay, feature_dim, layers, net, base, precision, device) for lay in found]
 
@@ -295,8 +299,9 @@ def simulate(data, parts: Sequence[int], feature_dim: int = 128, layers: int = 2
     for P in tqdm(parts, desc="simulate", unit="P", disable=None if progress else True):
         p = partition(data, P, method, objective, seed, balance, progress=progress)
         link = None if link_of(data) is None else LinkLoad.of(link_of(data), n, P, feature_dim)
+        held = NODE_PART + ((EDGE_WEIGHTS,) if EDGE_WEIGHTS.held(p) else ())  # collab's weights: its recipe's
         for rec in simulate_partition(p.csr, p.book.offsets, feature_dim, layers, replication, net, precision,
-                                      device, link):
+                                      device, link, held):
             out.append({**rec, "num_nodes": n, "num_edges": int(p.csr.nnz // 2),
                         "task": "node" if link is None else "link",
                         "network": (net or cost.NETWORKS["ib"]).name, "method": method, "objective": objective})
