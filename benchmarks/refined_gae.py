@@ -2,7 +2,7 @@
 
 The same recipe on both sides (gnndist's ``refined_gae_collab`` preset, ``gnndist/presets.py``): a GCN layer into
 the hidden width, then one shared GCN layer applied 3 more times, each after LayerNorm and dropout 0.2 (no ReLU); the
-decoder's Hadamard product, its LayerNorm, 4 residual blocks ``relu(LayerNorm(lin(x) + x))`` and a last linear layer;
+decoder's Hadamard product, its LayerNorm ``p``, 4 blocks ``relu(LayerNorm(lin(x) + p))`` and a last linear layer;
 3 global uniform negatives per positive, shuffled batches of 16,384 positives with one encoder pass each,
 ``-log sigmoid`` losses (the negatives' mean), Adam at lr 0.0004, the encoder's and the decoder's gradients clipped
 to 1.0 apart; the graph unweighted. PyG's layers: ``GCNConv(cached=True)``, ``torch.nn.LayerNorm``; gnndist's: its
@@ -60,9 +60,9 @@ class ResMLP(torch.nn.Module):
         self.out = torch.nn.Linear(hidden, 1)
 
     def forward(self, hu, hv):
-        x = self.scale(hu * hv)
+        x = product = self.scale(hu * hv)
         for lin, norm in zip(self.lins, self.norms):
-            x = F.relu(norm(lin(x) + x))
+            x = F.relu(norm(lin(x) + product))  # their ori: every block's residual is the scaled product
         return self.out(x)  # [n, 1] logits: Hits@K ranks them as their sigmoids
 
 

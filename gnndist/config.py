@@ -328,7 +328,7 @@ class TaskConfig:
                     "node)")
     decoder: str = opt("auto", "--task link: the edge decoder: dot (GAE's inner product), mlp (OGB's "
                        "LinkPredictor: Hadamard product, 3-layer MLP) or mlp-res (Refined-GAE's: the product's "
-                       "LayerNorm, residual blocks with LayerNorm); auto: mlp on an OGB split, else dot",
+                       "LayerNorm, blocks with LayerNorm each adding it back); auto: mlp on an OGB split, else dot",
                        ("auto", "dot", "mlp", "mlp-res"))
     edge_batch: int = opt(0, "--task link: training positives per optimisation step, each step one encoder pass "
                           "(0: every positive, one step an epoch)")

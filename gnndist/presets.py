@@ -72,9 +72,9 @@ def refined_gae_collab(cfg: TrainConfig) -> TrainConfig:
     CIKM 2025; ``GraphPKU/Refined-GAE``'s ReadMe, ``collab.py`` and ``model.py``), as gnndist has its pieces:
     ``--model propgcn`` (a GCN layer into 1024, then one shared GCN layer propagated 3 more times, each after
     LayerNorm and dropout 0.2, no ReLU), ``--decoder mlp-res`` of 5 linear layers (the Hadamard product's
-    LayerNorm, residual blocks with LayerNorm and ReLU), 3 global uniform negatives per positive, a step (one
-    encoder pass) every 16,384 positives, Adam at lr 0.0004 without weight decay, 500 epochs, the encoder's and
-    the decoder's gradients clipped to 1.0 apart; the graph unweighted (their run without
+    LayerNorm, blocks with LayerNorm and ReLU each adding that product back), 3 global uniform negatives per
+    positive, a step (one encoder pass) every 16,384 positives, Adam at lr 0.0004 without weight decay, 500
+    epochs, the encoder's and the decoder's gradients clipped to 1.0 apart; the graph unweighted (their run without
     ``--use_valid_as_input``). Their leaderboard entry adds the validation edges as input (Hits@50 0.6816).
 
     Not theirs here: dropout between the decoder's blocks (not offered: masks over pairs), training positives of

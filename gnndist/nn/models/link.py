@@ -53,9 +53,9 @@ class MLPDecoder(nn.Module):
 
 
 class ResMLPDecoder(nn.Module):
-    """Refined-GAE's ``Hadamard_MLPPredictor`` (``--scale --res --norm``, Ma et al. 2025): the Hadamard product
-    ``h_u * h_v``, a LayerNorm, then ``layers - 1`` blocks ``x = relu(LayerNorm(lin(x) + x))`` and a last linear
-    layer to one logit.
+    """Refined-GAE's ``Hadamard_MLPPredictor`` (``--scale --res --norm``, Ma et al. 2025): the Hadamard product's
+    LayerNorm ``p = LayerNorm(h_u * h_v)``, then ``layers - 1`` blocks ``x = relu(LayerNorm(lin(x) + p))`` (each
+    block's residual is ``p``, the scaled product, as their ``ori``) and a last linear layer to one logit.
 
     Without their dropout between the blocks: the decoder's arithmetic stays local to a pair's rows, so its result
     does not depend on the ranks (masks over pairs would have to be hashed by pair, which is not offered).
@@ -76,9 +76,9 @@ class ResMLPDecoder(nn.Module):
         self.out = nn.Linear(width, 1)
 
     def forward(self, hu: Tensor, hv: Tensor) -> Tensor:
-        x = self.scale(hu * hv)
+        x = product = self.scale(hu * hv)
         for lin, norm in zip(self.lins, self.norms):
-            x = F.relu(norm(lin(x) + x))
+            x = F.relu(norm(lin(x) + product))
         return self.out(x).view(-1)
 
 
