@@ -249,8 +249,10 @@ class OptimConfig:
     weight_decay: float = opt(5e-4, "Adam weight decay")
     clip_grad: float = opt(0.0, "clip the gradients to this global norm, over every rank's parameters "
                            "(torch.nn.utils.clip_grad_norm_'s rule; 0: no clipping)")
-    clip_grad_apart: bool = opt(False, "--task link: clip the encoder's gradients (with the learned rows) and the "
-                                "decoder's to --clip-grad each, apart (Refined-GAE's), not as one global norm")
+    clip_grad_apart: bool = opt(False, "--task link: clip the encoder's gradients, the decoder's and the learned "
+                                "rows' to --clip-grad each, apart (Refined-GAE's), not as one global norm")
+    lr_decay_every: int = opt(0, "every N epochs from epoch 0, set the learning rate to --lr x max(1 - epoch / "
+                              "--epochs, 1e-4) (Refined-GAE's step decay); 0: a constant learning rate")
     precision: str = opt("fp32", "arithmetic of the layers: fp32, or bf16 / fp16 (autocast on the dense layers, "
                          "aggregations on half rows accumulated in fp32, weights and Adam in fp32; fp16 scales "
                          "the loss)", PRECISIONS)
@@ -263,6 +265,7 @@ class OptimConfig:
         _need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
         _need(self.clip_grad >= 0, f"--clip-grad must be >= 0 (0: no clipping), got {self.clip_grad}")
         _need(not self.clip_grad_apart or self.clip_grad > 0, "--clip-grad-apart clips to --clip-grad NORM: give it")
+        _need(self.lr_decay_every >= 0, f"--lr-decay-every must be >= 0 (0: no decay), got {self.lr_decay_every}")
         _need(self.precision in PRECISIONS,
               f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         _need(self.loss_scale >= 1, f"--loss-scale must be >= 1, got {self.loss_scale}")
@@ -281,7 +284,8 @@ class KernelConfig:
 class RunConfig:
     seed: int = opt(0, "training seed (weights and dropout masks)")
     recipe: str = opt("auto", "the recipe under the flags: auto (the dataset family's own, if any), none, or one by "
-                      "name from gnndist.presets.RECIPES (amazon, gae, heterophily, ogbl-collab, refined-gae-collab)")
+                      "name from gnndist.presets.RECIPES (amazon, gae, heterophily, ogbl-collab, refined-gae-collab, "
+                      "refined-gae-citation2)")
     log_file: str | None = opt(None, "write one JSON line per epoch to this file")
     json: bool = opt(False, "print a JSON summary as the last line of standard output")
     checkpoint: str | None = opt(None, "directory of checkpoints (model, optimiser, epoch, best, RNG) and best.pt")
@@ -327,13 +331,14 @@ class TaskConfig:
                     "(link where the partition holds an edge split: a link dataset's own, or --edge-split's; else "
                     "node)")
     decoder: str = opt("auto", "--task link: the edge decoder: dot (GAE's inner product), mlp (OGB's "
-                       "LinkPredictor: Hadamard product, 3-layer MLP) or mlp-res (Refined-GAE's: the product's "
-                       "LayerNorm, blocks with LayerNorm each adding it back); auto: mlp on an OGB split, else dot",
-                       ("auto", "dot", "mlp", "mlp-res"))
+                       "LinkPredictor: Hadamard product, 3-layer MLP), mlp-norm (the same with a LayerNorm before each "
+                       "ReLU: Refined-GAE's citation2 decoder) or mlp-res (Refined-GAE's collab decoder: the "
+                       "product's LayerNorm, blocks with LayerNorm each adding it back); auto: mlp on an OGB split, "
+                       "else dot", ("auto", "dot", "mlp", "mlp-norm", "mlp-res"))
     edge_batch: int = opt(0, "--task link: training positives per optimisation step, each step one encoder pass "
                           "(0: every positive, one step an epoch)")
     out_dim: int = opt(0, "--task link: the width of the encoder's output rows, which the decoder reads (0: --hidden)")
-    decoder_layers: int = opt(3, "--task link, --decoder mlp|mlp-res: the decoder's linear layers (OGB's "
+    decoder_layers: int = opt(3, "--task link, --decoder mlp|mlp-norm|mlp-res: the decoder's linear layers (OGB's "
                               "LinkPredictor: 3)")
     negatives: int = opt(1, "--task link: training negatives per positive, global uniform node pairs hashed from "
                          "(seed, epoch, the positive's index): the same on any P")

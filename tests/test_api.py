@@ -116,6 +116,22 @@ def test_trainer_takes_a_model_factory_or_module(part1):
     assert ref.to_dict()["test_acc"] == ref.best.test
 
 
+def test_lr_decay_every_steps_the_learning_rate_as_refined_gae(part1):
+    """``--lr-decay-every N``: lr x max(1 - e / epochs, 1e-4) from each multiple e of N on; a constant lr without."""
+    from gnndist.training.trainer import lr_factor
+
+    assert [lr_factor(e, 100, 500) for e in (0, 99, 100, 250, 499)] == pytest.approx([1.0, 1.0, 0.8, 0.6, 0.2])
+    assert lr_factor(9, 10, 10) == 1.0 and lr_factor(10, 10, 10) == 1e-4 and lr_factor(7, 0, 10) == 1.0
+    cfg = _cfg(epochs=4)
+    cfg.optim.lr_decay_every = 2
+    trainer = Trainer(DistGraph.load(part1, ProcessGrid()), cfg)
+    seen = []
+    for epoch in range(4):
+        trainer.train_step(epoch)
+        seen.append(trainer.optim.param_groups[0]["lr"])
+    assert seen == pytest.approx([cfg.optim.lr] * 2 + [cfg.optim.lr * 0.5] * 2, rel=1e-12)
+
+
 def _sum_ranks(grid, offset):
     t = torch.tensor([float(grid.rank + offset)])
     grid.all_reduce_(t)

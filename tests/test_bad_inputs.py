@@ -294,13 +294,15 @@ CASES = {
         "--method kaminpar balances one node weight, not"),
     "clip-grad-negative": lambda t, p1, p2, mp: (["train", str(p1), "--clip-grad", "-1"] + TRAIN1,
                                                  "--clip-grad must be >= 0 (0: no clipping), got -1.0"),
+    "lr-decay-every-negative": lambda t, p1, p2, mp: (["train", str(p1), "--lr-decay-every", "-1"] + TRAIN1,
+                                                      "--lr-decay-every must be >= 0 (0: no decay), got -1"),
     "link-negatives-zero": lambda t, p1, p2, mp: (["train", _link_partition(t), "--negatives", "0"] + TRAIN1,
                                                   "--negatives must be >= 1, got 0"),
     "link-decoder-layers-zero": lambda t, p1, p2, mp: (["train", _link_partition(t), "--decoder-layers", "0"] + TRAIN1,
                                                        "--decoder-layers must be >= 1, got 0"),
     "link-decoder-layers-on-dot": lambda t, p1, p2, mp: (
         ["train", _link_partition(t), "--decoder", "dot", "--decoder-layers", "2"] + TRAIN1,
-        "--decoder-layers 2 is for --decoder mlp or mlp-res; this run's decoder is dot"),
+        "--decoder-layers 2 is for an MLP decoder (mlp, mlp-norm, mlp-res); this run's decoder is dot"),
     "link-clip-grad-apart-on-a-node-task": lambda t, p1, p2, mp: (
         ["train", str(p1), "--clip-grad", "1", "--clip-grad-apart"] + TRAIN1,
         "--clip-grad-apart clips a link model's encoder and decoder apart: it is for --task link"),

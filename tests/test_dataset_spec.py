@@ -81,6 +81,12 @@ def test_recipe_by_name_replaces_the_datasets_and_flags_override_it():
     assert not cfg.model.edge_weights and cfg.optim.clip_grad == 1.0 and cfg.optim.clip_grad_apart
     assert (cfg.task.decoder, cfg.task.decoder_layers, cfg.task.negatives, cfg.task.edge_batch) == ("mlp-res", 5, 3,
                                                                                                      16384)
+    assert cfg.optim.lr_decay_every == 100  # their adjustlr, every --interval (100) epochs
+    cit = compose({"run": {"recipe": "refined-gae-citation2"}}, "ogbl-citation2", "link")
+    assert (cit.model.model, cit.model.layers, cit.model.hidden, cit.model.embedding) == ("propgcn", 3, 256, "learn")
+    assert (cit.task.decoder, cit.task.decoder_layers, cit.task.negatives, cit.task.edge_batch) == ("mlp-norm", 5, 3,
+                                                                                                     65536)
+    assert (cit.optim.lr, cit.optim.epochs, cit.optim.clip_grad_apart) == (3e-4, 200, True)
     assert compose({}, "ogbl-collab", "link").model.edge_weights  # auto: the dataset's own (OGB's baseline)
     bare = compose({"run": {"recipe": "none"}}, "ogbl-collab", "link")
     assert not bare.model.edge_weights and bare.task.decoder == "auto"

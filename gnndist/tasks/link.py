@@ -181,7 +181,8 @@ class LinkTask(Task):
             embedding = None
         layers = cfg.task.decoder_layers
         if self.decoder == "dot" and layers != TaskConfig.decoder_layers:
-            raise UserError(f"--decoder-layers {layers} is for --decoder mlp or mlp-res; this run's decoder is dot")
+            raise UserError(f"--decoder-layers {layers} is for an MLP decoder (mlp, mlp-norm, mlp-res); this run's "
+                            "decoder is dot")
         return LinkModel(encoder, decoder(self.decoder, f_out, layers), embedding)
 
     @property

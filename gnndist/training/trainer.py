@@ -81,6 +81,7 @@ class Trainer:
         self.clipped = clip_groups(self.model, encoder, self.params, self.sharded, cfg.optim.clip_grad_apart)
         # torch.optim.Adam's numbers, without torch.optim.Optimizer: its first call imports torch._dynamo (~150 MiB)
         self.optim = Adam(groups or self.params + self.sharded, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.base_lrs = [g["lr"] for g in self.optim.param_groups]  # before a resume loads a decayed one
         self.metric = self.task.metric
         self.keys = {split: metric_key(split, self.metric) for split in SPLITS}
         self.task_keys = [metric_key(split, m) for m in self.task.metrics for split in SPLITS]
@@ -135,6 +136,9 @@ class Trainer:
         context; the phase timer splits their time. Returns the mean of the steps' global losses."""
         t = self.graph.context.timer
         self.model.train()
+        factor = lr_factor(epoch, self.cfg.optim.lr_decay_every, self.cfg.optim.epochs)
+        for group, lr in zip(self.optim.param_groups, self.base_lrs):
+            group["lr"] = lr * factor
         losses = []
         for step in range(self.task.steps(epoch)):
             with t.phase("other"):
@@ -280,15 +284,25 @@ def model_of(m: ModelConfig, graph: DistGraph, f_in: int, f_out: int, seed: int 
 def clip_groups(model: nn.Module, encoder: nn.Module, replicated: list[nn.Parameter], sharded: list[nn.Parameter],
                 apart: bool) -> list[tuple[list[nn.Parameter], list[nn.Parameter]]]:
     """The parameter groups ``--clip-grad`` clips, each to its own global norm: ``(replicated, sharded)`` of the whole
-    model; with ``apart`` (``--clip-grad-apart``), the encoder's with the learned rows, then the task's own (the
-    decoder's): one line when the model has no parameters beside the encoder's (a node task)."""
+    model; with ``apart`` (``--clip-grad-apart``, Refined-GAE's three ``clip_grad_norm_`` calls), the encoder's, the
+    task's own (the decoder's), and the learned rows' where there are any: one line when the model has no
+    parameters beside the encoder's (a node task)."""
     if not apart:
         return [(replicated, sharded)]
-    mine = {id(p) for p in encoder.parameters()} | {id(p) for p in sharded}
-    own = [p for p in replicated if id(p) not in mine]
     if model is encoder:
         raise UserError("--clip-grad-apart clips a link model's encoder and decoder apart: it is for --task link")
-    return [([p for p in replicated if id(p) in mine], sharded), (own, [])]
+    mine = {id(p) for p in encoder.parameters()}
+    groups = [([p for p in replicated if id(p) in mine], []), ([p for p in replicated if id(p) not in mine], [])]
+    return groups + ([([], sharded)] if sharded else [])
+
+
+def lr_factor(epoch: int, every: int, epochs: int) -> float:
+    """The learning rate of ``epoch`` over ``--lr`` under ``--lr-decay-every``: ``max(1 - e / epochs, 1e-4)`` with
+    ``e`` the last multiple of ``every`` at or before ``epoch`` (Refined-GAE's ``adjustlr``, called every
+    ``--interval`` epochs from epoch 0); 1 when ``every`` is 0."""
+    if every <= 0:
+        return 1.0
+    return max(1.0 - (epoch - epoch % every) / epochs, 1e-4)
 
 
 def clip_global_norm(replicated: list[nn.Parameter], sharded: list[nn.Parameter], max_norm: float,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-DECODERS = ("dot", "mlp", "mlp-res")
+DECODERS = ("dot", "mlp", "mlp-norm", "mlp-res")
 
 
 class DotDecoder(nn.Module):
@@ -30,25 +30,29 @@ class DotDecoder(nn.Module):
 
 class MLPDecoder(nn.Module):
     """OGB's ``LinkPredictor``: the Hadamard product ``h_u * h_v``, then ``layers`` linear layers with ReLU
-    between them, to one logit.
+    between them, to one logit; with ``norm``, a LayerNorm after each hidden layer, before its ReLU (Refined-GAE's
+    ``Hadamard_MLPPredictor`` with ``--norm`` alone, their citation2 command: ``--decoder mlp-norm``).
 
     Args:
         width: the encoder's output width ``d`` (and the hidden width of the MLP).
         layers: linear layers (default 3, OGB's).
+        norm: a LayerNorm of ``width`` after every linear layer but the last.
 
     Shapes:
         hu, hv ``[n, d]`` -> ``[n]``
     """
 
-    def __init__(self, width: int, layers: int = 3):
+    def __init__(self, width: int, layers: int = 3, norm: bool = False):
         super().__init__()
         widths = [width] * layers + [1]
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(layers - 1)) if norm else None
 
     def forward(self, hu: Tensor, hv: Tensor) -> Tensor:
         x = hu * hv
-        for lin in self.lins[:-1]:
-            x = F.relu(lin(x))
+        for i, lin in enumerate(self.lins[:-1]):
+            x = lin(x)
+            x = F.relu(self.norms[i](x) if self.norms is not None else x)
         return self.lins[-1](x).view(-1)
 
 
@@ -86,8 +90,8 @@ def decoder(name: str, width: int, layers: int = 3) -> nn.Module:
     """The decoder ``--decoder name`` for encoder rows of width ``width`` (``layers``: the MLP's linear layers)."""
     if name == "dot":
         return DotDecoder()
-    if name == "mlp":
-        return MLPDecoder(width, layers)
+    if name in ("mlp", "mlp-norm"):
+        return MLPDecoder(width, layers, norm=name == "mlp-norm")
     if name == "mlp-res":
         return ResMLPDecoder(width, layers)
     raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODERS)}")
