@@ -20,7 +20,7 @@ from gnndist.bench import add_arguments
 from gnndist.bench import main as bench_main
 from gnndist.bench.common import read_csv
 from gnndist.bench.page import tta_page
-from gnndist.bench.tta import Block, Evaluators, FullGraphEvaluator, _config, check_peers, run_block
+from gnndist.bench.tta import Block, Evaluators, FullGraphEvaluator, _config, check_peers, run_block, run_gnndist
 from gnndist.bench.tta_driver import peer_job, run_peer
 from gnndist.bench.tta_problem import export_problem, gnndist_partition, load_graph, load_problem
 from gnndist.bench.tta_protocol import (
@@ -212,6 +212,13 @@ def test_shared_evaluator_equals_the_trainers_evaluation(graph, problem, tmp_pat
     with pytest.raises(RuntimeError, match="lin_r"):
         evaluate({k: v for k, v in trainer.model.state_dict().items() if "lin_r" not in k} if model == "sage"
                  else {"convs.0.lin_r.weight": torch.zeros(1)})
+
+
+def test_run_gnndist_stops_when_until_holds(graph):
+    h = Hyper("sage", 2, 16, 0.5, 0.01, 0.0)
+    run = run_gnndist(graph, Evaluators(graph)(h), h, 0, 60.0, 10, until=lambda r: r.epochs >= 2)
+    assert (run.epochs, len(run.points)) == (2, 2)
+    assert run_gnndist(graph, Evaluators(graph)(h), h, 0, 60.0, 3).epochs == 3  # no until: the epoch budget
 
 
 # ---------------------------------------------------------------------- the driver, against a fake peer

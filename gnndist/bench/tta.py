@@ -143,10 +143,11 @@ class Evaluators:
 
 
 # ---------------------------------------------------------------------- 2. gnndist's side
-def run_gnndist(graph, evaluate: Callable, hyper: Hyper, seed: int, budget_s: float, max_epochs: int) -> Run:
+def run_gnndist(graph, evaluate: Callable, hyper: Hyper, seed: int, budget_s: float, max_epochs: int,
+                until: Callable[[Run], bool] | None = None) -> Run:
     """Train gnndist's :class:`~gnndist.training.trainer.Trainer` on ``graph`` until ``budget_s`` training seconds
-    or ``max_epochs``; every epoch's weights scored by ``evaluate`` (outside the clock). The returned run has no
-    dataset, depth, side or config yet (the caller's)."""
+    or ``max_epochs`` (or ``until(run)`` holds after an epoch); every epoch's weights scored by ``evaluate`` (outside
+    the clock). The returned run has no dataset, depth, side or config yet (the caller's)."""
     import gnndist
     from gnndist.training.trainer import Trainer
 
@@ -170,6 +171,8 @@ def run_gnndist(graph, evaluate: Callable, hyper: Hyper, seed: int, budget_s: fl
         r = evaluate(trainer.model.state_dict())
         run.eval_s, run.evals = run.eval_s + r["eval_s"], run.evals + 1
         run.points.append(Point(run.train_s, run.epochs, run.steps, r["val"], r["test"]))
+        if until is not None and until(run):
+            break
     run.s_per_epoch = run.train_s / run.epochs if run.epochs else None
     run.load_end = loadavg()
     return run

@@ -172,7 +172,7 @@ class Side:
 
     The defaults: gnndist's own lr and dropout (0.01, 0.5, the width given) with the peers' weight decay, none (its
     ``gnndist train`` default 5e-4, Kipf's for 200 Planetoid epochs, capped Amazon Photo at 0.920 validation where
-    no weight decay reached 0.953: ``benchmarks/tta_weight_decay.py``); the neighbour
+    no weight decay reached 0.953: ``benchmarks/tta_sweep.py``); the neighbour
     samplers' as PyG's ``examples/ogbn_products_sage.py`` (SAGE, hidden 256, lr 0.003, dropout 0.5, no weight
     decay, batches of 1024, fan-outs 15,10,5 cut or extended with 5 to the depth); Cluster-GCN's as PyG's
     ``examples/cluster_gcn_reddit.py`` (SAGE, hidden 128, lr 0.005, dropout 0.5, clusters of ~155 nodes, 20 a
