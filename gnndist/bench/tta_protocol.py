@@ -170,7 +170,8 @@ NODES_PER_CLUSTER = 155  # PyG's examples/cluster_gcn_reddit.py: 1500 clusters o
 class Side:
     """One side of the comparison, declared once: how it trains, its defaults and what its search draws from.
 
-    The defaults: gnndist's own lr and dropout (0.01, 0.5, the width given) with the peers' weight decay, none (its
+    The defaults: gnndist's own lr (its model's preset: SAGE's 0.03, GCNII's 0.01) and dropout (0.5, the width
+    given) with the peers' weight decay, none (its
     ``gnndist train`` default 5e-4, Kipf's for 200 Planetoid epochs, capped Amazon Photo at 0.920 validation where
     no weight decay reached 0.953: ``benchmarks/tta_sweep.py``); the neighbour
     samplers' as PyG's ``examples/ogbn_products_sage.py`` (SAGE, hidden 256, lr 0.003, dropout 0.5, no weight
@@ -198,8 +199,8 @@ class Side:
         else :func:`full_graph_width`)."""
         d, model = dict(self.defaults), self.model(depth, deep_model)
         width = d.get("hidden", hidden if hidden is not None else full_graph_width(model))
-        h = Hyper(model, depth, int(width), float(d["dropout"]),
-                  float(d["lr"]), float(d["weight_decay"]))
+        lr = full_graph_lr(model) if self.full_graph else float(d["lr"])
+        h = Hyper(model, depth, int(width), float(d["dropout"]), lr, float(d["weight_decay"]))
         if self.sampler == "neighbor":
             h = replace(h, batch_size=int(d["batch_size"]), fanouts=fanouts(depth))
         elif self.sampler == "cluster":
@@ -254,6 +255,15 @@ def full_graph_width(model: str) -> int:
     return int(preset.get("hidden", FULL_GRAPH_WIDTH))
 
 
+def full_graph_lr(model: str) -> float:
+    """gnndist's default learning rate for ``model``: its registered preset's (SAGE 0.03, GCNII 0.01), else the
+    config's."""
+    from gnndist.config import OptimConfig
+    from gnndist.nn.models import model_spec
+
+    return float(model_spec(model).preset.get("optim", {}).get("lr", OptimConfig.lr))
+
+
 FULL_GRAPH_WIDTH = 256  # gnndist's SAGE width (the peers' NeighborLoader examples')
 COMMON_SPACE = {"lr": (0.001, 0.003, 0.01, 0.03), "dropout": (0.0, 0.2, 0.5, 0.7), "hidden": (64, 128, 256, 512)}
 NEIGHBOR_SPACE = {**COMMON_SPACE, "batch_size": (256, 512, 1024, 2048, 4096),
@@ -262,7 +272,7 @@ CLUSTER_SPACE = {**COMMON_SPACE, "clusters_per_batch": (5, 10, 20, 40)}
 NEIGHBOR_DEFAULTS = {"hidden": 256, "lr": 0.003, "dropout": 0.5, "weight_decay": 0.0, "batch_size": 1024}
 
 SIDES = {s.name: s for s in (
-    Side("gnndist", "gnndist", "full", {"lr": 0.01, "dropout": 0.5, "weight_decay": 0.0}, COMMON_SPACE),
+    Side("gnndist", "gnndist", "full", {"dropout": 0.5, "weight_decay": 0.0}, COMMON_SPACE),  # lr: full_graph_lr
     Side("pyg-neighbor", "pyg", "neighbor", NEIGHBOR_DEFAULTS, NEIGHBOR_SPACE),
     Side("pyg-cluster", "pyg", "cluster",
          {"hidden": 128, "lr": 0.005, "dropout": 0.5, "weight_decay": 0.0, "clusters_per_batch": 20}, CLUSTER_SPACE),
