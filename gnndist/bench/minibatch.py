@@ -253,8 +253,11 @@ def pyg_setup(job: dict, x, y, masks, src, dst):
 
     data = Data(x=x, y=y, edge_index=torch.stack([src, dst]), train_mask=masks["train_mask"], num_nodes=x.shape[0])
     model = pyg_model(job, x.shape[1], int(y.max()) + 1)
-    if job["mode"] == "check":
-        return model, lambda: model(data.x, data.edge_index), None, 0
+    if job["mode"] == "check":  # through a sparse adjacency: the messages [E, width] of edge_index may not fit
+        from torch_sparse import SparseTensor
+
+        adj_t = SparseTensor(row=dst, col=src, sparse_sizes=(x.shape[0], x.shape[0]))  # [N, N]: row = destination
+        return model, lambda: model(data.x, adj_t), None, 0
     if job["peer"] == "pyg-neighbor":
         from torch_geometric.loader import NeighborLoader
 
