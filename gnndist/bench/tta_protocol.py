@@ -256,12 +256,11 @@ def full_graph_width(model: str) -> int:
 
 
 def full_graph_lr(model: str) -> float:
-    """gnndist's default learning rate for ``model``: its registered preset's (SAGE 0.03, GCNII 0.01), else the
-    config's."""
-    from gnndist.config import OptimConfig
-    from gnndist.nn.models import model_spec
+    """gnndist's default learning rate for ``model``, as ``gnndist run --model MODEL`` composes it (its preset's:
+    SAGE 0.03, GCNII 0.01, ResGCN+ 0.005)."""
+    from gnndist.presets import compose
 
-    return float(model_spec(model).preset.get("optim", {}).get("lr", OptimConfig.lr))
+    return compose({"model": {"model": model}}).optim.lr
 
 
 FULL_GRAPH_WIDTH = 256  # gnndist's SAGE width (the peers' NeighborLoader examples')
